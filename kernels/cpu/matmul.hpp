@@ -1,0 +1,40 @@
+#pragma once
+// Quantized matrix-vector and small-batch matrix products on the CPU. Paths: scalar reference,
+// AVX2, AVX-512 (and AVX-512 VNNI where present), chosen at run time; parallel over rows with oneTBB.
+#include <cstdint>
+
+#include "runtime/core/types.hpp"
+
+namespace ferry::cpu {
+
+enum class Isa { scalar = 0, avx2 = 1, avx512 = 2, avx512vnni = 3 };
+Isa detected_isa();            // best the CPU supports
+Isa active_isa();              // what dispatch uses now
+void set_isa(Isa isa);         // tests force a path; clamps to detected_isa()
+const char* isa_name(Isa isa);
+
+// Dot of one weight row (type w, n values) with an activation row already in vec_dot_type(w).
+float vec_dot(GgmlType w, const void* wrow, const void* xq, int64_t n);      // dispatched
+float vec_dot_ref(GgmlType w, const void* wrow, const void* xq, int64_t n);  // scalar reference
+
+// Y[b][r] = Σ_c W[r][c] · X[b][c]   for r < rows, b < n_batch.
+//   W: rows × cols of type w, row r at (const uint8_t*)W + r·row_bytes(w, cols)   // (rows, cols)
+//   X: n_batch × cols float, row stride ldx (≥ cols)                              // (n_batch, cols)
+//   Y: n_batch × rows float, row stride ldy (≥ rows)                              // (n_batch, rows)
+// Activations are quantized once per call to vec_dot_type(w). Parallel over rows (oneTBB) when
+// the work is large enough; `parallel=false` forces the calling thread only (used inside
+// already-parallel expert loops).
+void matmul(GgmlType w, const void* W, int64_t rows, int64_t cols, const float* X, int64_t ldx,
+            int64_t n_batch, float* Y, int64_t ldy, bool parallel = true);
+
+inline void matvec(GgmlType w, const void* W, int64_t rows, int64_t cols, const float* x, float* y,
+                   bool parallel = true) {
+  matmul(w, W, rows, cols, x, cols, 1, y, rows, parallel);
+}
+
+// As matmul, with X already quantized to vec_dot_type(w) (row stride ldxq bytes); lets a caller
+// quantize an activation once and reuse it for several weights (gate and up of all experts).
+void matmul_q(GgmlType w, const void* W, int64_t rows, int64_t cols, const void* Xq, int64_t ldxq,
+              int64_t n_batch, float* Y, int64_t ldy, bool parallel = true);
+
+}  // namespace ferry::cpu

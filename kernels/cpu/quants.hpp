@@ -1,0 +1,26 @@
+#pragma once
+// Quantized formats on the CPU: scalar reference dequantization (bit-exact with ggml), reference
+// quantizers, and the activation-side quantization used by dot products (as ggml does it: Q8_0
+// weights dot Q8_0 activations, K-quant weights dot Q8_K activations, F16 dot F16, BF16 dot BF16).
+#include <cstdint>
+
+#include "runtime/core/types.hpp"
+
+namespace ferry::cpu {
+
+// dst[n] ← src (n values of type t). n must be a multiple of the block size. All compute types
+// (F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K, Q8_K).
+void dequantize_row_ref(GgmlType t, const void* src, float* dst, int64_t n);
+// Same result, vectorized where it pays (used for dequantize-to-float paths).
+void dequantize_row(GgmlType t, const void* src, float* dst, int64_t n);
+
+// Reference quantizers (round-to-nearest with the same scale search ggml's *_ref functions use);
+// for synth and tests. dst must hold row_bytes(t, n).
+void quantize_row_ref(GgmlType t, const float* src, void* dst, int64_t n);
+
+// Activation format a weight type is dotted with.
+GgmlType vec_dot_type(GgmlType weight);
+// x[n] → the vec_dot_type(weight) format (dst holds row_bytes(vec_dot_type(weight), n)).
+void quantize_activation(GgmlType weight, const float* x, void* dst, int64_t n);
+
+}  // namespace ferry::cpu

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Installs everything Ferry needs on Debian 12: system packages (apt) and the Python test tools
+# (into the project venv .venv/). Idempotent: a second run only checks.
+#   FERRY_SKIP_APT=1     skip apt (e.g. a machine without root)
+#   FERRY_SKIP_PY=1      skip the Python venv (tools only needed by oracle tests and benchmarks)
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+apt_pkgs=(build-essential cmake ninja-build pkg-config git python3 python3-venv python3-dev
+          libtbb-dev liburing-dev libmimalloc-dev libgtest-dev libgmock-dev
+          nlohmann-json3-dev libcli11-dev libfmt-dev libpcre2-dev clang-format)
+
+if [[ "${FERRY_SKIP_APT:-0}" != 1 ]]; then
+  missing=()
+  for p in "${apt_pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if ((${#missing[@]})); then
+    echo "[install-deps] apt: ${missing[*]}"
+    SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
+fi
+
+if [[ "${FERRY_SKIP_PY:-0}" != 1 ]]; then
+  venv="$root/.venv"
+  py=python3
+  [[ -x "$venv/bin/python" ]] || "$py" -m venv "$venv"
+  # numpy + gguf: writers/dequantizers for tests. llama-cpp-python compiles llama.cpp (CPU) from
+  # its source distribution: the oracle for logits, tokenizer and quantization.
+  if ! "$venv/bin/python" -c "import numpy, gguf" 2>/dev/null; then
+    "$venv/bin/pip" install -q --upgrade pip >/dev/null
+    "$venv/bin/pip" install -q "numpy<3" "gguf>=0.17"
+  fi
+  if ! "$venv/bin/python" -c "import llama_cpp" 2>/dev/null; then
+    echo "[install-deps] building llama-cpp-python (compiles llama.cpp, several minutes)"
+    CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF" \
+      CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
+      "$venv/bin/pip" install -q "llama-cpp-python==0.3.*"
+  fi
+fi
+echo "[install-deps] ok"
