@@ -1,0 +1,31 @@
+"""Shared helpers for oracle tests: paths, running ferry, NMSE."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+FERRY = os.environ.get("FERRY_BIN", os.path.join(os.environ.get("FERRY_BUILD_DIR", "build"), "ferry"))
+SCRATCH = os.environ.get("FERRY_SCRATCH", "/tmp/ferry-oracle")
+SOURCE = os.environ.get("FERRY_SOURCE_DIR", os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+os.makedirs(SCRATCH, exist_ok=True)
+
+
+def ferry(*args, check=True, **kw):
+    """Runs the ferry binary; returns CompletedProcess (text)."""
+    cmd = [FERRY, *map(str, args)]
+    r = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    if check and r.returncode != 0:
+        sys.stderr.write(r.stdout + r.stderr)
+        raise RuntimeError(f"command failed ({r.returncode}): {' '.join(cmd)}")
+    return r
+
+
+def nmse(a, ref):
+    a = np.asarray(a, dtype=np.float64)
+    ref = np.asarray(ref, dtype=np.float64)
+    return float(np.sum((a - ref) ** 2) / max(np.sum(ref ** 2), 1e-300))
+
+
+def scratch(name):
+    return os.path.join(SCRATCH, name)
