@@ -1,0 +1,45 @@
+#pragma once
+// The MoE step: the narrow interface between the model (which knows the architecture) and the
+// offload layer (which knows where each expert lives). The model computes routing; an MoeExecutor
+// computes Σ_k w_k · down_e(silu(gate_e·x) ⊙ up_e·x) for the routed experts of every token.
+// Shared experts are NOT part of this step (they are dense, always resident, done by the model).
+#include <cstdint>
+
+#include "runtime/core/types.hpp"
+
+namespace ferry {
+
+// Where one layer's routed expert weights are in host memory (the GGUF mapping, or pinned copies):
+// 3-D tensors {n_in, n_out, n_expert}; expert e's matrix starts at base + e·expert_stride_bytes.
+struct ExpertTensor {
+  const uint8_t* base = nullptr;
+  GgmlType type = GgmlType::F32;
+  int64_t n_in = 0;    // columns (ne0)
+  int64_t n_out = 0;   // rows (ne1)
+  uint64_t expert_stride_bytes = 0;
+};
+
+struct MoeLayerWeights {
+  ExpertTensor gate, up;  // {n_embd, n_ff_exp, n_expert}
+  ExpertTensor down;      // {n_ff_exp, n_embd, n_expert}
+  int32_t n_expert = 0;
+};
+
+struct MoeRequest {
+  int32_t layer = 0;
+  int32_t n_tokens = 0;
+  int32_t n_embd = 0;
+  int32_t top_k = 0;
+  const float* x = nullptr;            // (n_tokens, n_embd) normalized input
+  const int32_t* expert_ids = nullptr; // (n_tokens, top_k)
+  const float* expert_weights = nullptr;  // (n_tokens, top_k), already renormalised
+  float* out = nullptr;                // (n_tokens, n_embd) overwritten with the routed sum
+};
+
+class MoeExecutor {
+ public:
+  virtual ~MoeExecutor() = default;
+  virtual void run(const MoeRequest& req) = 0;
+};
+
+}  // namespace ferry
