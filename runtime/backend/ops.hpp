@@ -1,0 +1,168 @@
+#pragma once
+// The op set a model forward is written against, once, for every backend. The CPU implementation
+// (CpuOps, cpu_ops*.cpp) runs on host memory with oneTBB; a CUDA implementation runs the same
+// calls on device memory. Rules every implementation follows (docs/decisions/0001-ops-interface.md):
+//
+//  - Buffers are raw pointers into memory of this backend (host on the CPU, device on CUDA),
+//    owned by the caller (a session's workspace, a KV cache). Ops never allocate per call what the
+//    caller could own, and never keep pointers past the call.
+//  - Shapes are in elements, row-major, fastest dimension last in the comment: `(n_tokens, n_embd)`
+//    means n_tokens rows of n_embd floats. Strides, where an op takes them, are in elements.
+//  - Ops are enqueued in call order; results are visible to later ops of the same Ops object.
+//    to_host()/sync() make them visible to the host (the CPU backend computes synchronously).
+//  - Numerics follow ggml's CPU backend (the oracle): float accumulation with double where ggml
+//    uses double (norm and softmax sums), activations quantized to vec_dot_type(weight) for
+//    quantized weights, F16 caches dotted in F16 (the query and the attention probabilities are
+//    rounded to F16, as ggml's F16×F16 dot does).
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "runtime/core/types.hpp"
+
+namespace ferry {
+
+// A weight matrix (rows, cols), row r at data + r·row_bytes(type, cols). In GGUF terms ne = {cols,
+// rows}: a projection {n_in, n_out} is a WeightView with rows = n_out, cols = n_in, and y = W·x.
+// 1-D norm weights are WeightViews with rows = 1 and type F32.
+struct WeightView {
+  const void* data = nullptr;
+  GgmlType type = GgmlType::F32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+};
+
+// Backend memory with RAII: freed through the backend that made it.
+class DeviceBuffer {
+ public:
+  using Free = std::function<void(void*)>;
+  DeviceBuffer() = default;
+  DeviceBuffer(void* p, size_t bytes, Free free) : p_(p), bytes_(bytes), free_(std::move(free)) {}
+  DeviceBuffer(DeviceBuffer&& o) noexcept { swap(o); }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    DeviceBuffer t(std::move(o));
+    swap(t);
+    return *this;
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() {
+    if (p_ && free_) free_(p_);
+  }
+  void* data() const { return p_; }
+  float* f32() const { return static_cast<float*>(p_); }
+  int32_t* i32() const { return static_cast<int32_t*>(p_); }
+  size_t bytes() const { return bytes_; }
+  explicit operator bool() const { return p_ != nullptr; }
+
+ private:
+  void swap(DeviceBuffer& o) noexcept {
+    std::swap(p_, o.p_);
+    std::swap(bytes_, o.bytes_);
+    std::swap(free_, o.free_);
+  }
+  void* p_ = nullptr;
+  size_t bytes_ = 0;
+  Free free_;
+};
+
+// One layer's KV cache. Layout (fixed for all backends, token-major so that appending a batch is
+// one contiguous write and attention kernels stream keys in order):
+//   k: (n_ctx, n_head_kv, head_dim_k) of `type`       v: (n_ctx, n_head_kv, head_dim_v) of `type`
+// type is F16 or F32 (quantized caches later: new types, same layout of blocks per head row).
+struct KvLayerView {
+  void* k = nullptr;
+  void* v = nullptr;
+  GgmlType type = GgmlType::F16;
+  int64_t n_ctx = 0;
+  int32_t n_head_kv = 0;
+  int32_t head_dim_k = 0;
+  int32_t head_dim_v = 0;
+};
+
+// Causal GQA attention for a batch of new tokens at positions [pos0, pos0 + n_tokens) whose K/V are
+// already stored in the cache (kv_store); token i attends to cache rows [0, pos0 + i].
+// Query head h uses KV head h / (n_head / n_head_kv).
+struct AttentionArgs {
+  // q: token t, head h at q + t·q_token_stride + h·q_head_stride, head_dim_k floats.
+  const float* q = nullptr;
+  int64_t q_token_stride = 0;
+  int64_t q_head_stride = 0;
+  // Optional output gate (qwen35moe): out ⊙= sigmoid(gate), gate laid out like q (same strides),
+  // head_dim_v floats per head. nullptr: no gate.
+  const float* gate = nullptr;
+  KvLayerView kv;
+  int32_t n_tokens = 0;
+  int32_t n_head = 0;
+  int64_t pos0 = 0;
+  float scale = 1.0f;  // applied to q·k (1/√head_dim)
+  float* out = nullptr;  // (n_tokens, n_head, head_dim_v) contiguous
+};
+
+class Ops {
+ public:
+  virtual ~Ops() = default;
+  virtual const char* name() const = 0;  // "cpu", "cuda"
+
+  // --- memory
+  virtual DeviceBuffer alloc(size_t bytes) = 0;  // uninitialised, aligned to 64 bytes
+  virtual void to_device(void* dst, const void* src_host, size_t bytes) = 0;
+  virtual void to_host(void* dst_host, const void* src, size_t bytes) = 0;  // waits for prior ops
+  virtual void fill_zero(void* dst, size_t bytes) = 0;
+  virtual void sync() = 0;
+  // A view of a host (mmapped GGUF) weight usable by this backend's ops. The CPU returns `host`
+  // unchanged; a device backend copies it once and owns the copy for its own lifetime.
+  virtual WeightView resident(const WeightView& host) = 0;
+
+  // --- ops. In-place use is allowed where marked (dst may equal src).
+  // dst[i] = dequantized row ids[i] of table.   ids: (n)   dst: (n, table.cols)
+  virtual void embed(const WeightView& table, const int32_t* ids, int64_t n, float* dst) = 0;
+
+  // RMSNorm over rows: dst[r] = x[r] / sqrt(mean(x[r]²) + eps) ⊙ w. Rows of `n` floats at stride
+  // ld (elements) in both x and dst; w: (n) F32. Used per token (ld = n_embd) and per head for q/k
+  // norms (n = head_dim, rows = n_tokens·n_head, ld = head stride). In-place allowed.
+  virtual void rmsnorm(const float* x, const float* w, int64_t n_rows, int64_t n, int64_t ld,
+                       float eps, float* dst) = 0;
+
+  // Y = X·Wᵀ: X (n, W.cols) with row stride ldx, Y (n, W.rows) with row stride ldy. n = 1 is the
+  // decode matvec. Quantized W: X is quantized to vec_dot_type(W.type) once per row.
+  virtual void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n, float* y,
+                      int64_t ldy) = 0;
+
+  // NEOX RoPE, in place, on the first n_rot dims of each head: pairs (j, j + n_rot/2) rotated by
+  // pos·freq_base^(-2j/n_rot). x: token t, head h at x + t·token_stride + h·head_stride.
+  // pos: (n_tokens) positions (backend memory).
+  virtual void rope_neox(float* x, int64_t n_tokens, int64_t n_head, int64_t token_stride,
+                         int64_t head_stride, int32_t n_rot, const int32_t* pos,
+                         float freq_base) = 0;
+
+  // Writes n_tokens rows of K and V into the cache at rows [pos0, pos0 + n_tokens), converting to
+  // kv.type. k: (n_tokens, n_head_kv, head_dim_k) contiguous; v likewise with head_dim_v.
+  virtual void kv_store(const KvLayerView& kv, int64_t pos0, int64_t n_tokens, const float* k,
+                        const float* v) = 0;
+
+  virtual void attention(const AttentionArgs& a) = 0;
+
+  // dst[r] = silu(gate[r]) ⊙ up[r] for n_rows rows of n floats (contiguous). In-place allowed.
+  virtual void swiglu(const float* gate, const float* up, int64_t n_rows, int64_t n, float* dst) = 0;
+
+  // Routing, per token: p = softmax(logits[t]); ids[t] = the top_k experts by p (descending);
+  // weights[t] = p[ids], divided by their sum (clamped ≥ 2^-14) when renormalize, then times
+  // scale when scale ∉ {0, 1}. logits: (n_tokens, n_expert); ids, weights: (n_tokens, top_k).
+  virtual void moe_route(const float* logits, int64_t n_tokens, int32_t n_expert, int32_t top_k,
+                         bool renormalize, float scale, int32_t* ids, float* weights) = 0;
+
+  // dst = a + b over n floats. In-place allowed (dst == a or dst == b).
+  virtual void add(const float* a, const float* b, int64_t n, float* dst) = 0;
+  // x ·= s over n floats.
+  virtual void scale(float* x, int64_t n, float s) = 0;
+  // Shared-expert gate: dst[t] += sigmoid(gate_logit[t]) · x[t] for rows of n floats.
+  // gate_logit: (n_tokens) ; x, dst: (n_tokens, n).
+  virtual void sigmoid_gated_add(const float* x, const float* gate_logit, int64_t n_tokens,
+                                 int64_t n, float* dst) = 0;
+  // out[r] = index of the largest value of row r (lowest index on ties). x: (n_rows, n).
+  virtual void argmax(const float* x, int64_t n_rows, int64_t n, int32_t* out) = 0;
+};
+
+}  // namespace ferry
