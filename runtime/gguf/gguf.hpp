@@ -32,6 +32,7 @@ struct Array {
   std::vector<double> floats;         // f32, f64
   std::vector<std::string> strings;   // string
   uint64_t size() const;
+  bool operator==(const Array&) const = default;
 };
 
 // A metadata value. Scalars keep their exact GGUF type (for round-trips).
@@ -51,7 +52,13 @@ struct Value {
   static Value arr_u32(const std::vector<uint32_t>& xs);
   static Value arr_f32(const std::vector<float>& xs);
   static Value arr_bool(const std::vector<bool>& xs);
+  bool operator==(const Value&) const = default;  // exact (NaN != NaN)
 };
+
+// "u32", "array[string]" ...: the type of a value as error messages and `ferry inspect` name it.
+std::string value_type_string(const Value& v);
+// Human-readable rendering; arrays longer than max_elems show their first elements and the count.
+std::string value_to_string(const Value& v, size_t max_elems = 16);
 
 struct TensorInfo {
   std::string name;
@@ -153,11 +160,14 @@ class Writer {
 
  private:
   struct Pending { std::string name; GgmlType type; std::vector<uint64_t> ne; uint64_t bytes; uint64_t offset; };
+  struct FileCloser { void operator()(std::FILE* f) const; };
+  void write_raw(const void* bytes, uint64_t n);
+  void write_padding(uint64_t to_multiple_of);
   std::string path_, tmp_path_;
   uint32_t alignment_;
   std::vector<std::pair<std::string, Value>> kv_;
   std::vector<Pending> tensors_;
-  std::FILE* f_ = nullptr;
+  std::unique_ptr<std::FILE, FileCloser> f_;
   bool header_written_ = false, finished_ = false;
   size_t cur_ = 0;
   uint64_t cur_written_ = 0;
