@@ -69,12 +69,14 @@ class DeviceBuffer {
 
 // One layer's KV cache. Layout (fixed for all backends, token-major so that appending a batch is
 // one contiguous write and attention kernels stream keys in order):
-//   k: (n_ctx, n_head_kv, head_dim_k) of `type`       v: (n_ctx, n_head_kv, head_dim_v) of `type`
-// type is F16 or F32 (quantized caches later: new types, same layout of blocks per head row).
+//   k: (n_ctx, n_head_kv, head_dim_k) of type_k      v: (n_ctx, n_head_kv, head_dim_v) of type_v
+// Types are F16 or F32, chosen separately (quantized caches later: new types, same layout with
+// blocks along each head row).
 struct KvLayerView {
   void* k = nullptr;
   void* v = nullptr;
-  GgmlType type = GgmlType::F16;
+  GgmlType type_k = GgmlType::F16;
+  GgmlType type_v = GgmlType::F16;
   int64_t n_ctx = 0;
   int32_t n_head_kv = 0;
   int32_t head_dim_k = 0;
@@ -138,7 +140,7 @@ class Ops {
                          float freq_base) = 0;
 
   // Writes n_tokens rows of K and V into the cache at rows [pos0, pos0 + n_tokens), converting to
-  // kv.type. k: (n_tokens, n_head_kv, head_dim_k) contiguous; v likewise with head_dim_v.
+  // kv.type_k / kv.type_v. k: (n_tokens, n_head_kv, head_dim_k) contiguous; v likewise with head_dim_v.
   virtual void kv_store(const KvLayerView& kv, int64_t pos0, int64_t n_tokens, const float* k,
                         const float* v) = 0;
 
