@@ -1,0 +1,303 @@
+// The per-head Gated DeltaNet loops, written once with GCC vector extensions and compiled once
+// per ISA: the including file defines FERRY_GDN_NS (namespace) and FERRY_GDN_VW (floats per
+// vector register), plus the register tile FERRY_GDN_MR × FERRY_GDN_NV of the small GEMMs.
+// No header guard on purpose. Only C library calls (expf, memcpy) and code local to this
+// namespace are used here: an out-of-line std:: template instantiated under AVX-512 flags could
+// be picked by the linker for the baseline build too.
+#include <math.h>
+
+#include <utility>  // std::integer_sequence (compile time only)
+
+#if defined(__AVX2__) || defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+#include "kernels/cpu/gdn_internal.hpp"
+
+namespace ferry::cpu::gdn_detail::FERRY_GDN_NS {
+namespace {
+
+constexpr int VW = FERRY_GDN_VW;  // floats per vector
+constexpr int MR = FERRY_GDN_MR;  // GEMM tile rows
+constexpr int NV = FERRY_GDN_NV;  // GEMM tile width in vectors
+constexpr int kChunk = 64;        // == kGdnChunk (gdn.hpp)
+
+typedef float vf __attribute__((vector_size(VW * sizeof(float))));
+typedef float vf_u __attribute__((vector_size(VW * sizeof(float)), aligned(alignof(float)),
+                                  may_alias));
+
+inline vf load(const float* p) { return *reinterpret_cast<const vf_u*>(p); }
+inline void store(float* p, vf x) { *reinterpret_cast<vf_u*>(p) = x; }
+inline vf splat(float x) { return vf{} + x; }
+
+// a·b + c. Explicit because ISO C++ mode turns off FP contraction.
+inline vf fmadd(vf a, vf b, vf c) {
+#if FERRY_GDN_VW == 16 && defined(__AVX512F__)
+  return _mm512_fmadd_ps(a, b, c);
+#elif FERRY_GDN_VW == 8 && defined(__FMA__)
+  return _mm256_fmadd_ps(a, b, c);
+#else
+  return a * b + c;
+#endif
+}
+
+inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+// ---- Recurrent form ------------------------------------------------------------------------
+// One column block of NB vectors (value indices j0 .. j0 + NB·VW) of one head, all tokens. The
+// columns of S are independent in every step of the rule (δ_j needs only column j of S), so the
+// block (S × NB·VW floats, 32 KB at S = 128, NB·VW = 64) stays in L1 across tokens. One sweep over
+// the block per token fuses "S += k_t δ_tᵀ; o_t = Sᵀq_t" of token t with "S ← e^g S; u = Sᵀk"
+// of token t+1, so each state element is loaded and stored once per token.
+template <int NB>
+void recurrent_block(const HeadArgs& a, int32_t j0) {
+  const int32_t S = a.head_dim;
+  float* const blk = a.state + j0;  // row i of the block at blk + i·S
+  const int64_t n = a.n_tokens;
+
+  vf u[NB];  // Sᵀk of the current token, after its decay
+  {
+    const vf eg = splat(expf(a.g[0]));
+    const float* k = a.k;
+    for (int b = 0; b < NB; ++b) u[b] = vf{};
+    for (int32_t i = 0; i < S; ++i) {
+      float* row = blk + int64_t(i) * S;
+      const vf ki = splat(k[i]);
+      for (int b = 0; b < NB; ++b) {
+        const vf s = load(row + b * VW) * eg;
+        store(row + b * VW, s);
+        u[b] = fmadd(ki, s, u[b]);
+      }
+    }
+  }
+
+  for (int64_t t = 0; t < n; ++t) {
+    const float* k = a.k + t * a.ldk;
+    const float* q = a.q + t * a.ldq;
+    const float* v = a.v + t * a.ldv + j0;
+    const vf beta = splat(a.beta[t * a.ldgb]);
+    vf d[NB], o[NB];
+    for (int b = 0; b < NB; ++b) {
+      d[b] = beta * (load(v + b * VW) - u[b]);
+      o[b] = vf{};
+    }
+    const bool has_next = t + 1 < n;
+    const float* kn = has_next ? a.k + (t + 1) * a.ldk : k;
+    const vf egn = splat(has_next ? expf(a.g[(t + 1) * a.ldgb]) : 1.0f);
+    for (int b = 0; b < NB; ++b) u[b] = vf{};
+
+    if (has_next) {
+      for (int32_t i = 0; i < S; ++i) {
+        float* row = blk + int64_t(i) * S;
+        const vf ki = splat(k[i]), qi = splat(q[i] * a.scale), kni = splat(kn[i]);
+        for (int b = 0; b < NB; ++b) {
+          vf s = fmadd(ki, d[b], load(row + b * VW));
+          o[b] = fmadd(qi, s, o[b]);
+          s = s * egn;
+          store(row + b * VW, s);
+          u[b] = fmadd(kni, s, u[b]);
+        }
+      }
+    } else {
+      for (int32_t i = 0; i < S; ++i) {
+        float* row = blk + int64_t(i) * S;
+        const vf ki = splat(k[i]), qi = splat(q[i] * a.scale);
+        for (int b = 0; b < NB; ++b) {
+          const vf s = fmadd(ki, d[b], load(row + b * VW));
+          o[b] = fmadd(qi, s, o[b]);
+          store(row + b * VW, s);
+        }
+      }
+    }
+    float* out = a.out + t * a.ldo + j0;
+    for (int b = 0; b < NB; ++b) store(out + b * VW, o[b]);
+  }
+}
+
+// ---- Small GEMMs of the chunked form --------------------------------------------------------
+// C[m][n] (+)= Σ_p A[m][p]·B[p][n] on one register tile of R rows × W vectors.
+template <int R, int W>
+void gemm_tile(int64_t P, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
+               int64_t ldc, bool accumulate) {
+  vf c[R][W];
+  for (int r = 0; r < R; ++r)
+    for (int w = 0; w < W; ++w) c[r][w] = accumulate ? load(C + r * ldc + w * VW) : vf{};
+  for (int64_t p = 0; p < P; ++p) {
+    vf b[W];
+    for (int w = 0; w < W; ++w) b[w] = load(B + p * ldb + w * VW);
+    for (int r = 0; r < R; ++r) {
+      const vf ar = splat(A[r * lda + p]);
+      for (int w = 0; w < W; ++w) c[r][w] = fmadd(ar, b[w], c[r][w]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int w = 0; w < W; ++w) store(C + r * ldc + w * VW, c[r][w]);
+}
+
+using TileFn = void (*)(int64_t, const float*, int64_t, const float*, int64_t, float*, int64_t,
+                        bool);
+
+template <int R, int... Ws>
+constexpr void fill_row(TileFn (&row)[NV], std::integer_sequence<int, Ws...>) {
+  ((row[Ws] = &gemm_tile<R, Ws + 1>), ...);
+}
+template <int... Rs>
+constexpr auto make_tiles(std::integer_sequence<int, Rs...>) {
+  struct Table { TileFn fn[MR][NV]; } t{};
+  (fill_row<Rs + 1>(t.fn[Rs], std::make_integer_sequence<int, NV>{}), ...);
+  return t;
+}
+constexpr auto kTiles = make_tiles(std::make_integer_sequence<int, MR>{});
+
+// C (M × N) (+)= A (M × P) · B (P × N); N a multiple of VW. With a_lower, A[m][p] = 0 for p > m
+// (lower triangular), so a row tile stops at its last row's diagonal.
+void gemm(int64_t M, int64_t N, int64_t P, const float* A, int64_t lda, const float* B,
+          int64_t ldb, float* C, int64_t ldc, bool accumulate, bool a_lower) {
+  for (int64_t m0 = 0; m0 < M; m0 += MR) {
+    const int r = int(min64(MR, M - m0));
+    const int64_t pm = a_lower ? min64(P, m0 + r) : P;
+    for (int64_t n0 = 0; n0 < N; n0 += NV * VW) {
+      const int w = int(min64(NV, (N - n0) / VW));
+      kTiles.fn[r - 1][w - 1](pm, A + m0 * lda, lda, B + n0, ldb, C + m0 * ldc + n0, ldc,
+                               accumulate);
+    }
+  }
+}
+
+// ---- Chunked form ----------------------------------------------------------------------------
+// Within a chunk of n ≤ 64 tokens starting from state S0, with c_t = Σ_{s≤t} g_s and Γ_t = e^{c_t}:
+//   δ = T (βV) − T (βΓK) S0,   T = (I + L)⁻¹,   L[t][s] = β_t e^{c_t − c_s} k_t·k_s  (s < t)
+//   O = diag(Γ) Q S0 + (QKᵀ ⊙ e^{c_t − c_s}, s ≤ t) δ
+//   S ← Γ_{n−1} S0 + Σ_s e^{c_{n−1} − c_s} k_s δ_sᵀ
+// Decay ratios are always formed as e^{difference} ≤ 1, never as quotients of Γ (which underflow).
+struct ChunkScratch {
+  float* kq;   // (2C, S): rows 0..n−1 keys, rows n..2n−1 scaled queries
+  float* kt;   // (S, C): keys transposed, columns ≥ n zero; later the decayed keys for the update
+  float* vb;   // (C, S): β_t v_t
+  float* kb;   // (C, S): −β_t Γ_t k_t
+  float* w;    // (C, S): T·kb
+  float* d;    // (C, S): δ
+  float* kkq;  // (2C, C): K·Kᵀ (rows 0..n−1), then Q·Kᵀ masked and decayed (rows n..2n−1)
+  float* tinv; // (C, C): T
+  float* cum;  // (C): c_t
+};
+
+ChunkScratch carve(float* p, int32_t S) {
+  ChunkScratch s{};
+  const int64_t cs = int64_t(kChunk) * S;
+  s.kq = p;            p += 2 * cs;
+  s.kt = p;            p += cs;
+  s.vb = p;            p += cs;
+  s.kb = p;            p += cs;
+  s.w = p;             p += cs;
+  s.d = p;             p += cs;
+  s.kkq = p;           p += 2 * kChunk * kChunk;
+  s.tinv = p;          p += kChunk * kChunk;
+  s.cum = p;
+  return s;
+}
+
+void chunk(const HeadArgs& a, int64_t t0, int64_t n, const ChunkScratch& s) {
+  const int32_t S = a.head_dim;
+  const int64_t C = kChunk;
+  const int64_t n_pad = (n + VW - 1) / VW * VW;  // GEMM widths over tokens are whole vectors
+  float* const S0 = a.state;
+
+  // Gather the chunk: cumulative log decay, keys, scaled queries, β-weighted values and keys.
+  float gamma[kChunk];
+  for (int64_t t = 0; t < n; ++t) {
+    const int64_t tt = t0 + t;
+    s.cum[t] = (t ? s.cum[t - 1] : 0.0f) + a.g[tt * a.ldgb];
+    gamma[t] = expf(s.cum[t]);
+    const float beta = a.beta[tt * a.ldgb];
+    const float* k = a.k + tt * a.ldk;
+    const float* q = a.q + tt * a.ldq;
+    const float* v = a.v + tt * a.ldv;
+    float* kr = s.kq + t * S;
+    float* qr = s.kq + (n + t) * S;
+    float* vb = s.vb + t * S;
+    float* kb = s.kb + t * S;
+    const float kb_scale = -beta * gamma[t];
+    for (int32_t i = 0; i < S; ++i) {
+      kr[i] = k[i];
+      qr[i] = q[i] * a.scale;
+      vb[i] = beta * v[i];
+      kb[i] = kb_scale * k[i];
+      s.kt[i * C + t] = k[i];
+    }
+  }
+  for (int32_t i = 0; i < S; ++i)
+    for (int64_t t = n; t < n_pad; ++t) s.kt[i * C + t] = 0.0f;
+
+  // K·Kᵀ and Q·Kᵀ in one product: (2n × S)·(S × n).
+  gemm(2 * n, n_pad, S, s.kq, S, s.kt, C, s.kkq, C, false, false);
+
+  // T = (I + L)⁻¹ by forward substitution: T[t] = e_t − Σ_{m<t} L[t][m] T[m].
+  for (int64_t t = 0; t < n; ++t) {
+    float* tr = s.tinv + t * C;
+    for (int64_t x = 0; x < n; ++x) tr[x] = 0.0f;
+    const float* kk = s.kkq + t * C;
+    const float beta = a.beta[(t0 + t) * a.ldgb];
+    for (int64_t m = 0; m < t; ++m) {
+      const float l = beta * expf(s.cum[t] - s.cum[m]) * kk[m];
+      const float* tm = s.tinv + m * C;
+      for (int64_t x = 0; x <= m; ++x) tr[x] -= l * tm[x];
+    }
+    tr[t] = 1.0f;
+  }
+
+  // δ = T·(βV) + (T·(−βΓK))·S0.
+  gemm(n, S, n, s.tinv, C, s.vb, S, s.d, S, false, true);
+  gemm(n, S, n, s.tinv, C, s.kb, S, s.w, S, false, true);
+  gemm(n, S, S, s.w, S, S0, S, s.d, S, true, false);
+
+  // O = diag(Γ)·Q·S0 + P·δ with P = Q·Kᵀ masked to s ≤ t and decayed.
+  float* out = a.out + t0 * a.ldo;
+  gemm(n, S, S, s.kq + n * S, S, S0, S, out, a.ldo, false, false);
+  for (int64_t t = 0; t < n; ++t) {
+    float* orow = out + t * a.ldo;
+    const vf gv = splat(gamma[t]);
+    for (int32_t j = 0; j < S; j += VW) store(orow + j, load(orow + j) * gv);
+    float* pr = s.kkq + (n + t) * C;
+    for (int64_t x = 0; x <= t; ++x) pr[x] *= expf(s.cum[t] - s.cum[x]);
+    for (int64_t x = t + 1; x < n; ++x) pr[x] = 0.0f;
+  }
+  gemm(n, S, n, s.kkq + n * C, C, s.d, S, out, a.ldo, true, true);
+
+  // S ← Γ_{n−1}·S0 + Kdᵀ·δ with Kd[s] = e^{c_{n−1} − c_s} k_s (kt reused, columns scaled).
+  float decay_to_end[kChunk];
+  for (int64_t t = 0; t < n; ++t) decay_to_end[t] = expf(s.cum[n - 1] - s.cum[t]);
+  for (int32_t i = 0; i < S; ++i) {
+    float* row = s.kt + i * C;
+    for (int64_t t = 0; t < n; ++t) row[t] *= decay_to_end[t];
+  }
+  const vf g_end = splat(gamma[n - 1]);
+  const int64_t s_floats = int64_t(S) * S;
+  for (int64_t x = 0; x < s_floats; x += VW) store(S0 + x, load(S0 + x) * g_end);
+  gemm(S, S, n, s.kt, C, s.d, S, S0, S, true, false);
+}
+
+}  // namespace
+
+void recurrent_head(const HeadArgs& a) {
+  if (a.n_tokens <= 0) return;
+  constexpr int kBlock = 4;  // vectors per column block
+  const int32_t nvec = a.head_dim / VW;
+  for (int32_t v0 = 0; v0 < nvec; v0 += kBlock) {
+    const int32_t j0 = v0 * VW;
+    switch (nvec - v0 < kBlock ? nvec - v0 : kBlock) {
+      case 1: recurrent_block<1>(a, j0); break;
+      case 2: recurrent_block<2>(a, j0); break;
+      case 3: recurrent_block<3>(a, j0); break;
+      default: recurrent_block<4>(a, j0); break;
+    }
+  }
+}
+
+void chunked_head(const HeadArgs& a, float* scratch) {
+  const ChunkScratch s = carve(scratch, a.head_dim);
+  for (int64_t t0 = 0; t0 < a.n_tokens; t0 += kChunk)
+    chunk(a, t0, min64(kChunk, a.n_tokens - t0), s);
+}
+
+}  // namespace ferry::cpu::gdn_detail::FERRY_GDN_NS
