@@ -12,16 +12,39 @@ namespace ferry::gguf { class File; }
 
 namespace ferry {
 
+// The tokenizer.ggml.* metadata of a GGUF, as plain data (tests build vocabularies in memory).
+// Optional ids are absent when the key is; out-of-range ids are treated as absent (llama.cpp
+// warns and ignores them too).
+struct TokenizerVocab {
+  std::string source = "<memory>";   // named in errors: the GGUF path
+  std::string model = "gpt2";        // tokenizer.ggml.model
+  std::string pre;                   // tokenizer.ggml.pre
+  std::vector<std::string> tokens;   // tokenizer.ggml.tokens, byte-level (GPT-2) alphabet
+  std::vector<int32_t> token_types;  // tokenizer.ggml.token_type; empty = all normal
+  std::vector<std::string> merges;   // tokenizer.ggml.merges, "left right", rank = index
+  std::optional<int32_t> bos, eos, eot, eom, pad;      // *_token_id
+  std::optional<int32_t> fim_pad, fim_rep, fim_sep;    // fim_{pad,rep,sep}_token_id
+  bool add_bos = false, add_eos = false;               // add_{bos,eos}_token
+};
+
+// GGUF token types (tokenizer.ggml.token_type values).
+enum class TokenType : int32_t { undefined = 0, normal = 1, unknown = 2, control = 3, user_defined = 4, unused = 5, byte = 6 };
+
 class Tokenizer {
  public:
   // Throws ErrorKind::unsupported/format naming the file when the GGUF has no (usable) tokenizer.
   static Tokenizer from_gguf(const gguf::File& f);
+  static TokenizerVocab read_vocab(const gguf::File& f);
+  // Same checks as from_gguf; errors name v.source.
+  static Tokenizer from_vocab(TokenizerVocab v);
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;
   ~Tokenizer();
 
   // parse_special: text like "<|im_start|>" becomes the special token (as llama.cpp's
-  // parse_special=true); add_bos: prepend BOS when the vocabulary asks for it (add_bos_token).
+  // parse_special=true); user-defined tokens are matched either way, as in llama.cpp.
+  // add_bos: llama.cpp's add_special -- prepend BOS when the vocabulary asks for it
+  // (add_bos_token), append EOS when it asks for that (add_eos_token).
   std::vector<int32_t> encode(std::string_view text, bool add_bos = false, bool parse_special = true) const;
   // Bytes of one token (byte-level decoded); special tokens render as their text when
   // render_special, else as "".
@@ -32,7 +55,12 @@ class Tokenizer {
   int32_t bos() const;   // -1 when absent
   int32_t eos() const;   // -1 when absent
   int32_t eot() const;   // <|im_end|> for Qwen chat models, -1 when absent
+  int32_t pad() const;   // -1 when absent
+  bool add_bos_token() const;
   bool is_eog(int32_t id) const;  // end of generation: eos, eot, <|endoftext|>, <|im_end|>
+  bool is_control(int32_t id) const;  // control/unknown: rendered only when render_special
+  TokenType token_type(int32_t id) const;
+  const std::string& token_text(int32_t id) const;  // raw vocabulary text (byte-level alphabet)
   std::optional<int32_t> token_id(std::string_view text) const;  // exact token text lookup
   const std::string& pre() const;  // "qwen2", "qwen35", ...
 
