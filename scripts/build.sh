@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# scripts/build.sh [release|debug|asan] — configure and build Ferry into build/ (release),
+# build-debug/ or build-asan/ (AddressSanitizer + UBSan). Extra args go to cmake configure.
+#   FERRY_CUDA=AUTO|ON|OFF (default AUTO: built when nvcc is found, runs only where a GPU is)
+#   CUDA_ARCH=90           CUDA architectures (default: CI builds one, users get 86;89;90;120)
+#   CI=true                warnings as errors
+#   FERRY_TARGETS="a b"    build only these targets
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+kind="${1:-release}"; shift || true
+case "$kind" in
+  release) dir=build; args=(-DCMAKE_BUILD_TYPE=Release) ;;
+  debug)   dir=build-debug; args=(-DCMAKE_BUILD_TYPE=Debug) ;;
+  asan)    dir=build-asan; args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DFERRY_SANITIZE=address,undefined -DFERRY_CUDA=OFF) ;;
+  *) echo "usage: scripts/build.sh [release|debug|asan] [cmake args...]" >&2; exit 2 ;;
+esac
+# nvcc ships outside PATH on some installs
+if ! command -v nvcc >/dev/null && [[ -x /usr/local/cuda/bin/nvcc ]]; then export PATH=/usr/local/cuda/bin:$PATH; fi
+args+=(-DFERRY_CUDA="${FERRY_CUDA:-AUTO}")
+if [[ -n "${CUDA_ARCH:-}" ]]; then args+=(-DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCH")
+elif [[ "${CI:-}" == "true" ]]; then args+=(-DCMAKE_CUDA_ARCHITECTURES=90); fi
+[[ "${CI:-}" == "true" ]] && args+=(-DFERRY_WERROR=ON)
+gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
+if [[ ! -f "$root/$dir/CMakeCache.txt" ]]; then
+  cmake -S "$root" -B "$root/$dir" "${gen[@]}" "${args[@]}" "$@"
+else
+  cmake "$root/$dir" "${args[@]}" "$@" >/dev/null
+fi
+targets=(); [[ -n "${FERRY_TARGETS:-}" ]] && targets=(--target ${FERRY_TARGETS})
+cmake --build "$root/$dir" -j"$(nproc)" "${targets[@]}"
+echo "[build] $kind build in $dir/"

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# scripts/test.sh — install dependencies, build, and run the whole test suite (what CI runs).
+#   scripts/test.sh [ctest args...]   e.g. scripts/test.sh -L unit   or   -R gguf
+# Labels: unit, model, oracle (against llama.cpp through the project venv), gpu (skips without GPU).
+# The AddressSanitizer/UBSan build of the GGUF parser tests also runs (hostile-file corpus).
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+bash scripts/install-deps.sh
+bash scripts/fetch-test-data.sh
+bash scripts/build.sh release
+ctest --test-dir build --output-on-failure -j"$(nproc)" --timeout 900 "$@"
+if [[ $# -eq 0 ]]; then
+  # Sanitizer pass over the parser of untrusted files (the GGUF malformed-file corpus).
+  gguf_targets=$(cd tests/gguf && ls test_*.cpp | sed 's/^/gguf_/; s/\.cpp$//' | tr '\n' ' ')
+  FERRY_TARGETS="$gguf_targets" bash scripts/build.sh asan -DFERRY_BENCH=OFF >/dev/null
+  ctest --test-dir build-asan --output-on-failure -j"$(nproc)" -R '^gguf\.' --no-tests=error
+fi
