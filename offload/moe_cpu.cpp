@@ -1,0 +1,196 @@
+#include "offload/moe_cpu.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
+#include "kernels/cpu/matmul.hpp"
+#include "kernels/cpu/quants.hpp"
+#include "runtime/core/error.hpp"
+
+namespace ferry {
+namespace {
+
+// Rows per task in the decode path: 64 rows of a 2048-wide Q4_K matrix are ~72 KB, enough work to
+// amortise a task and small enough that 8 experts × 768 rows give ~100 tasks to balance.
+constexpr int64_t kDecodeRowBlock = 64;
+
+inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
+
+const uint8_t* expert_matrix(const ExpertTensor& t, int32_t e) {
+  return t.base + static_cast<uint64_t>(e) * t.expert_stride_bytes;
+}
+
+uint64_t act_row_bytes(GgmlType weight, int64_t n) {
+  return row_bytes(cpu::vec_dot_type(weight), static_cast<uint64_t>(n));
+}
+
+}  // namespace
+
+MoeCpuExecutor::MoeCpuExecutor(std::vector<MoeLayerWeights> layers) : layers_(std::move(layers)) {
+  for (size_t il = 0; il < layers_.size(); ++il) {
+    const MoeLayerWeights& L = layers_[il];
+    if (L.gate.n_in != L.up.n_in || L.gate.n_out != L.up.n_out || L.down.n_in != L.gate.n_out ||
+        L.down.n_out != L.gate.n_in || L.n_expert <= 0 || !L.gate.base || !L.up.base || !L.down.base)
+      fail(ErrorKind::format,
+           "layer {}: expert tensors disagree (gate {{{}, {}}}, up {{{}, {}}}, down {{{}, {}}}, {} experts)",
+           il, L.gate.n_in, L.gate.n_out, L.up.n_in, L.up.n_out, L.down.n_in, L.down.n_out, L.n_expert);
+  }
+}
+
+void MoeCpuExecutor::run(const MoeRequest& req) {
+  if (req.layer < 0 || static_cast<size_t>(req.layer) >= layers_.size())
+    fail(ErrorKind::internal, "MoE step for layer {}: the executor has {} layers", req.layer, layers_.size());
+  const MoeLayerWeights& L = layers_[static_cast<size_t>(req.layer)];
+  if (req.n_embd != L.gate.n_in)
+    fail(ErrorKind::internal, "MoE step layer {}: n_embd {} but experts take {}", req.layer, req.n_embd, L.gate.n_in);
+  if (req.top_k <= 0 || req.n_tokens < 0)
+    fail(ErrorKind::internal, "MoE step layer {}: top_k {} n_tokens {}", req.layer, req.top_k, req.n_tokens);
+  for (int64_t i = 0; i < int64_t{req.n_tokens} * req.top_k; ++i)
+    if (req.expert_ids[i] < 0 || req.expert_ids[i] >= L.n_expert)
+      fail(ErrorKind::internal, "MoE step layer {}: expert id {} outside [0, {})", req.layer, req.expert_ids[i], L.n_expert);
+  if (req.n_tokens == 0) return;
+  if (req.n_tokens == 1)
+    run_decode(req, L);
+  else
+    run_grouped(req, L);
+}
+
+void MoeCpuExecutor::run_decode(const MoeRequest& req, const MoeLayerWeights& L) {
+  const int32_t K = req.top_k;
+  const int64_t E = L.gate.n_in, F = L.gate.n_out;
+  // x quantized once for gate and once for up (only when their activation types differ).
+  const uint64_t gq_bytes = act_row_bytes(L.gate.type, E), uq_bytes = act_row_bytes(L.up.type, E);
+  std::vector<uint8_t> xq_gate(gq_bytes), xq_up_own;
+  cpu::quantize_activation(L.gate.type, req.x, xq_gate.data(), E);
+  const uint8_t* xq_up = xq_gate.data();
+  if (cpu::vec_dot_type(L.up.type) != cpu::vec_dot_type(L.gate.type)) {
+    xq_up_own.resize(uq_bytes);
+    cpu::quantize_activation(L.up.type, req.x, xq_up_own.data(), E);
+    xq_up = xq_up_own.data();
+  }
+  const uint64_t gate_row = row_bytes(L.gate.type, static_cast<uint64_t>(E));
+  const uint64_t up_row = row_bytes(L.up.type, static_cast<uint64_t>(E));
+  const uint64_t down_row = row_bytes(L.down.type, static_cast<uint64_t>(F));
+
+  std::vector<float> g(static_cast<size_t>(K * F)), u(static_cast<size_t>(K * F));  // (K, F)
+  const int64_t f_blocks = (F + kDecodeRowBlock - 1) / kDecodeRowBlock;
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, K * f_blocks, 1), [&](auto r) {
+    for (int64_t task = r.begin(); task < r.end(); ++task) {
+      const int32_t s = static_cast<int32_t>(task / f_blocks);
+      const int64_t r0 = (task % f_blocks) * kDecodeRowBlock, nr = std::min(kDecodeRowBlock, F - r0);
+      const int32_t e = req.expert_ids[s];
+      cpu::matmul_q(L.gate.type, expert_matrix(L.gate, e) + r0 * gate_row, nr, E, xq_gate.data(),
+                    static_cast<int64_t>(gq_bytes), 1, g.data() + s * F + r0, F, false);
+      cpu::matmul_q(L.up.type, expert_matrix(L.up, e) + r0 * up_row, nr, E, xq_up,
+                    static_cast<int64_t>(uq_bytes), 1, u.data() + s * F + r0, F, false);
+      for (int64_t i = s * F + r0; i < s * F + r0 + nr; ++i) g[i] = silu(g[i]) * u[i];
+    }
+  });
+
+  const uint64_t hq_bytes = act_row_bytes(L.down.type, F);
+  std::vector<uint8_t> hq(static_cast<size_t>(K) * hq_bytes);  // (K) rows of quantized h
+  for (int32_t s = 0; s < K; ++s)
+    cpu::quantize_activation(L.down.type, g.data() + s * F, hq.data() + s * hq_bytes, F);
+
+  std::vector<float> y(static_cast<size_t>(K * E));  // (K, E)
+  const int64_t e_blocks = (E + kDecodeRowBlock - 1) / kDecodeRowBlock;
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, K * e_blocks, 1), [&](auto r) {
+    for (int64_t task = r.begin(); task < r.end(); ++task) {
+      const int32_t s = static_cast<int32_t>(task / e_blocks);
+      const int64_t r0 = (task % e_blocks) * kDecodeRowBlock, nr = std::min(kDecodeRowBlock, E - r0);
+      cpu::matmul_q(L.down.type, expert_matrix(L.down, req.expert_ids[s]) + r0 * down_row, nr, F,
+                    hq.data() + s * hq_bytes, static_cast<int64_t>(hq_bytes), 1, y.data() + s * E + r0, E, false);
+    }
+  });
+  // Weighted sum in slot order (as llama.cpp adds the weighted expert outputs one after another).
+  for (int64_t j = 0; j < E; ++j) req.out[j] = y[j] * req.expert_weights[0];
+  for (int32_t s = 1; s < K; ++s)
+    for (int64_t j = 0; j < E; ++j) req.out[j] += y[s * E + j] * req.expert_weights[s];
+}
+
+void MoeCpuExecutor::run_grouped(const MoeRequest& req, const MoeLayerWeights& L) {
+  const int64_t N = req.n_tokens;
+  const int32_t K = req.top_k;
+  const int64_t E = L.gate.n_in, F = L.gate.n_out;
+  const bool shared_q = cpu::vec_dot_type(L.up.type) == cpu::vec_dot_type(L.gate.type);
+  const uint64_t gq_bytes = act_row_bytes(L.gate.type, E), uq_bytes = act_row_bytes(L.up.type, E);
+  const uint64_t hq_bytes = act_row_bytes(L.down.type, F);
+
+  // Every token's x quantized once: (N) rows for gate, and for up when its type differs.
+  std::vector<uint8_t> xq_gate(static_cast<size_t>(N) * gq_bytes), xq_up_own;
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, N, 4), [&](auto r) {
+    for (int64_t t = r.begin(); t < r.end(); ++t)
+      cpu::quantize_activation(L.gate.type, req.x + t * E, xq_gate.data() + t * gq_bytes, E);
+  });
+  if (!shared_q) {
+    xq_up_own.resize(static_cast<size_t>(N) * uq_bytes);
+    tbb::parallel_for(tbb::blocked_range<int64_t>(0, N, 4), [&](auto r) {
+      for (int64_t t = r.begin(); t < r.end(); ++t)
+        cpu::quantize_activation(L.up.type, req.x + t * E, xq_up_own.data() + t * uq_bytes, E);
+    });
+  }
+  const uint8_t* xq_up = shared_q ? xq_gate.data() : xq_up_own.data();
+
+  // Group the (token, slot) pairs by expert: counting sort keeps tokens in order within a group.
+  std::vector<int64_t> start(static_cast<size_t>(L.n_expert) + 1, 0);
+  for (int64_t i = 0; i < N * K; ++i) ++start[static_cast<size_t>(req.expert_ids[i]) + 1];
+  for (int32_t e = 0; e < L.n_expert; ++e) start[e + 1] += start[e];
+  std::vector<int64_t> pairs(static_cast<size_t>(N * K));  // flat index t·K + s, grouped by expert
+  {
+    std::vector<int64_t> fill(start.begin(), start.end() - 1);
+    for (int64_t i = 0; i < N * K; ++i) pairs[static_cast<size_t>(fill[req.expert_ids[i]]++)] = i;
+  }
+
+  std::vector<float> y(static_cast<size_t>(N * K * E));  // (N, K, E): each slot's expert output
+  tbb::parallel_for(tbb::blocked_range<int32_t>(0, L.n_expert, 1), [&](auto r) {
+    for (int32_t e = r.begin(); e < r.end(); ++e) {
+      const int64_t n_e = start[e + 1] - start[e];
+      if (n_e == 0) continue;
+      const int64_t* idx = pairs.data() + start[e];
+      std::vector<uint8_t> xg(static_cast<size_t>(n_e) * gq_bytes), xu;  // gathered activations
+      for (int64_t i = 0; i < n_e; ++i)
+        std::memcpy(xg.data() + i * gq_bytes, xq_gate.data() + (idx[i] / K) * gq_bytes, gq_bytes);
+      const uint8_t* xup = xg.data();
+      if (!shared_q) {
+        xu.resize(static_cast<size_t>(n_e) * uq_bytes);
+        for (int64_t i = 0; i < n_e; ++i)
+          std::memcpy(xu.data() + i * uq_bytes, xq_up + (idx[i] / K) * uq_bytes, uq_bytes);
+        xup = xu.data();
+      }
+      std::vector<float> g(static_cast<size_t>(n_e * F)), u(static_cast<size_t>(n_e * F));  // (n_e, F)
+      cpu::matmul_q(L.gate.type, expert_matrix(L.gate, e), F, E, xg.data(), static_cast<int64_t>(gq_bytes),
+                    n_e, g.data(), F, true);
+      cpu::matmul_q(L.up.type, expert_matrix(L.up, e), F, E, xup, static_cast<int64_t>(uq_bytes), n_e,
+                    u.data(), F, true);
+      std::vector<uint8_t> hq(static_cast<size_t>(n_e) * hq_bytes);
+      for (int64_t i = 0; i < n_e; ++i) {
+        float* gi = g.data() + i * F;
+        const float* ui = u.data() + i * F;
+        for (int64_t j = 0; j < F; ++j) gi[j] = silu(gi[j]) * ui[j];
+        cpu::quantize_activation(L.down.type, gi, hq.data() + i * hq_bytes, F);
+      }
+      std::vector<float> ye(static_cast<size_t>(n_e * E));  // (n_e, E)
+      cpu::matmul_q(L.down.type, expert_matrix(L.down, e), E, F, hq.data(), static_cast<int64_t>(hq_bytes),
+                    n_e, ye.data(), E, true);
+      for (int64_t i = 0; i < n_e; ++i)
+        std::memcpy(y.data() + idx[i] * E, ye.data() + i * E, static_cast<size_t>(E) * sizeof(float));
+    }
+  });
+
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, N, 1), [&](auto r) {
+    for (int64_t t = r.begin(); t < r.end(); ++t) {
+      float* out = req.out + t * E;
+      const float* w = req.expert_weights + t * K;
+      const float* yt = y.data() + t * K * E;
+      for (int64_t j = 0; j < E; ++j) out[j] = yt[j] * w[0];
+      for (int32_t s = 1; s < K; ++s)
+        for (int64_t j = 0; j < E; ++j) out[j] += yt[s * E + j] * w[s];
+    }
+  });
+}
+
+}  // namespace ferry

@@ -1,0 +1,39 @@
+#pragma once
+// The CPU implementation of Ops: host memory, oneTBB parallelism (bounded by the caller's
+// tbb::global_control / task_arena), quantized products through kernels/cpu.
+#include "runtime/backend/ops.hpp"
+
+namespace ferry {
+
+class CpuOps final : public Ops {
+ public:
+  const char* name() const override { return "cpu"; }
+
+  DeviceBuffer alloc(size_t bytes) override;
+  void to_device(void* dst, const void* src_host, size_t bytes) override;
+  void to_host(void* dst_host, const void* src, size_t bytes) override;
+  void fill_zero(void* dst, size_t bytes) override;
+  void sync() override {}
+  WeightView resident(const WeightView& host) override { return host; }
+
+  void embed(const WeightView& table, const int32_t* ids, int64_t n, float* dst) override;
+  void rmsnorm(const float* x, const float* w, int64_t n_rows, int64_t n, int64_t ld, float eps,
+               float* dst) override;
+  void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n, float* y,
+              int64_t ldy) override;
+  void rope_neox(float* x, int64_t n_tokens, int64_t n_head, int64_t token_stride,
+                 int64_t head_stride, int32_t n_rot, const int32_t* pos, float freq_base) override;
+  void kv_store(const KvLayerView& kv, int64_t pos0, int64_t n_tokens, const float* k,
+                const float* v) override;
+  void attention(const AttentionArgs& a) override;
+  void swiglu(const float* gate, const float* up, int64_t n_rows, int64_t n, float* dst) override;
+  void moe_route(const float* logits, int64_t n_tokens, int32_t n_expert, int32_t top_k,
+                 bool renormalize, float scale, int32_t* ids, float* weights) override;
+  void add(const float* a, const float* b, int64_t n, float* dst) override;
+  void scale(float* x, int64_t n, float s) override;
+  void sigmoid_gated_add(const float* x, const float* gate_logit, int64_t n_tokens, int64_t n,
+                         float* dst) override;
+  void argmax(const float* x, int64_t n_rows, int64_t n, int32_t* out) override;
+};
+
+}  // namespace ferry

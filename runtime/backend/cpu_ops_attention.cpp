@@ -1,0 +1,157 @@
+// CpuOps: NEOX RoPE, KV-cache writes and causal GQA attention over the cache.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
+#include "kernels/cpu/matmul.hpp"
+#include "kernels/cpu/quants.hpp"
+#include "runtime/backend/cpu_ops.hpp"
+#include "runtime/core/error.hpp"
+#include "runtime/core/fp16.hpp"
+
+namespace ferry {
+namespace {
+
+void check_kv(const KvLayerView& kv, const char* what) {
+  for (GgmlType t : {kv.type_k, kv.type_v})
+    if (t != GgmlType::F16 && t != GgmlType::F32)
+      fail(ErrorKind::unsupported, "{}: KV cache type {} is not supported (f16, f32)", what, type_name(t));
+  if (!kv.k || !kv.v || kv.n_ctx <= 0 || kv.n_head_kv <= 0 || kv.head_dim_k <= 0 || kv.head_dim_v <= 0)
+    fail(ErrorKind::internal, "{}: KV cache view is empty", what);
+}
+
+size_t elem_bytes(GgmlType t) { return t == GgmlType::F16 ? 2 : 4; }
+
+void store_rows(GgmlType t, const float* src, void* dst, int64_t n) {
+  if (t == GgmlType::F32) {
+    std::copy(src, src + n, static_cast<float*>(dst));
+  } else {
+    auto* d = static_cast<uint16_t*>(dst);
+    for (int64_t i = 0; i < n; ++i) d[i] = fp32_to_fp16(src[i]);
+  }
+}
+
+}  // namespace
+
+void CpuOps::rope_neox(float* x, int64_t n_tokens, int64_t n_head, int64_t token_stride,
+                       int64_t head_stride, int32_t n_rot, const int32_t* pos, float freq_base) {
+  if (n_rot <= 0 || n_rot % 2 != 0)
+    fail(ErrorKind::invalid_arg, "rope: n_rot {} must be positive and even", n_rot);
+  const int32_t half = n_rot / 2;
+  // ggml builds the angle table per position by repeated multiplication in float
+  // (theta_j = pos · scale^j); doing the same keeps the angles bit-identical to the oracle.
+  const float theta_scale = std::pow(freq_base, -2.0f / static_cast<float>(n_rot));
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, n_tokens, 1), [&](auto r) {
+    std::vector<float> cs(static_cast<size_t>(n_rot));
+    for (int64_t t = r.begin(); t < r.end(); ++t) {
+      float theta = static_cast<float>(pos[t]);
+      for (int32_t j = 0; j < half; ++j) {
+        cs[2 * j] = std::cos(theta);
+        cs[2 * j + 1] = std::sin(theta);
+        theta *= theta_scale;
+      }
+      for (int64_t h = 0; h < n_head; ++h) {
+        float* v = x + t * token_stride + h * head_stride;
+        for (int32_t j = 0; j < half; ++j) {
+          const float c = cs[2 * j], s = cs[2 * j + 1];
+          const float x0 = v[j], x1 = v[j + half];
+          v[j] = x0 * c - x1 * s;
+          v[j + half] = x0 * s + x1 * c;
+        }
+      }
+    }
+  });
+}
+
+void CpuOps::kv_store(const KvLayerView& kv, int64_t pos0, int64_t n_tokens, const float* k,
+                      const float* v) {
+  check_kv(kv, "kv_store");
+  if (pos0 < 0 || n_tokens < 0 || pos0 + n_tokens > kv.n_ctx)
+    fail(ErrorKind::context, "kv_store: rows [{}, {}) outside the cache of {} rows", pos0,
+         pos0 + n_tokens, kv.n_ctx);
+  const int64_t nk = int64_t{kv.n_head_kv} * kv.head_dim_k;
+  const int64_t nv = int64_t{kv.n_head_kv} * kv.head_dim_v;
+  auto* kd = static_cast<uint8_t*>(kv.k) + static_cast<size_t>(pos0 * nk) * elem_bytes(kv.type_k);
+  auto* vd = static_cast<uint8_t*>(kv.v) + static_cast<size_t>(pos0 * nv) * elem_bytes(kv.type_v);
+  store_rows(kv.type_k, k, kd, n_tokens * nk);
+  store_rows(kv.type_v, v, vd, n_tokens * nv);
+}
+
+void CpuOps::attention(const AttentionArgs& a) {
+  const KvLayerView& kv = a.kv;
+  check_kv(kv, "attention");
+  if (a.n_head <= 0 || a.n_head % kv.n_head_kv != 0)
+    fail(ErrorKind::invalid_arg, "attention: {} query heads is not a multiple of {} KV heads",
+         a.n_head, kv.n_head_kv);
+  if (a.pos0 < 0 || a.pos0 + a.n_tokens > kv.n_ctx)
+    fail(ErrorKind::context, "attention: positions [{}, {}) outside the cache of {} rows", a.pos0,
+         a.pos0 + a.n_tokens, kv.n_ctx);
+  const int32_t group = a.n_head / kv.n_head_kv;
+  const int32_t dk = kv.head_dim_k, dv = kv.head_dim_v;
+  const bool k16 = kv.type_k == GgmlType::F16, v16 = kv.type_v == GgmlType::F16;
+  const size_t kb = elem_bytes(kv.type_k), vb = elem_bytes(kv.type_v);
+  const size_t k_row_bytes = static_cast<size_t>(kv.n_head_kv) * dk * kb;  // one cache row
+  const size_t v_row_bytes = static_cast<size_t>(kv.n_head_kv) * dv * vb;
+  const auto* kbase = static_cast<const uint8_t*>(kv.k);
+  const auto* vbase = static_cast<const uint8_t*>(kv.v);
+  const int64_t n_pairs = int64_t{a.n_tokens} * a.n_head;
+
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, n_pairs, 1), [&](auto r) {
+    std::vector<float> scores(static_cast<size_t>(a.pos0 + a.n_tokens));
+    std::vector<uint16_t> q16(static_cast<size_t>(dk));
+    std::vector<float> acc(static_cast<size_t>(dv)), vrow(static_cast<size_t>(dv));
+    for (int64_t pair = r.begin(); pair < r.end(); ++pair) {
+      const int64_t t = pair / a.n_head;
+      const int32_t h = static_cast<int32_t>(pair % a.n_head);
+      const int32_t hk = h / group;
+      const int64_t n_kv = a.pos0 + t + 1;
+      const float* q = a.q + t * a.q_token_stride + h * a.q_head_stride;
+      // Scores. An F16 cache is dotted in F16 (ggml converts the query to vec_dot_type(F16)).
+      const void* qv = q;
+      if (k16) {
+        for (int32_t d = 0; d < dk; ++d) q16[d] = fp32_to_fp16(q[d]);
+        qv = q16.data();
+      }
+      float mx = -INFINITY;
+      for (int64_t j = 0; j < n_kv; ++j) {
+        const uint8_t* krow = kbase + static_cast<size_t>(j) * k_row_bytes + static_cast<size_t>(hk) * dk * kb;
+        const float s = cpu::vec_dot(kv.type_k, krow, qv, dk) * a.scale;
+        scores[j] = s;
+        mx = std::max(mx, s);
+      }
+      double sum = 0.0;
+      for (int64_t j = 0; j < n_kv; ++j) {
+        scores[j] = std::exp(scores[j] - mx);
+        sum += static_cast<double>(scores[j]);
+      }
+      const float inv = static_cast<float>(1.0 / sum);
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int64_t j = 0; j < n_kv; ++j) {
+        float p = scores[j] * inv;
+        // ggml multiplies probabilities with an F16 V cache in F16: round them the same way.
+        if (v16) p = fp16_to_fp32(fp32_to_fp16(p));
+        const uint8_t* vr = vbase + static_cast<size_t>(j) * v_row_bytes + static_cast<size_t>(hk) * dv * vb;
+        const float* vf;
+        if (v16) {
+          cpu::dequantize_row(GgmlType::F16, vr, vrow.data(), dv);
+          vf = vrow.data();
+        } else {
+          vf = reinterpret_cast<const float*>(vr);
+        }
+        for (int32_t d = 0; d < dv; ++d) acc[d] += p * vf[d];
+      }
+      float* out = a.out + (t * a.n_head + h) * int64_t{dv};
+      if (a.gate) {
+        const float* g = a.gate + t * a.q_token_stride + h * a.q_head_stride;
+        for (int32_t d = 0; d < dv; ++d) out[d] = acc[d] * (1.0f / (1.0f + std::exp(-g[d])));
+      } else {
+        std::copy(acc.begin(), acc.end(), out);
+      }
+    }
+  });
+}
+
+}  // namespace ferry

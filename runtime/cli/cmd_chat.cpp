@@ -1,0 +1,108 @@
+// `ferry chat`: interactive multi-turn ChatML. The KV cache is kept between turns (only the new
+// tokens of each turn are evaluated). /reset starts over, /quit or EOF (Ctrl-D) exits, Ctrl-C stops
+// the current reply and keeps the conversation. Works with stdin from a pipe (no prompts shown).
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <string>
+
+#include "runtime/cli/command.hpp"
+#include "runtime/cli/common_args.hpp"
+#include "runtime/core/error.hpp"
+#include "runtime/engine/chat.hpp"
+#include "runtime/engine/threads.hpp"
+
+namespace ferry::cli {
+namespace {
+
+int chat_main(int argc, char** argv) {
+  CLI::App app{"Interactive chat (ChatML); /reset, /quit, Ctrl-C stops a reply, Ctrl-D exits", "ferry chat"};
+  ModelArgs ma;
+  SamplingParams sp;
+  std::string system_prompt;
+  int32_t n_predict = -1;
+  bool timings = false;
+  add_model_args(app, ma);
+  add_sampling_args(app, sp);
+  app.add_option("-n,--n-predict", n_predict, "tokens per reply at most (-1: until end of turn)")->capture_default_str();
+  app.add_option("--system-prompt", system_prompt, "system message (-sys)");
+  app.add_flag("--timings", timings, "print timings after each reply");
+  bool stop = false;
+  const int rc = parse(app, argc, argv, stop);
+  if (stop) return rc;
+  if (n_predict < -1) fail(ErrorKind::invalid_arg, "-n {}: must be >= -1", n_predict);
+
+  ThreadLimit threads(ma.threads);
+  auto model = load_model_verbose(ma.model, /*allow_default=*/true);
+  const Tokenizer& tok = model->tokenizer();
+  Session session(*model, session_options(ma));
+  Sampler sampler(sp);
+  Chat chat(session, sampler, system_prompt);
+  const bool interactive = isatty(STDIN_FILENO);
+  std::fprintf(stderr, "ferry chat: context %lld, threads %d, seed %llu. /reset starts over, /quit exits.\n",
+               static_cast<long long>(session.n_ctx()), threads.threads(),
+               static_cast<unsigned long long>(sampler.seed()));
+
+  SigintFlag sigint;
+  std::string line;
+  for (;;) {
+    if (interactive) {
+      std::fputs("> ", stdout);
+      std::fflush(stdout);
+    }
+    if (!std::getline(std::cin, line)) {
+      if (sigint.raised() && interactive) {  // Ctrl-C at the prompt: leave like llama.cpp does
+        std::fputc('\n', stdout);
+      }
+      break;  // EOF (Ctrl-D) or interrupted read
+    }
+    if (line == "/quit" || line == "/exit") break;
+    if (line == "/reset") {
+      chat.reset();
+      std::fprintf(stderr, "ferry chat: conversation reset\n");
+      continue;
+    }
+    if (line.empty()) continue;
+    sigint.clear();
+    TextStream stream(tok);
+    GenerateOptions go;
+    go.n_predict = n_predict;
+    go.interrupt = &sigint.flag();
+    const Timings before = session.timings();
+    GenerateResult r;
+    try {
+      r = chat.turn(line, go, [&](int32_t id) {
+        const std::string piece = stream.push(id);
+        std::fwrite(piece.data(), 1, piece.size(), stdout);
+        std::fflush(stdout);
+      });
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::context) throw;
+      std::fprintf(stderr, "ferry chat: %s\n", e.what());
+      continue;
+    }
+    const std::string rest = stream.flush();
+    std::fwrite(rest.data(), 1, rest.size(), stdout);
+    std::fputc('\n', stdout);
+    std::fflush(stdout);
+    if (r.reason == StopReason::interrupted) std::fprintf(stderr, "ferry chat: reply stopped\n");
+    if (r.reason == StopReason::context) std::fprintf(stderr, "ferry chat: context full; /reset to start over\n");
+    sigint.clear();
+    if (timings) {
+      const Timings& t = session.timings();
+      std::fprintf(stderr, "ferry chat: prompt %lld tokens in %.1f ms, %lld tokens generated in %.1f ms (%.2f tok/s), %lld in context\n",
+                   static_cast<long long>(t.prompt_tokens - before.prompt_tokens), t.prompt_ms - before.prompt_ms,
+                   static_cast<long long>(t.eval_runs - before.eval_runs), t.eval_ms - before.eval_ms,
+                   t.eval_ms > before.eval_ms ? 1e3 * static_cast<double>(t.eval_runs - before.eval_runs) / (t.eval_ms - before.eval_ms) : 0.0,
+                   static_cast<long long>(session.n_past()));
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+FERRY_COMMAND("chat", "interactive multi-turn chat (ChatML), KV cache kept between turns", chat_main);
+
+}  // namespace ferry::cli

@@ -1,0 +1,66 @@
+// `ferry logits`: the logits at every position of a token sequence as float32 .npy
+// (n_tokens, n_vocab) — one prefill batch, or with --decode one token at a time through the cache.
+// Tests and outside checks depend on exactly this interface.
+#include <chrono>
+#include <cstdio>
+
+#include "runtime/cli/command.hpp"
+#include "runtime/cli/common_args.hpp"
+#include "runtime/core/error.hpp"
+#include "runtime/engine/threads.hpp"
+
+namespace ferry::cli {
+namespace {
+
+int logits_main(int argc, char** argv) {
+  CLI::App app{"Write the logits of every position of a token sequence to a .npy file", "ferry logits"};
+  ModelArgs ma;
+  std::string token_list, prompt, out;
+  bool decode = false;
+  add_model_args(app, ma);
+  app.add_option("--tokens", token_list, "token ids, e.g. 1,2,3");
+  app.add_option("-p,--prompt", prompt, "text to tokenize instead of --tokens");
+  app.add_flag("--decode", decode, "evaluate one token at a time through the KV cache");
+  app.add_option("-o,--output", out, "output .npy (float32, shape (n_tokens, n_vocab))")->required();
+  bool stop = false;
+  const int rc = parse(app, argc, argv, stop);
+  if (stop) return rc;
+  if (token_list.empty() == prompt.empty()) fail(ErrorKind::invalid_arg, "give exactly one of --tokens and -p");
+  if (ma.model.empty()) fail(ErrorKind::invalid_arg, "no model given (-m FILE)");
+
+  ThreadLimit threads(ma.threads);
+  auto model = LoadedModel::load(ma.model);
+  const std::vector<int32_t> tokens =
+      !token_list.empty() ? parse_token_list(token_list) : model->tokenizer().encode(prompt, true, true);
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  SessionOptions so = session_options(ma);
+  if (so.n_ctx == 0) so.n_ctx = std::max<int64_t>(n, default_context(model->config()));
+  if (!decode) so.n_batch = static_cast<int32_t>(std::max<int64_t>(n, 1));  // ONE prefill batch
+  Session session(*model, so);
+  if (n > session.n_ctx())
+    fail(ErrorKind::context, "{} tokens do not fit in the context of {} (-c)", n, session.n_ctx());
+
+  const int64_t V = model->config().n_vocab;
+  std::vector<float> logits(static_cast<size_t>(n * V));
+  const auto t0 = std::chrono::steady_clock::now();
+  if (decode) {
+    for (int64_t i = 0; i < n; ++i) {
+      const auto l = session.eval(std::span<const int32_t>(tokens).subspan(static_cast<size_t>(i), 1));
+      std::copy(l.begin(), l.end(), logits.begin() + i * V);
+    }
+  } else {
+    session.eval_all(tokens, logits.data());
+  }
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  write_npy_f32(out, logits.data(), {n, V});
+  std::fprintf(stderr, "ferry logits: %lld tokens (%s) in %.1f ms, %d threads -> %s (%lld x %lld)\n",
+               static_cast<long long>(n), decode ? "decode" : "one prefill batch", ms, threads.threads(),
+               out.c_str(), static_cast<long long>(n), static_cast<long long>(V));
+  return 0;
+}
+
+}  // namespace
+
+FERRY_COMMAND("logits", "write per-position logits of a token sequence to .npy", logits_main);
+
+}  // namespace ferry::cli

@@ -1,0 +1,95 @@
+#include "runtime/engine/engine.hpp"
+
+#include <algorithm>
+
+#include "offload/moe_cpu.hpp"
+#include "runtime/backend/cpu_ops.hpp"
+#include "runtime/core/error.hpp"
+
+namespace ferry {
+
+std::unique_ptr<LoadedModel> LoadedModel::load(const std::string& path, const LoadProgress& progress) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::unique_ptr<LoadedModel> m(new LoadedModel(gguf::File::open(path)));
+  m->ops_ = std::make_unique<CpuOps>();
+  const MoeExecutorFactory cpu_moe = [](const std::vector<MoeLayerWeights>& layers) {
+    return std::make_unique<MoeCpuExecutor>(layers);
+  };
+  m->model_ = load_model(m->file_, *m->ops_, cpu_moe, progress);
+  try {
+    m->tokenizer_.emplace(Tokenizer::from_gguf(m->file_));
+  } catch (const Error& e) {
+    m->tokenizer_error_ = e.what();
+  }
+  m->load_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return m;
+}
+
+LoadedModel::~LoadedModel() = default;
+
+const Tokenizer& LoadedModel::tokenizer() const {
+  if (!tokenizer_)
+    fail(ErrorKind::unsupported, "{} has no usable tokenizer: {}", file_.path(), tokenizer_error_);
+  return *tokenizer_;
+}
+
+int64_t default_context(const ModelConfig& c) { return std::min<int64_t>(c.n_ctx_train, 4096); }
+
+Session::Session(LoadedModel& m, const SessionOptions& o) : model_(m) {
+  StateOptions so;
+  so.n_ctx = o.n_ctx > 0 ? o.n_ctx : default_context(m.config());
+  so.type_k = o.type_k;
+  so.type_v = o.type_v;
+  so.n_batch = o.n_batch;
+  state_ = m.model().new_state(so);
+  logits_.resize(static_cast<size_t>(m.config().n_vocab));
+}
+
+void Session::account(int64_t n, std::chrono::steady_clock::time_point t0) {
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (n > 1) {
+    timings_.prompt_ms += ms;
+    timings_.prompt_tokens += n;
+  } else {
+    timings_.eval_ms += ms;
+    timings_.eval_runs += 1;
+  }
+}
+
+std::span<const float> Session::eval(std::span<const int32_t> tokens) {
+  if (tokens.empty()) return logits_;
+  const auto t0 = std::chrono::steady_clock::now();
+  model_.model().forward(*state_, tokens, LogitsMode::last, logits_.data());
+  tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
+  account(static_cast<int64_t>(tokens.size()), t0);
+  return logits_;
+}
+
+void Session::eval_all(std::span<const int32_t> tokens, float* out) {
+  if (tokens.empty()) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  model_.model().forward(*state_, tokens, LogitsMode::all, out);
+  tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
+  const size_t V = logits_.size();
+  std::copy(out + (tokens.size() - 1) * V, out + tokens.size() * V, logits_.begin());
+  account(static_cast<int64_t>(tokens.size()), t0);
+}
+
+void Session::reset() {
+  state_->reset();
+  tokens_.clear();
+}
+
+bool Session::keep_prefix(int64_t n) {
+  if (n < 0 || n > n_past()) fail(ErrorKind::invalid_arg, "keep_prefix({}) with {} tokens evaluated", n, n_past());
+  if (state_->truncate(n)) {
+    tokens_.resize(static_cast<size_t>(n));
+    return true;
+  }
+  std::vector<int32_t> keep(tokens_.begin(), tokens_.begin() + n);
+  reset();
+  eval(keep);
+  return false;
+}
+
+}  // namespace ferry

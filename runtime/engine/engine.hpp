@@ -1,0 +1,101 @@
+#pragma once
+// The engine: a loaded model (GGUF mapping + weights + tokenizer + backend) and sessions over it.
+// A Session owns one conversation's state (KV cache, positions, the tokens evaluated so far) and
+// can be reset or continued; several sessions may share one LoadedModel (one at a time).
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "runtime/backend/ops.hpp"
+#include "runtime/gguf/gguf.hpp"
+#include "runtime/model/model.hpp"
+#include "runtime/tokenizer/tokenizer.hpp"
+
+namespace ferry {
+
+class LoadedModel {
+ public:
+  // mmaps the GGUF, validates config and tensors, builds the CPU backend and the CPU MoE executor.
+  // The tokenizer is optional here (ferry logits --tokens needs none); tokenizer() reports why it
+  // is missing. progress: fraction in [0, 1].
+  static std::unique_ptr<LoadedModel> load(const std::string& path, const LoadProgress& progress = {});
+  ~LoadedModel();
+
+  const gguf::File& file() const { return file_; }
+  Model& model() { return *model_; }
+  const ModelConfig& config() const { return model_->config(); }
+  bool has_tokenizer() const { return tokenizer_.has_value(); }
+  // ErrorKind::unsupported / format naming the file when the GGUF carries no usable tokenizer.
+  const Tokenizer& tokenizer() const;
+  double load_ms() const { return load_ms_; }
+
+ private:
+  explicit LoadedModel(gguf::File f) : file_(std::move(f)) {}
+  gguf::File file_;
+  std::unique_ptr<Ops> ops_;
+  std::unique_ptr<Model> model_;
+  std::optional<Tokenizer> tokenizer_;
+  std::string tokenizer_error_;
+  double load_ms_ = 0.0;
+};
+
+struct SessionOptions {
+  int64_t n_ctx = 0;                  // 0: min(model context, 4096)
+  GgmlType type_k = GgmlType::F16;
+  GgmlType type_v = GgmlType::F16;
+  int32_t n_batch = 512;
+};
+
+// Wall-clock accounting, as llama.cpp's perf counters: prompt = batches of more than one token,
+// eval = single-token decode steps.
+struct Timings {
+  double prompt_ms = 0.0;
+  int64_t prompt_tokens = 0;
+  double eval_ms = 0.0;
+  int64_t eval_runs = 0;
+  double sample_ms = 0.0;
+  int64_t sample_runs = 0;
+};
+
+class Session {
+ public:
+  Session(LoadedModel& m, const SessionOptions& o = {});
+
+  // Evaluates tokens after those already in the session and returns the logits of the last one
+  // (n_vocab floats, valid until the next call). ErrorKind::context when they do not fit; the
+  // session is unchanged then.
+  std::span<const float> eval(std::span<const int32_t> tokens);
+  // As eval, writing the logits of every token to out (tokens.size() × n_vocab floats).
+  void eval_all(std::span<const int32_t> tokens, float* out);
+  // Drops everything (new conversation).
+  void reset();
+  // Keeps the first n evaluated tokens (drops the rest); false when the model's state cannot go
+  // back (recurrent layers), in which case the session was reset and re-evaluated to n tokens.
+  // Evaluate at least one token before using last_logits() again.
+  bool keep_prefix(int64_t n);
+
+  int64_t n_past() const { return state_->n_past(); }
+  int64_t n_ctx() const { return state_->n_ctx(); }
+  int32_t n_vocab() const { return model_.config().n_vocab; }
+  const std::vector<int32_t>& tokens() const { return tokens_; }
+  std::span<const float> last_logits() const { return logits_; }
+  Timings& timings() { return timings_; }
+  LoadedModel& model() { return model_; }
+  size_t state_bytes() const { return state_->bytes(); }
+
+ private:
+  void account(int64_t n, std::chrono::steady_clock::time_point t0);
+  LoadedModel& model_;
+  std::unique_ptr<ModelState> state_;
+  std::vector<int32_t> tokens_;
+  std::vector<float> logits_;  // (n_vocab) of the last evaluated token
+  Timings timings_;
+};
+
+// Default context: min(model context, 4096).
+int64_t default_context(const ModelConfig& c);
+
+}  // namespace ferry

@@ -1,0 +1,27 @@
+#pragma once
+// KV caches of the attention layers of one session, in backend memory (layout: ops.hpp
+// KvLayerView), plus the checks shared by every architecture with attention.
+#include <cstdint>
+#include <vector>
+
+#include "runtime/backend/ops.hpp"
+#include "runtime/model/config.hpp"
+
+namespace ferry {
+
+class KvCache {
+ public:
+  // One K and one V buffer per layer whose kind is attention; ErrorKind::invalid_arg for a type
+  // other than f16/f32 or an n_ctx < 1.
+  KvCache(Ops& ops, const ModelConfig& cfg, int64_t n_ctx, GgmlType type_k, GgmlType type_v);
+  // The view of layer il (must be an attention layer).
+  const KvLayerView& layer(int32_t il) const;
+  size_t bytes() const { return bytes_; }
+
+ private:
+  std::vector<DeviceBuffer> buffers_;
+  std::vector<KvLayerView> views_;  // indexed by layer; empty for non-attention layers
+  size_t bytes_ = 0;
+};
+
+}  // namespace ferry

@@ -1,0 +1,103 @@
+#pragma once
+// A loaded model: weights (views into the GGUF mapping) plus a forward written against Ops.
+// Per-conversation state (KV cache, recurrent state, workspace) lives in a ModelState made by the
+// model, so several sessions can share one Model. Architectures: one file each (qwen3moe.cpp, ...);
+// load_model() dispatches on the config's architecture.
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "offload/moe.hpp"
+#include "runtime/backend/ops.hpp"
+#include "runtime/model/config.hpp"
+
+namespace ferry::gguf { class File; }
+
+namespace ferry {
+
+struct StateOptions {
+  int64_t n_ctx = 4096;               // positions the caches hold
+  GgmlType type_k = GgmlType::F16;    // KV cache element types (f16 or f32)
+  GgmlType type_v = GgmlType::F16;
+  int32_t n_batch = 512;              // tokens per forward step (longer inputs are split)
+};
+
+class ModelState {
+ public:
+  virtual ~ModelState() = default;
+  int64_t n_past() const { return n_past_; }  // positions already evaluated
+  int64_t n_ctx() const { return n_ctx_; }
+  int32_t n_batch() const { return n_batch_; }
+  // Forget all positions (caches need not be cleared: rows past n_past are never read).
+  virtual void reset() { n_past_ = 0; }
+  // Keep only the first n positions. Attention caches can always do this; a recurrent state
+  // cannot go back and reports false (the caller then resets and re-evaluates).
+  virtual bool truncate(int64_t n);
+  virtual size_t bytes() const = 0;  // backend memory held (caches + workspace)
+  // Called by the model's forward once n positions have been evaluated.
+  void advance(int64_t n) { n_past_ += n; }
+
+ protected:
+  ModelState(int64_t n_ctx, int32_t n_batch) : n_ctx_(n_ctx), n_batch_(n_batch) {}
+  int64_t n_past_ = 0;
+  int64_t n_ctx_;
+  int32_t n_batch_;
+};
+
+enum class LogitsMode {
+  none,  // only advance the state
+  last,  // logits of the last token: (1, n_vocab)
+  all,   // logits of every token: (n_tokens, n_vocab)
+};
+
+// Called after each named intermediate when set (llama.cpp's names: "attn_norm", "Qcur_normed",
+// "kqv_out", "ffn_inp", "ffn_moe_out", "l_out", "result_norm", ...). data is backend memory of
+// (rows, cols) floats; layer is -1 outside blocks.
+using DebugHook = std::function<void(std::string_view name, int32_t layer, const float* data,
+                                     int64_t rows, int64_t cols)>;
+
+// Builds the executor of routed experts from the per-layer expert weights.
+using MoeExecutorFactory =
+    std::function<std::unique_ptr<MoeExecutor>(const std::vector<MoeLayerWeights>& layers)>;
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  const ModelConfig& config() const { return cfg_; }
+  Ops& ops() const { return ops_; }
+
+  // ErrorKind::invalid_arg for n_ctx < 1 or beyond what int32 positions hold, or a bad cache type.
+  virtual std::unique_ptr<ModelState> new_state(const StateOptions& o) const = 0;
+
+  // Evaluates tokens at positions [st.n_past(), st.n_past() + n) and advances the state. Inputs
+  // longer than the state's n_batch are processed in steps. logits: host memory for the mode's
+  // shape (ignored for none). ErrorKind::context (state unchanged) when the tokens do not fit.
+  virtual void forward(ModelState& st, std::span<const int32_t> tokens, LogitsMode mode,
+                       float* logits) = 0;
+
+  void set_debug_hook(DebugHook h) { debug_ = std::move(h); }
+  const std::vector<MoeLayerWeights>& moe_layers() const { return moe_layers_; }
+
+ protected:
+  Model(ModelConfig cfg, Ops& ops) : cfg_(std::move(cfg)), ops_(ops) {}
+  void debug(std::string_view name, int32_t layer, const float* data, int64_t rows, int64_t cols) const {
+    if (debug_) debug_(name, layer, data, rows, cols);
+  }
+  ModelConfig cfg_;
+  Ops& ops_;
+  std::vector<MoeLayerWeights> moe_layers_;
+  DebugHook debug_;
+};
+
+// Progress of loading: fraction in [0, 1].
+using LoadProgress = std::function<void(float fraction)>;
+
+// Reads the config, checks every tensor the architecture needs (name, shape, type) and builds the
+// model. The File must outlive the Model (weights are views into its mapping).
+std::unique_ptr<Model> load_model(const gguf::File& f, Ops& ops, const MoeExecutorFactory& moe,
+                                  const LoadProgress& progress = {});
+
+}  // namespace ferry
