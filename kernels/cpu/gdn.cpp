@@ -17,9 +17,10 @@ namespace ferry::cpu {
 namespace gdn_detail {
 
 int64_t chunk_scratch_floats(int32_t head_dim) {
-  // kq (2C·S) + kt, vb, kb, w, d (5·C·S) + kkq (2C²) + tinv (C²) + cum (C); see ChunkScratch.
+  // kq (2C·S) + kt, vb, kb, w, d (5·C·S) + kkq (2C²) + tinv, dec (2C²) + cum (C); see
+  // ChunkScratch.
   const int64_t C = kGdnChunk;
-  return 7 * C * head_dim + 3 * C * C + C;
+  return 7 * C * head_dim + 4 * C * C + C;
 }
 
 }  // namespace gdn_detail

@@ -8,7 +8,7 @@
 
 #include <utility>  // std::integer_sequence (compile time only)
 
-#if defined(__AVX2__) || defined(__AVX512F__)
+#if defined(__AVX__) || defined(__AVX512F__)
 #include <immintrin.h>
 #endif
 
@@ -28,7 +28,15 @@ typedef float vf_u __attribute__((vector_size(VW * sizeof(float)), aligned(align
 
 inline vf load(const float* p) { return *reinterpret_cast<const vf_u*>(p); }
 inline void store(float* p, vf x) { *reinterpret_cast<vf_u*>(p) = x; }
-inline vf splat(float x) { return vf{} + x; }
+inline vf splat(float x) {
+#if FERRY_GDN_VW == 16 && defined(__AVX512F__)
+  return _mm512_set1_ps(x);
+#elif FERRY_GDN_VW == 8 && defined(__AVX__)
+  return _mm256_set1_ps(x);
+#else
+  return vf{} + x;  // (0 + x is not folded to x because of −0; SSE2 only)
+#endif
+}
 
 // a·b + c. Explicit because ISO C++ mode turns off FP contraction.
 inline vf fmadd(vf a, vf b, vf c) {
@@ -179,6 +187,7 @@ struct ChunkScratch {
   float* d;    // (C, S): δ
   float* kkq;  // (2C, C): K·Kᵀ (rows 0..n−1), then Q·Kᵀ masked and decayed (rows n..2n−1)
   float* tinv; // (C, C): T
+  float* dec;  // (C, C): e^{c_t − c_s} for s ≤ t
   float* cum;  // (C): c_t
 };
 
@@ -193,6 +202,7 @@ ChunkScratch carve(float* p, int32_t S) {
   s.d = p;             p += cs;
   s.kkq = p;           p += 2 * kChunk * kChunk;
   s.tinv = p;          p += kChunk * kChunk;
+  s.dec = p;           p += kChunk * kChunk;
   s.cum = p;
   return s;
 }
@@ -206,10 +216,16 @@ void chunk(const HeadArgs& a, int64_t t0, int64_t n, const ChunkScratch& s) {
   // Gather the chunk: cumulative log decay, keys, scaled queries, β-weighted values and keys.
   float gamma[kChunk];
   for (int64_t t = 0; t < n; ++t) {
-    const int64_t tt = t0 + t;
-    s.cum[t] = (t ? s.cum[t - 1] : 0.0f) + a.g[tt * a.ldgb];
+    s.cum[t] = (t ? s.cum[t - 1] : 0.0f) + a.g[(t0 + t) * a.ldgb];
     gamma[t] = expf(s.cum[t]);
+    float* dr = s.dec + t * C;
+    for (int64_t x = 0; x <= t; ++x) dr[x] = expf(s.cum[t] - s.cum[x]);
+  }
+  const vf qscale = splat(a.scale);
+  for (int64_t t = 0; t < n; ++t) {
+    const int64_t tt = t0 + t;
     const float beta = a.beta[tt * a.ldgb];
+    const vf vbeta = splat(beta), kbeta = splat(-beta * gamma[t]);
     const float* k = a.k + tt * a.ldk;
     const float* q = a.q + tt * a.ldq;
     const float* v = a.v + tt * a.ldv;
@@ -217,17 +233,20 @@ void chunk(const HeadArgs& a, int64_t t0, int64_t n, const ChunkScratch& s) {
     float* qr = s.kq + (n + t) * S;
     float* vb = s.vb + t * S;
     float* kb = s.kb + t * S;
-    const float kb_scale = -beta * gamma[t];
-    for (int32_t i = 0; i < S; ++i) {
-      kr[i] = k[i];
-      qr[i] = q[i] * a.scale;
-      vb[i] = beta * v[i];
-      kb[i] = kb_scale * k[i];
-      s.kt[i * C + t] = k[i];
+    for (int32_t i = 0; i < S; i += VW) {
+      const vf kv = load(k + i);
+      store(kr + i, kv);
+      store(qr + i, load(q + i) * qscale);
+      store(vb + i, load(v + i) * vbeta);
+      store(kb + i, kv * kbeta);
     }
   }
-  for (int32_t i = 0; i < S; ++i)
-    for (int64_t t = n; t < n_pad; ++t) s.kt[i * C + t] = 0.0f;
+  // Keys transposed (strided reads, contiguous writes), zero-padded to whole vectors.
+  for (int32_t i = 0; i < S; ++i) {
+    float* row = s.kt + i * C;
+    for (int64_t t = 0; t < n; ++t) row[t] = s.kq[t * S + i];
+    for (int64_t t = n; t < n_pad; ++t) row[t] = 0.0f;
+  }
 
   // K·Kᵀ and Q·Kᵀ in one product: (2n × S)·(S × n).
   gemm(2 * n, n_pad, S, s.kq, S, s.kt, C, s.kkq, C, false, false);
@@ -237,9 +256,10 @@ void chunk(const HeadArgs& a, int64_t t0, int64_t n, const ChunkScratch& s) {
     float* tr = s.tinv + t * C;
     for (int64_t x = 0; x < n; ++x) tr[x] = 0.0f;
     const float* kk = s.kkq + t * C;
+    const float* dr = s.dec + t * C;
     const float beta = a.beta[(t0 + t) * a.ldgb];
     for (int64_t m = 0; m < t; ++m) {
-      const float l = beta * expf(s.cum[t] - s.cum[m]) * kk[m];
+      const float l = beta * dr[m] * kk[m];
       const float* tm = s.tinv + m * C;
       for (int64_t x = 0; x <= m; ++x) tr[x] -= l * tm[x];
     }
@@ -259,7 +279,8 @@ void chunk(const HeadArgs& a, int64_t t0, int64_t n, const ChunkScratch& s) {
     const vf gv = splat(gamma[t]);
     for (int32_t j = 0; j < S; j += VW) store(orow + j, load(orow + j) * gv);
     float* pr = s.kkq + (n + t) * C;
-    for (int64_t x = 0; x <= t; ++x) pr[x] *= expf(s.cum[t] - s.cum[x]);
+    const float* dr = s.dec + t * C;
+    for (int64_t x = 0; x <= t; ++x) pr[x] *= dr[x];
     for (int64_t x = t + 1; x < n; ++x) pr[x] = 0.0f;
   }
   gemm(n, S, n, s.kkq + n * C, C, s.d, S, out, a.ldo, true, true);
