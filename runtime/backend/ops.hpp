@@ -114,7 +114,8 @@ class Ops {
   virtual void fill_zero(void* dst, size_t bytes) = 0;
   virtual void sync() = 0;
   // A view of a host (mmapped GGUF) weight usable by this backend's ops. The CPU returns `host`
-  // unchanged; a device backend copies it once and owns the copy for its own lifetime.
+  // unchanged; a device backend copies it once and owns the copy for its own lifetime (asking
+  // twice for the same host data returns the same copy: tied embedding/lm_head tables).
   virtual WeightView resident(const WeightView& host) = 0;
 
   // --- ops. In-place use is allowed where marked (dst may equal src).
