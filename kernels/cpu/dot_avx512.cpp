@@ -1,0 +1,8 @@
+// AVX-512 (F/BW/VL/DQ) dot-product kernels without VNNI; see dot_avx512_impl.hpp.
+#include "kernels/cpu/dot_avx512_impl.hpp"
+
+namespace ferry::cpu {
+
+const detail::DotKernels& detail::dot_kernels_avx512() { return kAvx512Table<false>; }
+
+}  // namespace ferry::cpu

@@ -1,0 +1,262 @@
+#pragma once
+// AVX-512 (F, BW, VL, DQ) dot-product kernels, included by dot_avx512.cpp (kVnni = false) and
+// dot_avx512vnni.cpp (kVnni = true); the two differ only in dot_u8s8 / dot_s16 below, where VNNI
+// fuses the multiply-add chain into one instruction. Each register covers 64 weight values:
+// one Q4_K/Q5_K chunk (low nibbles in the lower half, high nibbles in the upper half), half of a
+// Q6_K 128-value half-block, or two Q8_0 blocks.
+#include "kernels/cpu/simd_common.hpp"
+
+namespace ferry::cpu {
+namespace {
+
+// acc + Σ over groups of 4 bytes of u (unsigned) · s (signed), per 32-bit lane.
+template <bool kVnni>
+inline __m512i dot_u8s8(__m512i acc, __m512i u, __m512i s) {
+  if constexpr (kVnni) {
+    return _mm512_dpbusd_epi32(acc, u, s);
+  } else {
+    const __m512i p16 = _mm512_maddubs_epi16(u, s);
+    return _mm512_add_epi32(acc, _mm512_madd_epi16(p16, _mm512_set1_epi16(1)));
+  }
+}
+
+// acc + pairwise products of signed 16-bit lanes, per 32-bit lane.
+template <bool kVnni>
+inline __m512i dot_s16(__m512i acc, __m512i a, __m512i b) {
+  if constexpr (kVnni) return _mm512_dpwssd_epi32(acc, a, b);
+  else return _mm512_add_epi32(acc, _mm512_madd_epi16(a, b));
+}
+
+// Horizontal sum (not _mm512_reduce_add_ps, which trips GCC 12's -Wmaybe-uninitialized).
+inline float hsum16(__m512 v) {
+  return hsum8(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)));
+}
+
+inline __m512i load_2x256(const void* lo, const void* hi) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(static_cast<const __m256i*>(lo))),
+                            _mm256_loadu_si256(static_cast<const __m256i*>(hi)), 1);
+}
+
+inline __m512i join_256(__m256i lo, __m256i hi) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+// ---- float-like weights: 16 values per step, masked loads for the tail.
+
+struct Load512F32 {
+  using T = float;
+  static __m512 load(const T* p) { return _mm512_loadu_ps(p); }
+  static __m512 load_n(const T* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
+};
+struct Load512F16 {
+  using T = uint16_t;
+  static __m512 load(const T* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+  static __m512 load_n(const T* p, __mmask16 m) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p)); }
+};
+struct Load512BF16 {
+  using T = uint16_t;
+  static __m512 widen(__m256i h) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+  static __m512 load(const T* p) { return widen(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+  static __m512 load_n(const T* p, __mmask16 m) { return widen(_mm256_maskz_loadu_epi16(m, p)); }
+};
+
+template <typename L>
+struct Float512Kernel {
+  using T = typename L::T;
+  template <int NX>
+  static void run(int64_t n, const void* wv, const void* xv, size_t stride, float* out) {
+    const T* w = static_cast<const T*>(wv);
+    const T* x[NX];
+    rows_of(xv, stride, x);
+    __m512 acc0[NX], acc1[NX];
+    for (int k = 0; k < NX; ++k) acc0[k] = acc1[k] = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+      const __m512 w0 = L::load(w + i), w1 = L::load(w + i + 16);
+      for (int k = 0; k < NX; ++k) {
+        acc0[k] = _mm512_fmadd_ps(w0, L::load(x[k] + i), acc0[k]);
+        acc1[k] = _mm512_fmadd_ps(w1, L::load(x[k] + i + 16), acc1[k]);
+      }
+    }
+    for (; i < n; i += 16) {
+      const int64_t left = n - i;
+      const __mmask16 m = left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1);
+      const __m512 w0 = L::load_n(w + i, m);
+      for (int k = 0; k < NX; ++k) acc0[k] = _mm512_fmadd_ps(w0, L::load_n(x[k] + i, m), acc0[k]);
+    }
+    for (int k = 0; k < NX; ++k) out[k] = hsum16(_mm512_add_ps(acc0[k], acc1[k]));
+  }
+};
+
+// ---- Q8_0 × Q8_0, two blocks per register; |w| · sign(x, w) as in the AVX2 kernel.
+
+template <bool kVnni>
+struct Q8_0Kernel512 {
+  template <int NX>
+  static void run(int64_t n, const void* wv, const void* xv, size_t stride, float* out) {
+    const auto* w = static_cast<const BlockQ8_0*>(wv);
+    const BlockQ8_0* x[NX];
+    rows_of(xv, stride, x);
+    const int64_t nb = n / kQK8_0;
+    __m512 acc[NX];
+    for (int k = 0; k < NX; ++k) acc[k] = _mm512_setzero_ps();
+    int64_t ib = 0;
+    for (; ib + 2 <= nb; ib += 2) {
+      const __m512i qw = load_2x256(w[ib].qs, w[ib + 1].qs);
+      const __m512i aw = _mm512_abs_epi8(qw);
+      const __mmask64 neg = _mm512_movepi8_mask(qw);
+      const float dw0 = h2f(w[ib].d), dw1 = h2f(w[ib + 1].d);
+      for (int k = 0; k < NX; ++k) {
+        const __m512i qx = load_2x256(x[k][ib].qs, x[k][ib + 1].qs);
+        const __m512i sx = _mm512_mask_sub_epi8(qx, neg, _mm512_setzero_si512(), qx);
+        const __m512i p = dot_u8s8<kVnni>(_mm512_setzero_si512(), aw, sx);
+        const __m512 d = _mm512_insertf32x8(_mm512_set1_ps(dw0 * h2f(x[k][ib].d)),
+                                            _mm256_set1_ps(dw1 * h2f(x[k][ib + 1].d)), 1);
+        acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), d, acc[k]);
+      }
+    }
+    for (int k = 0; k < NX; ++k) {
+      float s = hsum16(acc[k]);
+      if (ib < nb) {  // odd block count: last block in scalar integer arithmetic
+        int sumi = 0;
+        for (int j = 0; j < kQK8_0; ++j) sumi += w[ib].qs[j] * x[k][ib].qs[j];
+        s += sumi * (h2f(w[ib].d) * h2f(x[k][ib].d));
+      }
+      out[k] = s;
+    }
+  }
+};
+
+// Lane indices that spread 16-bit scales over 32 lanes, for _mm512_permutexvar_epi16.
+struct ScaleIndex {
+  alignas(64) uint16_t q4k[4][32];  // chunk c: 16 × scale 2c, 16 × scale 2c+1
+  alignas(64) uint16_t q6k[4][32];  // quarter u: 8 × scale 4u, 4u+1, 4u+2, 4u+3
+  constexpr ScaleIndex() : q4k(), q6k() {
+    for (int c = 0; c < 4; ++c)
+      for (int l = 0; l < 32; ++l) {
+        q4k[c][l] = static_cast<uint16_t>(2 * c + l / 16);
+        q6k[c][l] = static_cast<uint16_t>(4 * c + l / 8);
+      }
+  }
+};
+constexpr ScaleIndex kScaleIndex{};
+
+inline __m512i load_index(const uint16_t* p) { return _mm512_load_si512(p); }
+
+// Mins term of Q4_K/Q5_K (as in the AVX2 kernel): Σ_j m_j · (sum of the 32 activations of j).
+inline __m128 mins_term(const uint8_t* sm, const BlockQ8K& y) {
+  const __m128i mins = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sm + 8)));
+  const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.bsums));
+  const __m128i q8s = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+  return _mm_cvtepi32_ps(_mm_madd_epi16(mins, q8s));
+}
+
+template <bool kVnni, bool kQ5>
+struct Q45KKernel512 {
+  using Block = std::conditional_t<kQ5, BlockQ5K, BlockQ4K>;
+  template <int NX>
+  static void run(int64_t n, const void* wv, const void* xv, size_t stride, float* out) {
+    const auto* w = static_cast<const Block*>(wv);
+    const BlockQ8K* x[NX];
+    rows_of(xv, stride, x);
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512i m1 = _mm512_set1_epi8(1);
+    __m512 acc[NX];
+    __m128 accm[NX];
+    for (int k = 0; k < NX; ++k) {
+      acc[k] = _mm512_setzero_ps();
+      accm[k] = _mm_setzero_ps();
+    }
+    for (int64_t i = 0; i < n / kQK_K; ++i) {
+      const Block& b = w[i];
+      alignas(16) uint8_t sm[16];
+      unpack_q4k_scales(b.scales, sm);
+      const __m512i sc8 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sm))));
+      __m256i hbits = _mm256_setzero_si256();
+      if constexpr (kQ5) hbits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh));
+      __m512i sumi[NX];
+      for (int k = 0; k < NX; ++k) sumi[k] = _mm512_setzero_si512();
+      for (int c = 0; c < 4; ++c) {
+        const __m512i sc = _mm512_permutexvar_epi16(load_index(kScaleIndex.q4k[c]), sc8);
+        const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * c));
+        __m512i q = _mm512_and_si512(join_256(bits, _mm256_srli_epi16(bits, 4)), m4);
+        if constexpr (kQ5) {
+          const __m512i hb = join_256(_mm256_srli_epi16(hbits, 2 * c), _mm256_srli_epi16(hbits, 2 * c + 1));
+          q = _mm512_or_si512(q, _mm512_slli_epi16(_mm512_and_si512(hb, m1), 4));
+        }
+        for (int k = 0; k < NX; ++k) {
+          const __m512i y = _mm512_loadu_si512(x[k][i].qs + 64 * c);
+          sumi[k] = dot_s16<kVnni>(sumi[k], _mm512_maddubs_epi16(q, y), sc);
+        }
+      }
+      const float dw = h2f(b.d), dmw = h2f(b.dmin);
+      for (int k = 0; k < NX; ++k) {
+        const BlockQ8K& y = x[k][i];
+        accm[k] = _mm_fmadd_ps(_mm_set1_ps(dmw * y.d), mins_term(sm, y), accm[k]);
+        acc[k] = _mm512_fmadd_ps(_mm512_set1_ps(dw * y.d), _mm512_cvtepi32_ps(sumi[k]), acc[k]);
+      }
+    }
+    for (int k = 0; k < NX; ++k) out[k] = hsum16(acc[k]) - hsum4(accm[k]);
+  }
+};
+
+template <bool kVnni>
+struct Q6KKernel512 {
+  template <int NX>
+  static void run(int64_t n, const void* wv, const void* xv, size_t stride, float* out) {
+    const auto* w = static_cast<const BlockQ6K*>(wv);
+    const BlockQ8K* x[NX];
+    rows_of(xv, stride, x);
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512i m3 = _mm512_set1_epi8(3);
+    __m512 acc[NX];
+    for (int k = 0; k < NX; ++k) acc[k] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n / kQK_K; ++i) {
+      const BlockQ6K& b = w[i];
+      const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)));
+      const __m512i sc_all = _mm512_castsi256_si512(sc16);
+      __m512i sumi[NX];
+      for (int k = 0; k < NX; ++k) sumi[k] = _mm512_setzero_si512();
+      for (int h = 0; h < 2; ++h) {
+        const __m512i l = _mm512_loadu_si512(b.ql + 64 * h);
+        const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * h));
+        // qa: values 0..63 of the half (low nibbles, 2-bit fields 0 and 1);
+        // qb: values 64..127 (high nibbles, fields 2 and 3).
+        const __m512i ha = join_256(hb, _mm256_srli_epi16(hb, 2));
+        const __m512i hbb = join_256(_mm256_srli_epi16(hb, 4), _mm256_srli_epi16(hb, 6));
+        const __m512i qa = _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_slli_epi16(_mm512_and_si512(ha, m3), 4));
+        const __m512i qb = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
+                                           _mm512_slli_epi16(_mm512_and_si512(hbb, m3), 4));
+        const __m512i sca = _mm512_permutexvar_epi16(load_index(kScaleIndex.q6k[2 * h]), sc_all);
+        const __m512i scb = _mm512_permutexvar_epi16(load_index(kScaleIndex.q6k[2 * h + 1]), sc_all);
+        for (int k = 0; k < NX; ++k) {
+          const int8_t* y = x[k][i].qs + 128 * h;
+          sumi[k] = dot_s16<kVnni>(sumi[k], _mm512_maddubs_epi16(qa, _mm512_loadu_si512(y)), sca);
+          sumi[k] = dot_s16<kVnni>(sumi[k], _mm512_maddubs_epi16(qb, _mm512_loadu_si512(y + 64)), scb);
+        }
+      }
+      const float dw = h2f(b.d);
+      for (int k = 0; k < NX; ++k) {
+        const BlockQ8K& y = x[k][i];
+        const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.bsums));
+        const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(sc16, bs), 5);  // 32·Σ sc·bsum
+        const __m512i s = _mm512_sub_epi32(sumi[k], _mm512_zextsi256_si512(offset));
+        acc[k] = _mm512_fmadd_ps(_mm512_set1_ps(dw * y.d), _mm512_cvtepi32_ps(s), acc[k]);
+      }
+    }
+    for (int k = 0; k < NX; ++k) out[k] = hsum16(acc[k]);
+  }
+};
+
+template <bool kVnni>
+constexpr detail::DotKernels kAvx512Table{
+    by_nx<Float512Kernel<Load512F32>>, by_nx<Float512Kernel<Load512F16>>,
+    by_nx<Float512Kernel<Load512BF16>>, by_nx<Q8_0Kernel512<kVnni>>,
+    by_nx<Q45KKernel512<kVnni, false>>, by_nx<Q45KKernel512<kVnni, true>>,
+    by_nx<Q6KKernel512<kVnni>>,
+};
+
+}  // namespace
+}  // namespace ferry::cpu

@@ -1,0 +1,134 @@
+// matmul / matmul_q: activations quantized once per call, then weight rows dotted with them in
+// parallel over rows (oneTBB). For n_batch > 1 the rows are walked in tiles that stay in L1/L2
+// while every activation row passes by, so each weight byte comes from DRAM once per call.
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "kernels/cpu/dot_kernels.hpp"
+#include "kernels/cpu/matmul.hpp"
+#include "kernels/cpu/quants.hpp"
+#include "kernels/cpu/row_check.hpp"
+#include "runtime/core/error.hpp"
+
+namespace ferry::cpu {
+namespace {
+
+using detail::kMaxNx;
+
+// Weight bytes of one row tile in the batched path: well inside L1d (48 KiB on recent cores)
+// next to kMaxNx activation rows.
+constexpr int64_t kTileBytes = 24 * 1024;
+// Below this much work (weight bytes × activation rows) a call runs on the calling thread:
+// spawning tasks costs a few microseconds.
+constexpr int64_t kMinParallelWork = 256 * 1024;
+// Smallest chunk of work one task gets.
+constexpr int64_t kMinTaskWork = 64 * 1024;
+
+void check_matmul(const char* what, GgmlType w, int64_t rows, int64_t cols, int64_t n_batch,
+                  int64_t ldy) {
+  check_row(w, cols, what);
+  if (rows < 0 || n_batch < 0)
+    fail(ErrorKind::invalid_arg, "{}: negative size (rows {}, n_batch {})", what, rows, n_batch);
+  if (n_batch > 1 && ldy < rows)
+    fail(ErrorKind::invalid_arg, "{}: output stride {} is smaller than rows {}", what, ldy, rows);
+}
+
+struct Job {
+  detail::DotFn dot;
+  const uint8_t* W;   // (rows, w_row_bytes)
+  size_t w_row_bytes;
+  int64_t cols;
+  const uint8_t* Xq;  // (n_batch, ldxq bytes)
+  size_t ldxq;
+  int64_t n_batch;
+  float* Y;           // (n_batch, ldy)
+  int64_t ldy;
+
+  void rows(int64_t r0, int64_t r1) const {
+    float tmp[kMaxNx];
+    if (n_batch == 1) {
+      for (int64_t r = r0; r < r1; ++r) dot(cols, W + r * w_row_bytes, Xq, ldxq, 1, Y + r);
+      return;
+    }
+    const int64_t tile = std::max<int64_t>(1, kTileBytes / static_cast<int64_t>(w_row_bytes));
+    for (int64_t t0 = r0; t0 < r1; t0 += tile) {
+      const int64_t t1 = std::min(r1, t0 + tile);
+      for (int64_t b = 0; b < n_batch; b += kMaxNx) {
+        const int nx = static_cast<int>(std::min<int64_t>(kMaxNx, n_batch - b));
+        const uint8_t* x = Xq + b * ldxq;
+        for (int64_t r = t0; r < t1; ++r) {
+          dot(cols, W + r * w_row_bytes, x, ldxq, nx, tmp);
+          for (int j = 0; j < nx; ++j) Y[(b + j) * ldy + r] = tmp[j];
+        }
+      }
+    }
+  }
+};
+
+void run(const Job& job, int64_t rows, bool parallel) {
+  const int64_t work_per_row = static_cast<int64_t>(job.w_row_bytes) * job.n_batch;
+  if (!parallel || rows * work_per_row < kMinParallelWork ||
+      tbb::this_task_arena::max_concurrency() <= 1) {
+    job.rows(0, rows);
+    return;
+  }
+  int64_t grain = std::max<int64_t>(1, kMinTaskWork / std::max<int64_t>(1, work_per_row));
+  if (job.n_batch > 1)  // whole tiles per task
+    grain = std::max<int64_t>(grain, kTileBytes / static_cast<int64_t>(job.w_row_bytes));
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, rows, static_cast<size_t>(grain)),
+                    [&job](const tbb::blocked_range<int64_t>& r) { job.rows(r.begin(), r.end()); });
+}
+
+}  // namespace
+
+void matmul_q(GgmlType w, const void* W, int64_t rows, int64_t cols, const void* Xq, int64_t ldxq,
+              int64_t n_batch, float* Y, int64_t ldy, bool parallel) {
+  check_matmul("matmul_q", w, rows, cols, n_batch, ldy);
+  const detail::DotFn dot = detail::dot_fn(detail::dot_kernels(active_isa()), w);
+  if (!dot) fail(ErrorKind::unsupported, "matmul_q: type {} is not a weight type", type_name(w));
+  const auto x_row_bytes = static_cast<int64_t>(row_bytes(vec_dot_type(w), static_cast<uint64_t>(cols)));
+  if (n_batch > 1 && ldxq < x_row_bytes)
+    fail(ErrorKind::invalid_arg, "matmul_q: activation stride {} B is smaller than a row ({} B)", ldxq,
+         x_row_bytes);
+  if (rows == 0 || n_batch == 0) return;
+  const Job job{dot,
+                static_cast<const uint8_t*>(W),
+                static_cast<size_t>(row_bytes(w, static_cast<uint64_t>(cols))),
+                cols,
+                static_cast<const uint8_t*>(Xq),
+                static_cast<size_t>(ldxq),
+                n_batch,
+                Y,
+                ldy};
+  run(job, rows, parallel);
+}
+
+void matmul(GgmlType w, const void* W, int64_t rows, int64_t cols, const float* X, int64_t ldx,
+            int64_t n_batch, float* Y, int64_t ldy, bool parallel) {
+  check_matmul("matmul", w, rows, cols, n_batch, ldy);
+  if (n_batch > 1 && ldx < cols)
+    fail(ErrorKind::invalid_arg, "matmul: input stride {} is smaller than cols {}", ldx, cols);
+  if (rows == 0 || n_batch == 0) return;
+  const GgmlType vt = vec_dot_type(w);
+  if (vt == GgmlType::F32) {  // F32 weights dot the float activations as they are
+    matmul_q(w, W, rows, cols, X, ldx * 4, n_batch, Y, ldy, parallel);
+    return;
+  }
+  const auto x_row_bytes = static_cast<size_t>(row_bytes(vt, static_cast<uint64_t>(cols)));
+  std::vector<uint8_t> xq(x_row_bytes * static_cast<size_t>(n_batch));  // (n_batch, x_row_bytes)
+  auto quantize = [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) quantize_activation(w, X + b * ldx, xq.data() + b * x_row_bytes, cols);
+  };
+  if (parallel && n_batch > 1 && n_batch * cols >= 64 * 1024)
+    tbb::parallel_for(tbb::blocked_range<int64_t>(0, n_batch),
+                      [&](const tbb::blocked_range<int64_t>& r) { quantize(r.begin(), r.end()); });
+  else
+    quantize(0, n_batch);
+  matmul_q(w, W, rows, cols, xq.data(), static_cast<int64_t>(x_row_bytes), n_batch, Y, ldy, parallel);
+}
+
+}  // namespace ferry::cpu

@@ -1,0 +1,74 @@
+#pragma once
+// Helpers for the ISA-specific kernel files (dot_avx2.cpp, dot_avx512*.cpp, dequant_avx2.cpp).
+//
+// Everything here lives in an anonymous namespace on purpose: each ISA file is compiled with
+// different -m flags, and an inline function or template shared by name across them could be
+// merged by the linker into one copy that uses instructions the running CPU lacks.
+// GCC 12's AVX-512 headers build _mm*_undefined_* as `__m256d __Y = __Y;`, which its own
+// -Wmaybe-uninitialized flags once inlined (GCC bug 105593, fixed in 13); the state at the
+// header's lines is what counts, so the suppression wraps the include.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "kernels/cpu/blocks.hpp"
+#include "kernels/cpu/dot_kernels.hpp"
+
+namespace ferry::cpu {
+namespace {
+
+inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
+
+inline float hsum4(__m128 r) {
+  r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+  r = _mm_add_ss(r, _mm_movehdup_ps(r));
+  return _mm_cvtss_f32(r);
+}
+
+inline float hsum8(__m256 v) {
+  return hsum4(_mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)));
+}
+
+// The 8 six-bit scales (bytes 0..7) and 8 mins (bytes 8..15) of a Q4_K/Q5_K block, unpacked from
+// the 12-byte field with 32-bit masks (same result as scale_min_k4 for j = 0..7).
+inline void unpack_q4k_scales(const uint8_t* s12, uint8_t* out16) {
+  constexpr uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;
+  uint32_t u[4];
+  std::memcpy(u, s12, 12);
+  u[3] = ((u[2] >> 4) & kmask2) | (((u[1] >> 6) & kmask3) << 4);
+  const uint32_t uaux = u[1] & kmask1;
+  u[1] = (u[2] & kmask2) | (((u[0] >> 6) & kmask3) << 4);
+  u[2] = uaux;
+  u[0] &= kmask1;
+  std::memcpy(out16, u, 16);
+}
+
+// Activation rows x_j = x + j·stride as a typed pointer array.
+template <typename T, int NX>
+inline void rows_of(const void* x, size_t stride, const T* (&out)[NX]) {
+  for (int k = 0; k < NX; ++k)
+    out[k] = reinterpret_cast<const T*>(static_cast<const uint8_t*>(x) + k * stride);
+}
+
+// Turns a kernel K (a struct with `template <int NX> static void run(n, w, x, stride, out)`) into
+// a detail::DotFn that handles any nx in 1..kMaxNx.
+template <typename K>
+void by_nx(int64_t n, const void* w, const void* x, size_t stride, int nx, float* out) {
+  static_assert(detail::kMaxNx == 4);
+  switch (nx) {
+    case 1: K::template run<1>(n, w, x, stride, out); return;
+    case 2: K::template run<2>(n, w, x, stride, out); return;
+    case 3: K::template run<3>(n, w, x, stride, out); return;
+    default: K::template run<4>(n, w, x, stride, out); return;
+  }
+}
+
+}  // namespace
+}  // namespace ferry::cpu

@@ -1,0 +1,231 @@
+// matmul / matmul_q against double-precision references, over row counts that are not multiples
+// of any tile, batch sizes 1, 2, 3, 7, 16, 33, strided inputs and outputs, 1 and 2 threads, and
+// every ISA path.
+#include <gtest/gtest.h>
+#include <tbb/task_arena.h>
+
+#include <cmath>
+
+#include "kernel_test_util.hpp"
+#include "runtime/core/error.hpp"
+
+using namespace ferry;
+using namespace ferry::test;
+
+namespace {
+
+// Bound on |x − deq(quantize_activation(x))| for one value, from the activation format:
+// Q8_K: d/2 with d = amax/127 in f32; Q8_0: d/2 plus the fp16 rounding of d (≤ 127·d·2^-11);
+// F16/BF16: half an ulp (2^-11 / 2^-8 relative); F32: exact.
+std::vector<double> activation_error_bound(GgmlType w, const float* x, int64_t n) {
+  std::vector<double> e(static_cast<size_t>(n), 0.0);
+  const GgmlType vt = cpu::vec_dot_type(w);
+  const int64_t bv = type_info(vt).block_values;
+  for (int64_t b = 0; b < n / bv; ++b) {
+    double amax = 0;
+    for (int64_t j = 0; j < bv; ++j) amax = std::max(amax, std::fabs(static_cast<double>(x[b * bv + j])));
+    for (int64_t j = 0; j < bv; ++j) {
+      const double v = std::fabs(static_cast<double>(x[b * bv + j]));
+      double bound = 0;
+      switch (vt) {
+        case GgmlType::Q8_K: bound = amax / 127 * 0.5; break;
+        case GgmlType::Q8_0: bound = amax / 127 * (0.5 + 127.0 / 2048); break;
+        case GgmlType::F16: bound = v * std::ldexp(1.0, -11); break;
+        case GgmlType::BF16: bound = v * std::ldexp(1.0, -8); break;
+        default: break;
+      }
+      e[static_cast<size_t>(b * bv + j)] = bound * 1.001 + 1e-12;
+    }
+  }
+  return e;
+}
+
+struct Problem {
+  GgmlType t;
+  int64_t rows, cols, n_batch, ldx, ldy;
+  std::vector<uint8_t> W;   // (rows, row_bytes)
+  std::vector<float> Wd;    // (rows, cols) dequantized
+  std::vector<float> X;     // (n_batch, ldx)
+};
+
+Problem make_problem(std::mt19937& rng, GgmlType t, int64_t rows, int64_t cols, int64_t n_batch) {
+  Problem p{t, rows, cols, n_batch, cols + 3, rows + 5, {}, {}, {}};
+  const size_t rb = row_bytes(t, static_cast<uint64_t>(cols));
+  p.W.resize(rb * rows);
+  p.Wd.resize(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    const auto w = random_weights(rng, cols);
+    cpu::quantize_row_ref(t, w.data(), p.W.data() + r * rb, cols);
+    cpu::dequantize_row_ref(t, p.W.data() + r * rb, p.Wd.data() + r * cols, cols);
+  }
+  p.X = random_normal(rng, n_batch * p.ldx);
+  return p;
+}
+
+// Per output element: (a) Σ deq(W)·deq(Xq) in double, with the float accumulation tolerance of a
+// dot of cols terms, and (b) Σ deq(W)·X in double, with the rigorous activation-quantization
+// bound Σ |deq(W)|·e on top. Computed once per problem, checked for every ISA / thread count.
+struct Reference {
+  std::vector<double> exact_q, tol_q, exact_f, tol_f;  // (n_batch, rows)
+};
+
+Reference reference(const Problem& p) {
+  Reference ref;
+  const GgmlType vt = cpu::vec_dot_type(p.t);
+  std::vector<uint8_t> xq(row_bytes(vt, static_cast<uint64_t>(p.cols)));
+  for (int64_t b = 0; b < p.n_batch; ++b) {
+    const float* x = p.X.data() + b * p.ldx;
+    cpu::quantize_activation(p.t, x, xq.data(), p.cols);
+    const auto xd = dequantize(vt, xq.data(), p.cols);
+    const auto err = activation_error_bound(p.t, x, p.cols);
+    for (int64_t r = 0; r < p.rows; ++r) {
+      const float* w = p.Wd.data() + r * p.cols;
+      double exact_q = 0, mag = 0, exact_f = 0, act_bound = 0;
+      for (int64_t c = 0; c < p.cols; ++c) {
+        exact_q += static_cast<double>(w[c]) * xd[static_cast<size_t>(c)];
+        mag += std::fabs(static_cast<double>(w[c]) * xd[static_cast<size_t>(c)]);
+        exact_f += static_cast<double>(w[c]) * x[c];
+        act_bound += std::fabs(static_cast<double>(w[c])) * err[static_cast<size_t>(c)];
+      }
+      const double tol = 2 * (static_cast<double>(p.cols) / 8 + 64) * std::ldexp(1.0, -24) * mag;
+      ref.exact_q.push_back(exact_q);
+      ref.tol_q.push_back(tol);
+      ref.exact_f.push_back(exact_f);
+      ref.tol_f.push_back(act_bound + tol);
+    }
+  }
+  return ref;
+}
+
+void check_result(const Problem& p, const Reference& ref, const std::vector<float>& Y,
+                  const std::string& what) {
+  for (int64_t b = 0; b < p.n_batch; ++b) {
+    for (int64_t r = 0; r < p.rows; ++r) {
+      const size_t i = static_cast<size_t>(b * p.rows + r);
+      const double y = Y[static_cast<size_t>(b * p.ldy + r)];
+      ASSERT_NEAR(y, ref.exact_q[i], ref.tol_q[i]) << what << " row " << r << " batch " << b;
+      ASSERT_NEAR(y, ref.exact_f[i], ref.tol_f[i]) << what << " row " << r << " batch " << b;
+    }
+    for (int64_t r = p.rows; r < p.ldy; ++r)  // padding between output rows is left alone
+      ASSERT_EQ(Y[static_cast<size_t>(b * p.ldy + r)], -777.f) << what << " padding";
+  }
+}
+
+std::string describe(const Problem& p, cpu::Isa isa, int threads) {
+  return std::string(type_name(p.t)) + " " + std::to_string(p.rows) + "x" + std::to_string(p.cols) +
+         " batch " + std::to_string(p.n_batch) + " on " + cpu::isa_name(isa) + " threads " +
+         std::to_string(threads);
+}
+
+}  // namespace
+
+TEST(Matmul, MatchesDoubleReferenceAcrossBatchesThreadsAndIsas) {
+  IsaGuard guard;
+  std::mt19937 rng(31);
+  struct Shape { int64_t rows, cols_blocks; };
+  // 37 and 131 rows are not multiples of any tile or grain; 1 row is the degenerate case.
+  const Shape shapes[] = {{1, 2}, {37, 3}, {131, 2}};
+  for (GgmlType t : kWeightTypes) {
+    const int64_t bv = block_values(t) == 1 ? 64 : block_values(t);
+    for (const Shape& s : shapes) {
+      for (int64_t n_batch : {1, 2, 3, 7, 16, 33}) {
+        const Problem p = make_problem(rng, t, s.rows, s.cols_blocks * bv + (bv == 64 ? 5 : 0), n_batch);
+        const Reference ref = reference(p);
+        for (cpu::Isa isa : available_isas()) {
+          cpu::set_isa(isa);
+          for (int threads : {1, 2}) {
+            std::vector<float> Y(static_cast<size_t>(n_batch * p.ldy), -777.f);
+            tbb::task_arena arena(threads);
+            arena.execute([&] {
+              cpu::matmul(t, p.W.data(), p.rows, p.cols, p.X.data(), p.ldx, n_batch, Y.data(), p.ldy);
+            });
+            check_result(p, ref, Y, describe(p, isa, threads));
+            if (HasFatalFailure()) return;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Large enough to take the parallel path (several tasks); the result must not depend on the
+// thread count or on `parallel`.
+TEST(Matmul, ParallelPathIsDeterministic) {
+  IsaGuard guard;
+  std::mt19937 rng(32);
+  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q8_0, GgmlType::F16}) {
+    for (int64_t n_batch : {1, 7}) {
+      const Problem p = make_problem(rng, t, 613, 1024, n_batch);
+      std::vector<float> serial(static_cast<size_t>(n_batch * p.ldy), -777.f);
+      cpu::matmul(t, p.W.data(), p.rows, p.cols, p.X.data(), p.ldx, n_batch, serial.data(), p.ldy,
+                  /*parallel=*/false);
+      check_result(p, reference(p), serial, describe(p, cpu::active_isa(), 1));
+      for (int threads : {1, 2}) {
+        std::vector<float> Y(serial.size());
+        tbb::task_arena arena(threads);
+        arena.execute([&] {
+          cpu::matmul(t, p.W.data(), p.rows, p.cols, p.X.data(), p.ldx, n_batch, Y.data(), p.ldy);
+        });
+        for (int64_t b = 0; b < n_batch; ++b)
+          for (int64_t r = 0; r < p.rows; ++r)
+            ASSERT_EQ(Y[static_cast<size_t>(b * p.ldy + r)], serial[static_cast<size_t>(b * p.ldy + r)])
+                << describe(p, cpu::active_isa(), threads) << " row " << r;
+      }
+    }
+  }
+}
+
+// matmul_q with activations quantized by the caller (strided) gives the same numbers as matmul.
+TEST(Matmul, PreQuantizedActivationsMatchMatmul) {
+  std::mt19937 rng(33);
+  for (GgmlType t : kWeightTypes) {
+    const int64_t cols = 2 * (block_values(t) == 1 ? 128 : block_values(t));
+    const Problem p = make_problem(rng, t, 29, cols, 5);
+    const GgmlType vt = cpu::vec_dot_type(t);
+    const int64_t ldxq = static_cast<int64_t>(row_bytes(vt, static_cast<uint64_t>(cols))) + 16;
+    std::vector<uint8_t> xq(static_cast<size_t>(ldxq * p.n_batch));
+    for (int64_t b = 0; b < p.n_batch; ++b)
+      cpu::quantize_activation(t, p.X.data() + b * p.ldx, xq.data() + b * ldxq, cols);
+    std::vector<float> a(static_cast<size_t>(p.n_batch * p.ldy)), q(a.size());
+    cpu::matmul(t, p.W.data(), p.rows, cols, p.X.data(), p.ldx, p.n_batch, a.data(), p.ldy);
+    cpu::matmul_q(t, p.W.data(), p.rows, cols, xq.data(), ldxq, p.n_batch, q.data(), p.ldy);
+    EXPECT_EQ(a, q) << type_name(t);
+  }
+}
+
+TEST(Matmul, MatvecWrapper) {
+  std::mt19937 rng(34);
+  const Problem p = make_problem(rng, GgmlType::Q6_K, 19, 512, 1);
+  std::vector<float> y(19), Y(static_cast<size_t>(p.ldy));
+  cpu::matvec(GgmlType::Q6_K, p.W.data(), 19, 512, p.X.data(), y.data());
+  cpu::matmul(GgmlType::Q6_K, p.W.data(), 19, 512, p.X.data(), p.ldx, 1, Y.data(), p.ldy);
+  for (int r = 0; r < 19; ++r) EXPECT_EQ(y[r], Y[r]);
+}
+
+TEST(Matmul, RejectsBadArguments) {
+  std::vector<uint8_t> W(144 * 4);
+  std::vector<float> X(1024), Y(1024);
+  auto expect_kind = [](ErrorKind kind, auto&& fn) {
+    try {
+      fn();
+      ADD_FAILURE() << "expected an error";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), kind) << e.what();
+    }
+  };
+  expect_kind(ErrorKind::invalid_arg, [&] {  // cols not a multiple of 256
+    cpu::matmul(GgmlType::Q4_K, W.data(), 2, 300, X.data(), 300, 1, Y.data(), 2);
+  });
+  expect_kind(ErrorKind::unsupported, [&] {
+    cpu::matmul(GgmlType::Q4_0, W.data(), 2, 64, X.data(), 64, 1, Y.data(), 2);
+  });
+  expect_kind(ErrorKind::invalid_arg, [&] {  // output stride smaller than rows
+    cpu::matmul(GgmlType::Q4_K, W.data(), 4, 256, X.data(), 256, 2, Y.data(), 3);
+  });
+  expect_kind(ErrorKind::invalid_arg, [&] {  // input stride smaller than cols
+    cpu::matmul(GgmlType::Q4_K, W.data(), 4, 256, X.data(), 200, 2, Y.data(), 4);
+  });
+  // empty problems are fine
+  EXPECT_NO_THROW(cpu::matmul(GgmlType::Q4_K, W.data(), 0, 256, X.data(), 256, 1, Y.data(), 0));
+  EXPECT_NO_THROW(cpu::matmul(GgmlType::Q4_K, W.data(), 4, 256, X.data(), 256, 0, Y.data(), 4));
+}

@@ -1,0 +1,148 @@
+// Dot products: the scalar reference against a double-precision dot of the dequantized operands,
+// and every SIMD path (each one this CPU has) against the reference, for 1, 2, 3 and 17 blocks,
+// one activation row at a time (vec_dot) and up to four at once (the batched kernels).
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "kernel_test_util.hpp"
+#include "kernels/cpu/dot_kernels.hpp"
+#include "runtime/core/error.hpp"
+
+using namespace ferry;
+using namespace ferry::test;
+
+namespace {
+
+struct DotCase {
+  std::vector<uint8_t> w;                // weight row
+  std::vector<uint8_t> xq;               // activation row in vec_dot_type(w)
+  double exact = 0;                      // Σ deq(w)·deq(xq) in double
+  double magnitude = 0;                  // Σ |deq(w)·deq(xq)|
+};
+
+DotCase make_case(std::mt19937& rng, GgmlType t, int64_t n) {
+  DotCase c;
+  c.w = quantize(t, random_weights(rng, n));
+  const GgmlType vt = cpu::vec_dot_type(t);
+  const auto x = random_normal(rng, n);
+  c.xq.resize(row_bytes(vt, static_cast<uint64_t>(n)));
+  cpu::quantize_activation(t, x.data(), c.xq.data(), n);
+  const auto wd = dequantize(t, c.w.data(), n);
+  const auto xd = dequantize(vt, c.xq.data(), n);
+  for (int64_t i = 0; i < n; ++i) {
+    const double p = static_cast<double>(wd[static_cast<size_t>(i)]) * xd[static_cast<size_t>(i)];
+    c.exact += p;
+    c.magnitude += std::fabs(p);
+  }
+  return c;
+}
+
+// Float accumulation error bound for a dot of n terms: every path sums at most n/8 + 64 rounded
+// terms in sequence (8+ lanes, plus per-block scale products and the final reduction), each
+// adding ≤ 2^-24 relative error of the running magnitude.
+double tolerance(int64_t n, double magnitude) {
+  return (static_cast<double>(n) / 8 + 64) * std::ldexp(1.0, -24) * magnitude + 1e-30;
+}
+
+std::vector<int64_t> test_lengths(GgmlType t) {
+  const int64_t bv = block_values(t);
+  if (bv == 1) return {1, 2, 3, 17, 31, 33, 255, 4096 + 7};
+  return {bv, 2 * bv, 3 * bv, 17 * bv};
+}
+
+}  // namespace
+
+TEST(VecDot, ReferenceMatchesDequantizedDot) {
+  std::mt19937 rng(21);
+  for (GgmlType t : kWeightTypes) {
+    for (int64_t n : test_lengths(t)) {
+      const DotCase c = make_case(rng, t, n);
+      const float got = cpu::vec_dot_ref(t, c.w.data(), c.xq.data(), n);
+      EXPECT_NEAR(got, c.exact, tolerance(n, c.magnitude)) << type_name(t) << " n=" << n;
+    }
+  }
+}
+
+TEST(VecDot, EverySimdPathMatchesReference) {
+  IsaGuard guard;
+  std::mt19937 rng(22);
+  for (cpu::Isa isa : available_isas()) {
+    cpu::set_isa(isa);
+    ASSERT_EQ(cpu::active_isa(), isa);
+    for (GgmlType t : kWeightTypes) {
+      for (int64_t n : test_lengths(t)) {
+        for (int rep = 0; rep < 3; ++rep) {
+          const DotCase c = make_case(rng, t, n);
+          const float ref = cpu::vec_dot_ref(t, c.w.data(), c.xq.data(), n);
+          const float got = cpu::vec_dot(t, c.w.data(), c.xq.data(), n);
+          ASSERT_NEAR(got, ref, 2 * tolerance(n, c.magnitude))
+              << type_name(t) << " n=" << n << " on " << cpu::isa_name(isa);
+        }
+      }
+    }
+  }
+  std::printf("  ISA paths tested: ");
+  for (cpu::Isa isa : available_isas()) std::printf("%s ", cpu::isa_name(isa));
+  std::printf("(detected %s)\n", cpu::isa_name(cpu::detected_isa()));
+}
+
+// The batched kernels (one weight row, nx activation rows) give each row the value vec_dot gives.
+TEST(VecDot, BatchedKernelsMatchSingleRow) {
+  IsaGuard guard;
+  std::mt19937 rng(23);
+  for (cpu::Isa isa : available_isas()) {
+    const auto& kernels = cpu::detail::dot_kernels(isa);
+    cpu::set_isa(isa);
+    for (GgmlType t : kWeightTypes) {
+      const int64_t n = 3 * (block_values(t) == 1 ? 85 : block_values(t));
+      const GgmlType vt = cpu::vec_dot_type(t);
+      const auto w = quantize(t, random_weights(rng, n));
+      const size_t stride = row_bytes(vt, static_cast<uint64_t>(n)) + 40;  // padded rows
+      std::vector<uint8_t> xs(stride * cpu::detail::kMaxNx);
+      for (int j = 0; j < cpu::detail::kMaxNx; ++j) {
+        const auto x = random_normal(rng, n);
+        cpu::quantize_activation(t, x.data(), xs.data() + j * stride, n);
+      }
+      for (int nx = 1; nx <= cpu::detail::kMaxNx; ++nx) {
+        float out[cpu::detail::kMaxNx];
+        cpu::detail::dot_fn(kernels, t)(n, w.data(), xs.data(), stride, nx, out);
+        for (int j = 0; j < nx; ++j) {
+          const float single = cpu::vec_dot(t, w.data(), xs.data() + j * stride, n);
+          ASSERT_EQ(out[j], single) << type_name(t) << " nx=" << nx << " row " << j << " on "
+                                    << cpu::isa_name(isa);
+        }
+      }
+    }
+  }
+}
+
+// Extreme levels: Q8_0 weights at −128 (possible in files from other quantizers) and full-scale
+// activations must not saturate the 16-bit pair sums.
+TEST(VecDot, ExtremeLevelsDoNotSaturate) {
+  IsaGuard guard;
+  std::vector<uint8_t> w(34 * 4), x(34 * 4);
+  for (int b = 0; b < 4; ++b) {
+    const uint16_t one = fp32_to_fp16(1.f);
+    std::memcpy(w.data() + 34 * b, &one, 2);
+    std::memcpy(x.data() + 34 * b, &one, 2);
+    for (int j = 0; j < 32; ++j) {
+      w[34 * b + 2 + j] = static_cast<uint8_t>(static_cast<int8_t>(-128));
+      x[34 * b + 2 + j] = static_cast<uint8_t>(static_cast<int8_t>(j % 2 ? -127 : 127));
+    }
+    x[34 * b + 2] = static_cast<uint8_t>(static_cast<int8_t>(-127));  // unbalanced: Σ ≠ 0
+  }
+  const float ref = cpu::vec_dot_ref(GgmlType::Q8_0, w.data(), x.data(), 128);
+  EXPECT_EQ(ref, 4.f * (-128.f * -127.f * 2));  // per block: 15 pairs cancel, then −127, −127
+  for (cpu::Isa isa : available_isas()) {
+    cpu::set_isa(isa);
+    EXPECT_EQ(cpu::vec_dot(GgmlType::Q8_0, w.data(), x.data(), 128), ref) << cpu::isa_name(isa);
+  }
+}
+
+TEST(VecDot, RejectsBadInput) {
+  std::vector<uint8_t> buf(4096);
+  EXPECT_THROW(cpu::vec_dot(GgmlType::Q4_K, buf.data(), buf.data(), 100), Error);
+  EXPECT_THROW(cpu::vec_dot(GgmlType::Q8_K, buf.data(), buf.data(), 256), Error);
+  EXPECT_THROW(cpu::vec_dot_ref(GgmlType::Q4_0, buf.data(), buf.data(), 32), Error);
+}
