@@ -1,0 +1,275 @@
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/check.cuh"
+#include "kernels/cuda/quant_device.cuh"
+
+namespace ferry::cuda {
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kTileQ = 16;   // queries per tiled block (4 per warp)
+constexpr int kTileKV = 16;  // keys per shared-memory tile
+constexpr int kKeysPerSplit = 256;
+constexpr int kMaxSplits = 64;
+
+template <typename KV>
+__device__ __forceinline__ float load_kv(const KV* p, int64_t i) {
+  if constexpr (sizeof(KV) == 2) return __half2float(p[i]);
+  else return p[i];
+}
+
+__device__ __forceinline__ float sigmoidf_(float x) { return 1.f / (1.f + expf(-x)); }
+
+// Weight of a partial softmax state with max m relative to the global max M (0 for empty states).
+__device__ __forceinline__ float rescale(float m, float M) { return m == -INFINITY ? 0.f : expf(m - M); }
+
+// Rows kernel: grid (n_head, n_tokens, n_split), 4 warps. Warp w walks keys begin+w, begin+w+4,
+// ...: one key per step, lanes over head dims (coalesced K/V row reads), a warp-sum per score,
+// online softmax. The 4 warp states are merged in shared memory; with n_split > 1 the block
+// writes its (max, sum, acc[head_dim]) partial to the workspace for attention_combine_kernel.
+template <int HD, typename KV>
+__global__ void __launch_bounds__(32 * kWarps)
+    attention_rows_kernel(AttentionArgs a, int n_split, int64_t keys_per_split) {
+  constexpr int M = HD / 32;
+  __shared__ float sm_m[kWarps], sm_l[kWarps];
+  __shared__ float sm_acc[kWarps][HD];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int h = blockIdx.x, split = blockIdx.z;
+  const int64_t t = blockIdx.y;
+  const int g = h / (a.n_head / a.n_head_kv);
+  const int64_t n_vis = a.p0 + t + 1;
+  const int64_t begin = split * keys_per_split;
+  const int64_t end = min(n_vis, begin + keys_per_split);
+  const KV* kc = static_cast<const KV*>(a.k_cache);
+  const KV* vc = static_cast<const KV*>(a.v_cache);
+
+  float q[M], acc[M];
+  const float* qh = a.q + t * a.q_ld_token + int64_t{h} * a.q_ld_head;
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    q[m] = qh[lane + 32 * m] * a.scale;
+    acc[m] = 0.f;
+  }
+  float mx = -INFINITY, l = 0.f;
+  for (int64_t j = begin + warp; j < end; j += kWarps) {
+    const int64_t base = (j * a.n_head_kv + g) * HD;
+    float s = 0.f;
+#pragma unroll
+    for (int m = 0; m < M; ++m) s += q[m] * load_kv(kc, base + lane + 32 * m);
+    s = detail::warp_sum(s);
+    const float m_new = fmaxf(mx, s);
+    const float corr = expf(mx - m_new);  // exp(−inf) = 0 on the first key
+    const float p = expf(s - m_new);
+    l = l * corr + p;
+#pragma unroll
+    for (int m = 0; m < M; ++m) acc[m] = acc[m] * corr + p * load_kv(vc, base + lane + 32 * m);
+    mx = m_new;
+  }
+  if (lane == 0) {
+    sm_m[warp] = mx;
+    sm_l[warp] = l;
+  }
+#pragma unroll
+  for (int m = 0; m < M; ++m) sm_acc[warp][lane + 32 * m] = acc[m];
+  __syncthreads();
+  float Mx = -INFINITY;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) Mx = fmaxf(Mx, sm_m[w]);
+  float L = 0.f;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) L += sm_l[w] * rescale(sm_m[w], Mx);
+  for (int d = threadIdx.x; d < HD; d += blockDim.x) {
+    float o = 0.f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) o += sm_acc[w][d] * rescale(sm_m[w], Mx);
+    if (n_split == 1) {
+      o /= L;
+      if (a.gate) o *= sigmoidf_(a.gate[t * a.gate_ld_token + int64_t{h} * a.gate_ld_head + d]);
+      a.out[t * a.out_ld_token + int64_t{h} * HD + d] = o;
+    } else {
+      float* part = static_cast<float*>(a.workspace) + ((t * a.n_head + h) * n_split + split) * (HD + 2);
+      part[2 + d] = o;
+      if (d == 0) {
+        part[0] = Mx;
+        part[1] = L;
+      }
+    }
+  }
+}
+
+// grid (n_head, n_tokens), HD threads: merges the n_split partials of one (token, head).
+template <int HD>
+__global__ void attention_combine_kernel(AttentionArgs a, int n_split) {
+  const int h = blockIdx.x, d = threadIdx.x;
+  const int64_t t = blockIdx.y;
+  const float* part = static_cast<const float*>(a.workspace) + (t * a.n_head + h) * n_split * (HD + 2);
+  float Mx = -INFINITY;
+  for (int s = 0; s < n_split; ++s) Mx = fmaxf(Mx, part[s * (HD + 2)]);
+  float L = 0.f, o = 0.f;
+  for (int s = 0; s < n_split; ++s) {
+    const float w = rescale(part[s * (HD + 2)], Mx);
+    L += part[s * (HD + 2) + 1] * w;
+    o += part[s * (HD + 2) + 2 + d] * w;
+  }
+  o /= L;
+  if (a.gate) o *= sigmoidf_(a.gate[t * a.gate_ld_token + int64_t{h} * a.gate_ld_head + d]);
+  a.out[t * a.out_ld_token + int64_t{h} * HD + d] = o;
+}
+
+// Tiled kernel: grid (n_head, ⌈n_tokens/16⌉), 4 warps × 4 queries. Each K/V tile of 16 keys is
+// converted to float in shared memory once and used by all 16 queries of the block.
+template <int HD, typename KV>
+__global__ void __launch_bounds__(32 * kWarps) attention_tiled_kernel(AttentionArgs a) {
+  constexpr int M = HD / 32;
+  constexpr int QW = kTileQ / kWarps;
+  __shared__ float Ks[kTileKV][HD];
+  __shared__ float Vs[kTileKV][HD];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int h = blockIdx.x;
+  const int g = h / (a.n_head / a.n_head_kv);
+  const int64_t t0 = int64_t{blockIdx.y} * kTileQ;
+  const int64_t t_last = min(t0 + kTileQ, a.n_tokens) - 1;
+  const int64_t key_last = a.p0 + t_last;  // last key any query of the block sees
+  const KV* kc = static_cast<const KV*>(a.k_cache);
+  const KV* vc = static_cast<const KV*>(a.v_cache);
+
+  float q[QW][M], acc[QW][M], mx[QW], l[QW];
+#pragma unroll
+  for (int i = 0; i < QW; ++i) {
+    const int64_t t = t0 + warp * QW + i;
+    const float* qh = a.q + min(t, a.n_tokens - 1) * a.q_ld_token + int64_t{h} * a.q_ld_head;
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      q[i][m] = qh[lane + 32 * m] * a.scale;
+      acc[i][m] = 0.f;
+    }
+    mx[i] = -INFINITY;
+    l[i] = 0.f;
+  }
+  for (int64_t kb = 0; kb <= key_last; kb += kTileKV) {
+    for (int e = threadIdx.x; e < kTileKV * HD; e += blockDim.x) {
+      const int jj = e / HD, d = e % HD;
+      const int64_t j = kb + jj;
+      const int64_t idx = (j * a.n_head_kv + g) * HD + d;
+      Ks[jj][d] = j <= key_last ? load_kv(kc, idx) : 0.f;
+      Vs[jj][d] = j <= key_last ? load_kv(vc, idx) : 0.f;
+    }
+    __syncthreads();
+    for (int jj = 0; jj < kTileKV; ++jj) {
+      const int64_t j = kb + jj;
+#pragma unroll
+      for (int i = 0; i < QW; ++i) {
+        const int64_t t = t0 + warp * QW + i;
+        if (t >= a.n_tokens || j > a.p0 + t) continue;  // uniform across the warp
+        float s = 0.f;
+#pragma unroll
+        for (int m = 0; m < M; ++m) s += q[i][m] * Ks[jj][lane + 32 * m];
+        s = detail::warp_sum(s);
+        const float m_new = fmaxf(mx[i], s);
+        const float corr = expf(mx[i] - m_new);
+        const float p = expf(s - m_new);
+        l[i] = l[i] * corr + p;
+#pragma unroll
+        for (int m = 0; m < M; ++m) acc[i][m] = acc[i][m] * corr + p * Vs[jj][lane + 32 * m];
+        mx[i] = m_new;
+      }
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int i = 0; i < QW; ++i) {
+    const int64_t t = t0 + warp * QW + i;
+    if (t >= a.n_tokens) continue;
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      const int d = lane + 32 * m;
+      float o = acc[i][m] / l[i];
+      if (a.gate) o *= sigmoidf_(a.gate[t * a.gate_ld_token + int64_t{h} * a.gate_ld_head + d]);
+      a.out[t * a.out_ld_token + int64_t{h} * HD + d] = o;
+    }
+  }
+}
+
+void check_args(const char* op, const AttentionArgs& a) {
+  require(a.q && a.k_cache && a.v_cache && a.out, op, "null q, k_cache, v_cache or out");
+  require(a.n_head >= 1 && a.n_head_kv >= 1 && a.n_head % a.n_head_kv == 0, op,
+          "n_head (" + std::to_string(a.n_head) + ") must be a multiple of n_head_kv (" +
+              std::to_string(a.n_head_kv) + ")");
+  require(a.n_tokens >= 1 && a.n_tokens <= 65535 && a.p0 >= 0, op, "n_tokens must be in [1, 65535], p0 ≥ 0");
+  require(a.n_head <= 65535, op, "too many heads");
+  require(a.kv_type == GgmlType::F16 || a.kv_type == GgmlType::F32, op, "KV cache type must be F16 or F32");
+  require(a.out_ld_token >= int64_t{a.n_head} * a.head_dim, op, "out_ld_token too small");
+  require(a.q_ld_head >= a.head_dim && a.q_ld_token >= int64_t{a.n_head} * a.q_ld_head, op, "bad q strides");
+  if (a.gate) require(a.gate_ld_head >= a.head_dim && a.gate_ld_token >= int64_t{a.n_head} * a.gate_ld_head, op, "bad gate strides");
+}
+
+#define FERRY_DISPATCH_HEAD_DIM(hd, op, ...)                                      \
+  switch (hd) {                                                                   \
+    case 32: { constexpr int kHD = 32; __VA_ARGS__; break; }                      \
+    case 64: { constexpr int kHD = 64; __VA_ARGS__; break; }                      \
+    case 128: { constexpr int kHD = 128; __VA_ARGS__; break; }                    \
+    case 256: { constexpr int kHD = 256; __VA_ARGS__; break; }                    \
+    default:                                                                      \
+      throw_unsupported(std::string(op) + ": head_dim " + std::to_string(hd) +   \
+                        " (supported: 32, 64, 128, 256)");                        \
+  }
+
+int choose_splits(const AttentionArgs& a) {
+  const int64_t n_kv = a.p0 + a.n_tokens;
+  int n_split = static_cast<int>(std::min<int64_t>((n_kv + kKeysPerSplit - 1) / kKeysPerSplit, kMaxSplits));
+  if (n_split > 1 && (!a.workspace || a.workspace_bytes < attention_workspace_bytes(a.n_tokens, a.n_head, a.head_dim, n_kv)))
+    n_split = 1;
+  return std::max(n_split, 1);
+}
+
+}  // namespace
+
+size_t attention_workspace_bytes(int64_t n_tokens, int n_head, int head_dim, int64_t n_kv) {
+  const int64_t n_split = std::min<int64_t>((n_kv + kKeysPerSplit - 1) / kKeysPerSplit, kMaxSplits);
+  return static_cast<size_t>(n_tokens) * n_head * n_split * (head_dim + 2) * sizeof(float);
+}
+
+void attention_rows(const AttentionArgs& a, cudaStream_t stream) {
+  const char* op = "attention_rows";
+  check_args(op, a);
+  const int n_split = choose_splits(a);
+  const int64_t n_kv = a.p0 + a.n_tokens;
+  const int64_t keys_per_split = (n_kv + n_split - 1) / n_split;
+  const dim3 grid(static_cast<unsigned>(a.n_head), static_cast<unsigned>(a.n_tokens), static_cast<unsigned>(n_split));
+  FERRY_DISPATCH_HEAD_DIM(a.head_dim, op, {
+    if (a.kv_type == GgmlType::F16)
+      attention_rows_kernel<kHD, __half><<<grid, 32 * kWarps, 0, stream>>>(a, n_split, keys_per_split);
+    else
+      attention_rows_kernel<kHD, float><<<grid, 32 * kWarps, 0, stream>>>(a, n_split, keys_per_split);
+    FERRY_CUDA_CHECK_LAUNCH("attention_rows_kernel");
+    if (n_split > 1) {
+      attention_combine_kernel<kHD><<<dim3(static_cast<unsigned>(a.n_head), static_cast<unsigned>(a.n_tokens)), kHD, 0, stream>>>(a, n_split);
+      FERRY_CUDA_CHECK_LAUNCH("attention_combine_kernel");
+    }
+  });
+}
+
+void attention_tiled(const AttentionArgs& a, cudaStream_t stream) {
+  const char* op = "attention_tiled";
+  check_args(op, a);
+  const dim3 grid(static_cast<unsigned>(a.n_head), static_cast<unsigned>((a.n_tokens + kTileQ - 1) / kTileQ));
+  FERRY_DISPATCH_HEAD_DIM(a.head_dim, op, {
+    if (a.kv_type == GgmlType::F16)
+      attention_tiled_kernel<kHD, __half><<<grid, 32 * kWarps, 0, stream>>>(a);
+    else
+      attention_tiled_kernel<kHD, float><<<grid, 32 * kWarps, 0, stream>>>(a);
+    FERRY_CUDA_CHECK_LAUNCH("attention_tiled_kernel");
+  });
+}
+
+void attention(const AttentionArgs& a, cudaStream_t stream) {
+  if (a.n_tokens <= kAttentionRowsMaxTokens) attention_rows(a, stream);
+  else attention_tiled(a, stream);
+}
+
+}  // namespace ferry::cuda

@@ -1,0 +1,73 @@
+#pragma once
+// Quantized matrix-vector and matrix-matrix products on the GPU. Weights stay in their GGUF
+// type and are dequantized on the fly; activations are float (not quantized to q8_1 as llama.cpp
+// does: decode is bound by weight bytes, and float activations keep results close to exact math).
+//
+//   W: (rows, cols) of weight type w, row r at (const uint8_t*)W + r·row_bytes(w, cols)
+//   X: (n_batch, cols) float, row stride ldx        Y: (n_batch, rows) float, row stride ldy
+//   Y[b][r] = Σ_c W[r][c]·X[b][c]
+// Requirements (checked, invalid_arg otherwise): W, X, Y 16-byte aligned, ldx a multiple of 4,
+// cols a multiple of the type's block (256 for K-quants, 32 for Q8_0, 8 for F16/BF16, 4 for F32).
+// Types: F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K. All functions are asynchronous on `stream`.
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "runtime/core/types.hpp"
+
+namespace ferry::cuda {
+
+class Blas;
+
+// One warp per output row, every weight row read once per 8 activation rows: the decode path and
+// the path for small batches. Any n_batch ≥ 1.
+void matmul_direct(GgmlType w, const void* W, int64_t rows, int64_t cols, const float* X,
+                   int64_t ldx, int64_t n_batch, float* Y, int64_t ldy, cudaStream_t stream);
+
+inline void matvec(GgmlType w, const void* W, int64_t rows, int64_t cols, const float* x, float* y,
+                   cudaStream_t stream) {
+  matmul_direct(w, W, rows, cols, x, cols, 1, y, rows, stream);
+}
+
+// Shared-memory tiled kernel (32 rows × 32 batch rows × 128 columns per tile), weights dequantized
+// into shared memory once per tile: the prefill path when cuBLAS is absent. cols % 128 == 0.
+void matmul_tiled(GgmlType w, const void* W, int64_t rows, int64_t cols, const float* X,
+                  int64_t ldx, int64_t n_batch, float* Y, int64_t ldy, cudaStream_t stream);
+
+enum class GemmPrecision { f16, f32 };
+
+// Workspace for matmul_blas to do the whole product in one GEMM; less (down to min_bytes) makes
+// it process the rows in chunks.
+size_t matmul_blas_workspace_bytes(GgmlType w, int64_t rows, int64_t cols, int64_t n_batch,
+                                   GemmPrecision p);
+size_t matmul_blas_min_workspace_bytes(GgmlType w, int64_t cols, int64_t n_batch, GemmPrecision p);
+
+// Dequantize W (chunk by chunk) and convert X into `workspace`, then one cuBLAS GEMM per chunk
+// (f16 inputs on tensor cores, or f32), f32 accumulation. The prefill path for large batches.
+void matmul_blas(Blas& blas, GemmPrecision p, GgmlType w, const void* W, int64_t rows,
+                 int64_t cols, const float* X, int64_t ldx, int64_t n_batch, float* Y, int64_t ldy,
+                 void* workspace, size_t workspace_bytes, cudaStream_t stream);
+
+// Picks a path: n_batch ≤ kDirectMaxBatch → direct; else cuBLAS when blas is given and the
+// workspace is at least the minimum; else tiled (when cols % 128 == 0); else direct.
+inline constexpr int64_t kDirectMaxBatch = 8;
+void matmul(GgmlType w, const void* W, int64_t rows, int64_t cols, const float* X, int64_t ldx,
+            int64_t n_batch, float* Y, int64_t ldy, Blas* blas, void* workspace,
+            size_t workspace_bytes, cudaStream_t stream, GemmPrecision p = GemmPrecision::f16);
+
+// dst (rows, cols) float or half, contiguous ← W dequantized (bit-exact with ggml's reference).
+void dequantize(GgmlType w, const void* W, int64_t rows, int64_t cols, float* dst,
+                cudaStream_t stream);
+void dequantize_f16(GgmlType w, const void* W, int64_t rows, int64_t cols, void* dst_half,
+                    cudaStream_t stream);
+
+// Embedding lookup: out[t] (n_embd floats) ← row ids[t] of table (n_vocab, n_embd) of type w.
+// ids is a device array; an id outside [0, n_vocab) yields a row of NaN (callers validate ids on
+// the host; the NaN makes a missed check visible instead of reading out of bounds).
+void embed_rows(GgmlType w, const void* table, int64_t n_vocab, int64_t n_embd,
+                const int32_t* ids, int64_t n_tokens, float* out, cudaStream_t stream);
+
+// Checks shared by the launchers (alignment, block multiple); `op` names the caller.
+void check_weight_args(const char* op, GgmlType w, const void* W, int64_t rows, int64_t cols);
+
+}  // namespace ferry::cuda

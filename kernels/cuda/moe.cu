@@ -1,0 +1,116 @@
+#include <string>
+
+#include "kernels/cuda/check.cuh"
+#include "kernels/cuda/matmul.cuh"
+#include "kernels/cuda/moe.cuh"
+#include "kernels/cuda/quant_device.cuh"
+
+namespace ferry::cuda {
+namespace {
+
+using detail::Unit;
+
+constexpr int kWarps = 4;
+constexpr int kMaxK = 64;
+
+// grid.x: row blocks of n_ff; grid.y: token·k + slot.
+template <GgmlType T>
+__global__ void __launch_bounds__(32 * kWarps)
+    gate_up_kernel(const ExpertPtrs* __restrict__ table, const int32_t* __restrict__ ids,
+                   int64_t n_embd, int64_t n_ff, int k, const float* __restrict__ x,
+                   float* __restrict__ h) {
+  using U = Unit<T>;
+  const int lane = threadIdx.x & 31;
+  const int64_t row = int64_t{blockIdx.x} * kWarps + (threadIdx.x >> 5);
+  const int64_t ts = blockIdx.y;  // token * k + slot
+  if (row >= n_ff) return;
+  const int32_t e = ids[ts];
+  float* out = h + ts * n_ff + row;
+  if (e < 0) {
+    if (lane == 0) *out = 0.f;
+    return;
+  }
+  const ExpertPtrs p = table[e];
+  const int64_t rb = detail::row_bytes_of<T>(n_embd);
+  const uint8_t* g = static_cast<const uint8_t*>(p.gate) + row * rb;
+  const uint8_t* u = static_cast<const uint8_t*>(p.up) + row * rb;
+  const float* xt = x + (ts / k) * n_embd;
+  float ag = 0.f, au = 0.f;
+  for (int64_t un = lane; un < n_embd / U::kValues; un += 32) {
+    ag += detail::unit_dot<T>(g, un, xt);
+    au += detail::unit_dot<T>(u, un, xt);
+  }
+  ag = detail::warp_sum(ag);
+  au = detail::warp_sum(au);
+  if (lane == 0) *out = ag / (1.f + expf(-ag)) * au;
+}
+
+// grid.x: row blocks of n_embd; grid.y: token.
+template <GgmlType T>
+__global__ void __launch_bounds__(32 * kWarps)
+    down_kernel(const ExpertPtrs* __restrict__ table, const int32_t* __restrict__ ids,
+                const float* __restrict__ weights, int64_t n_embd, int64_t n_ff, int k,
+                const float* __restrict__ h, float* __restrict__ y, bool accumulate) {
+  using U = Unit<T>;
+  const int lane = threadIdx.x & 31;
+  const int64_t row = int64_t{blockIdx.x} * kWarps + (threadIdx.x >> 5);
+  const int64_t t = blockIdx.y;
+  if (row >= n_embd) return;
+  const int64_t rb = detail::row_bytes_of<T>(n_ff);
+  float total = 0.f;
+  for (int j = 0; j < k; ++j) {
+    const int32_t e = ids[t * k + j];
+    if (e < 0) continue;
+    const uint8_t* d = static_cast<const uint8_t*>(table[e].down) + row * rb;
+    const float* ht = h + (t * k + j) * n_ff;
+    float acc = 0.f;
+    for (int64_t un = lane; un < n_ff / U::kValues; un += 32) acc += detail::unit_dot<T>(d, un, ht);
+    total += weights[t * k + j] * detail::warp_sum(acc);
+  }
+  if (lane == 0) {
+    float* o = y + t * n_embd + row;
+    *o = accumulate ? *o + total : total;
+  }
+}
+
+void check_moe_args(const char* op, const ExpertPtrs* table, const int32_t* ids, int64_t n_tokens,
+                    int k, const float* a, const float* b) {
+  require(table && ids && a && b, op, "null pointer argument");
+  require(k >= 1 && k <= kMaxK, op, "k must be in [1, 64], got " + std::to_string(k));
+  require(n_tokens >= 1 && n_tokens * k <= 65535, op, "n_tokens·k must be in [1, 65535]");
+  require(aligned(a, 16) && aligned(b, 16), op, "activations must be 16-byte aligned");
+}
+
+}  // namespace
+
+void moe_gate_up_swiglu(GgmlType t_gate_up, const ExpertPtrs* table, const int32_t* ids,
+                        int64_t n_tokens, int k, int64_t n_embd, int64_t n_ff, const float* x,
+                        float* h, cudaStream_t stream) {
+  const char* op = "moe_gate_up_swiglu";
+  check_moe_args(op, table, ids, n_tokens, k, x, h);
+  // Validates type and widths; the per-expert pointers are checked for alignment by the caller
+  // (a table lives on the device; reading it back here would cost a sync).
+  check_weight_args(op, t_gate_up, reinterpret_cast<const void*>(16), n_ff, n_embd);
+  require(n_ff % 4 == 0, op, "n_ff must be a multiple of 4 (h rows are read with float4)");
+  const dim3 grid(static_cast<unsigned>((n_ff + kWarps - 1) / kWarps), static_cast<unsigned>(n_tokens * k));
+  FERRY_DISPATCH_WEIGHT_TYPE(t_gate_up, op, {
+    gate_up_kernel<kT><<<grid, 32 * kWarps, 0, stream>>>(table, ids, n_embd, n_ff, k, x, h);
+  });
+  FERRY_CUDA_CHECK_LAUNCH("gate_up_kernel");
+}
+
+void moe_down(GgmlType t_down, const ExpertPtrs* table, const int32_t* ids, const float* weights,
+              int64_t n_tokens, int k, int64_t n_embd, int64_t n_ff, const float* h, float* y,
+              bool accumulate, cudaStream_t stream) {
+  const char* op = "moe_down";
+  check_moe_args(op, table, ids, n_tokens, k, h, y);
+  require(weights != nullptr, op, "null routing weights");
+  check_weight_args(op, t_down, reinterpret_cast<const void*>(16), n_embd, n_ff);
+  const dim3 grid(static_cast<unsigned>((n_embd + kWarps - 1) / kWarps), static_cast<unsigned>(n_tokens));
+  FERRY_DISPATCH_WEIGHT_TYPE(t_down, op, {
+    down_kernel<kT><<<grid, 32 * kWarps, 0, stream>>>(table, ids, weights, n_embd, n_ff, k, h, y, accumulate);
+  });
+  FERRY_CUDA_CHECK_LAUNCH("down_kernel");
+}
+
+}  // namespace ferry::cuda

@@ -1,0 +1,40 @@
+#pragma once
+// Grouped expert products for the MoE step: each (token, slot) names an expert through a device
+// table of pointers, so experts can live anywhere (VRAM cache slots, a pool, a mapped host buffer).
+//
+//   table:   (n_table) ExpertPtrs in device memory, indexed by the ids below (the caller decides
+//            what an id is: global expert id, or cache slot)
+//   ids:     (n_tokens, k) int32 device; id < 0 = skip this slot (computed elsewhere, e.g. on CPU)
+//   weights: (n_tokens, k) float device, routing weights
+//   x:       (n_tokens, n_embd) float         h: (n_tokens, k, n_ff) float scratch
+//   y:       (n_tokens, n_embd) float
+// Expert matrices: gate, up (n_ff, n_embd) of type t_gate_up; down (n_embd, n_ff) of type t_down.
+// Requirements as for matmul_direct (16-byte aligned pointers, block-multiple widths).
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "runtime/core/types.hpp"
+
+namespace ferry::cuda {
+
+struct ExpertPtrs {
+  const void* gate;  // (n_ff, n_embd)
+  const void* up;    // (n_ff, n_embd)
+  const void* down;  // (n_embd, n_ff)
+};
+
+// h[t][j] = silu(gate_e · x_t) ⊙ (up_e · x_t), e = ids[t][j]; h[t][j] = 0 where e < 0.
+// One warp per (row, token, slot) computes both dots from one pass over x (fused SwiGLU).
+void moe_gate_up_swiglu(GgmlType t_gate_up, const ExpertPtrs* table, const int32_t* ids,
+                        int64_t n_tokens, int k, int64_t n_embd, int64_t n_ff, const float* x,
+                        float* h, cudaStream_t stream);
+
+// y[t] (+)= Σ_j weights[t][j] · (down_e · h[t][j]) over slots with e = ids[t][j] ≥ 0; one warp
+// per output row sums the k experts in a fixed order (deterministic, no atomics).
+// accumulate=false overwrites y.
+void moe_down(GgmlType t_down, const ExpertPtrs* table, const int32_t* ids, const float* weights,
+              int64_t n_tokens, int k, int64_t n_embd, int64_t n_ff, const float* h, float* y,
+              bool accumulate, cudaStream_t stream);
+
+}  // namespace ferry::cuda
