@@ -92,7 +92,7 @@ int run_gguf_copy(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return app.exit(e) == 0 ? 0 : 2;  // --help → 0; usage errors → 2, like `ferry` itself
   }
 
   const gguf::File in = gguf::File::open(in_path);

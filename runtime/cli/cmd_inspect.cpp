@@ -308,7 +308,7 @@ int run_inspect(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return app.exit(e) == 0 ? 0 : 2;  // --help → 0; usage errors → 2, like `ferry` itself
   }
   const File f = File::open(path);
   if (as_json) {
