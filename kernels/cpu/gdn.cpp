@@ -209,17 +209,17 @@ void gdn_gated_rms_norm(const float* o, int64_t ldo, const float* z, int64_t ldz
 }
 
 void gdn_gates(const float* b_raw, int64_t ldb, const float* a_raw, int64_t lda,
-               const float* dt_bias, const float* ssm_a, float* beta, float* g, int64_t n_tokens,
-               int32_t n_v_heads) {
-  if (n_tokens < 0 || n_v_heads <= 0 || ldb < n_v_heads || lda < n_v_heads)
-    fail(ErrorKind::invalid_arg, "gdn gates: bad shape (tokens {}, heads {}, ld {}/{})",
-         n_tokens, n_v_heads, ldb, lda);
+               const float* dt_bias, const float* ssm_a, float* beta, float* g, int64_t ld_out,
+               int64_t n_tokens, int32_t n_heads) {
+  if (n_tokens < 0 || n_heads <= 0 || ldb < n_heads || lda < n_heads || ld_out < n_heads)
+    fail(ErrorKind::invalid_arg, "gdn gates: bad shape (tokens {}, heads {}, ld {}/{}/{})",
+         n_tokens, n_heads, ldb, lda, ld_out);
   for (int64_t t = 0; t < n_tokens; ++t) {
-    for (int32_t h = 0; h < n_v_heads; ++h) {
-      beta[t * n_v_heads + h] = 1.0f / (1.0f + std::exp(-b_raw[t * ldb + h]));
+    for (int32_t h = 0; h < n_heads; ++h) {
+      beta[t * ld_out + h] = 1.0f / (1.0f + std::exp(-b_raw[t * ldb + h]));
       const float x = a_raw[t * lda + h] + dt_bias[h];
       const float softplus = x > 20.0f ? x : std::log(1.0f + std::exp(x));  // ggml's threshold
-      g[t * n_v_heads + h] = softplus * ssm_a[h];
+      g[t * ld_out + h] = softplus * ssm_a[h];
     }
   }
 }

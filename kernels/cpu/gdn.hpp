@@ -94,10 +94,12 @@ void gdn_gated_rms_norm(const float* o, int64_t ldo, const float* z, int64_t ldz
 // Gates from the two small projections:
 //   beta[t][h] = sigmoid(b_raw[t][h])
 //   g[t][h]    = ssm_a[h] · softplus(a_raw[t][h] + dt_bias[h])   (ssm_a = −exp(A_log) < 0)
-//   b_raw, a_raw: (n_tokens, n_v_heads), token strides ldb, lda
-//   beta, g:      (n_tokens, n_v_heads), contiguous
+//   b_raw, a_raw: (n_tokens, n_heads), token strides ldb, lda
+//   dt_bias, ssm_a: (n_heads)
+//   beta, g:      (n_tokens, n_heads), token stride ld_out
+// (qwen3next interleaves b and a per key-head group: call once per group with offset pointers.)
 void gdn_gates(const float* b_raw, int64_t ldb, const float* a_raw, int64_t lda,
-               const float* dt_bias, const float* ssm_a, float* beta, float* g, int64_t n_tokens,
-               int32_t n_v_heads);
+               const float* dt_bias, const float* ssm_a, float* beta, float* g, int64_t ld_out,
+               int64_t n_tokens, int32_t n_heads);
 
 }  // namespace ferry::cpu

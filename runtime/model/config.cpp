@@ -10,7 +10,7 @@ namespace ferry {
 namespace {
 
 // Architectures with a forward implementation. Keep in sync with model.cpp's dispatch.
-constexpr Arch kSupported[] = {Arch::qwen3moe};
+constexpr Arch kSupported[] = {Arch::qwen3moe, Arch::qwen35moe, Arch::qwen3next};
 
 std::optional<Arch> arch_from_name(std::string_view s) {
   if (s == "qwen3moe") return Arch::qwen3moe;
@@ -79,6 +79,60 @@ void read_qwen3moe(const gguf::File& f, ModelConfig& c) {
   c.layer_kind.assign(static_cast<size_t>(c.n_layer), LayerKind::attention);
 }
 
+// qwen35moe / qwen3next (llama.cpp's load_arch_hparams of both): attention keys as qwen3moe plus
+// the shared expert, the ssm.* DeltaNet keys and which blocks are recurrent. block_count includes
+// nextn_predict_layers trailing MTP blocks, which are not run.
+void read_hybrid(const gguf::File& f, ModelConfig& c, std::string_view arch) {
+  const Keys k(f, arch);
+  const int32_t n_all = k.i32("block_count");
+  const int32_t n_nextn = k.i32("nextn_predict_layers", 0);
+  if (n_nextn >= n_all)
+    fail(ErrorKind::format, "key {}.nextn_predict_layers in {} is {}, not below block_count {}", arch,
+         f.path(), n_nextn, n_all);
+  c.n_layer = n_all - n_nextn;
+  c.n_embd = k.i32("embedding_length");
+  c.n_ctx_train = k.i32("context_length");
+  c.n_head = k.i32("attention.head_count");
+  c.n_head_kv = k.i32("attention.head_count_kv", c.n_head);
+  c.head_dim_k = k.i32("attention.key_length", c.n_head > 0 ? c.n_embd / c.n_head : 0);
+  c.head_dim_v = k.i32("attention.value_length", c.head_dim_k);
+  c.n_rot = k.i32("rope.dimension_count", c.head_dim_k);
+  c.rope_freq_base = k.f32("rope.freq_base", 10000.0f);
+  c.rms_eps = k.f32("attention.layer_norm_rms_epsilon");
+  c.attn_output_gate = true;
+  c.n_expert = k.i32("expert_count");
+  c.n_expert_used = k.i32("expert_used_count");
+  c.n_ff_exp = k.i32("expert_feed_forward_length");
+  c.n_ff_shexp = k.i32("expert_shared_feed_forward_length",
+                       k.has("feed_forward_length") ? k.i32("feed_forward_length") : 0);
+  c.expert_weights_norm = true;
+  c.expert_weights_scale = k.f32("expert_weights_scale", 0.0f);
+  c.ssm_conv_kernel = k.i32("ssm.conv_kernel");
+  c.ssm_state_size = k.i32("ssm.state_size");
+  c.ssm_group_count = k.i32("ssm.group_count");
+  c.ssm_time_step_rank = k.i32("ssm.time_step_rank");
+  c.ssm_inner_size = k.i32("ssm.inner_size");
+  c.layer_kind.assign(static_cast<size_t>(c.n_layer), LayerKind::deltanet);
+  const std::string recurrent = std::string(arch) + ".attention.recurrent_layers";
+  if (const gguf::Value* v = f.find(recurrent); v && v->type == gguf::ValueType::array) {
+    const auto xs = f.get_int_array(recurrent);
+    if (xs.size() != static_cast<size_t>(n_all))
+      fail(ErrorKind::format, "key {} in {} has {} entries, expected block_count {}", recurrent,
+           f.path(), xs.size(), n_all);
+    for (int32_t i = 0; i < c.n_layer; ++i)
+      c.layer_kind[static_cast<size_t>(i)] = xs[static_cast<size_t>(i)] ? LayerKind::deltanet : LayerKind::attention;
+  } else if (v) {
+    const bool all = v->type == gguf::ValueType::boolean ? f.get_bool(recurrent) : f.get_i64(recurrent) != 0;
+    c.layer_kind.assign(static_cast<size_t>(c.n_layer), all ? LayerKind::deltanet : LayerKind::attention);
+  } else {
+    const int32_t interval = k.i32("full_attention_interval", 4);
+    if (interval < 1)
+      fail(ErrorKind::format, "key {}.full_attention_interval in {} must be >= 1", arch, f.path());
+    for (int32_t i = 0; i < c.n_layer; ++i)
+      if ((i + 1) % interval == 0) c.layer_kind[static_cast<size_t>(i)] = LayerKind::attention;
+  }
+}
+
 }  // namespace
 
 std::string_view arch_name(Arch a) {
@@ -114,6 +168,8 @@ ModelConfig read_config(const gguf::File& f) {
   c.file = f.path();
   switch (c.arch) {
     case Arch::qwen3moe: read_qwen3moe(f, c); break;
+    case Arch::qwen35moe: read_hybrid(f, c, "qwen35moe"); break;
+    case Arch::qwen3next: read_hybrid(f, c, "qwen3next"); break;
     default: fail(ErrorKind::unsupported, "architecture '{}' in {}: no config reader", name, f.path());
   }
   const gguf::TensorInfo* emb = f.find_tensor("token_embd.weight");

@@ -2,6 +2,7 @@
 
 #include "runtime/core/error.hpp"
 #include "runtime/gguf/gguf.hpp"
+#include "runtime/model/qwen35moe.hpp"
 #include "runtime/model/qwen3moe.hpp"
 
 namespace ferry {
@@ -18,6 +19,8 @@ std::unique_ptr<Model> load_model(const gguf::File& f, Ops& ops, const MoeExecut
   ModelConfig cfg = read_config(f);
   switch (cfg.arch) {
     case Arch::qwen3moe: return make_qwen3moe(f, std::move(cfg), ops, moe, progress);
+    case Arch::qwen35moe: return make_qwen35moe(f, std::move(cfg), ops, moe, progress);
+    case Arch::qwen3next: return make_qwen3next(f, std::move(cfg), ops, moe, progress);
     default: break;
   }
   fail(ErrorKind::unsupported, "architecture '{}' in {} is not supported (supported: {})",

@@ -444,17 +444,23 @@ TEST(DeltaNetGates, BetaAndDecay) {
   for (auto& v : dt) v = normal(rng);
   for (auto& v : ssm_a) v = -std::exp(0.5f * normal(rng));
   a[0] = 30.0f;  // the softplus linear branch
-  std::vector<float> beta(sz(n_tokens * heads)), g(beta.size());
-  gdn_gates(b.data(), 8, a.data(), 9, dt.data(), ssm_a.data(), beta.data(), g.data(), n_tokens,
-            heads);
+  const int64_t ld_out = heads + 2;
+  std::vector<float> beta(sz(n_tokens * ld_out), 9.0f), g(beta.size(), 9.0f);
+  gdn_gates(b.data(), 8, a.data(), 9, dt.data(), ssm_a.data(), beta.data(), g.data(), ld_out,
+            n_tokens, heads);
   for (int64_t t = 0; t < n_tokens; ++t)
-    for (int32_t h = 0; h < heads; ++h) {
+    for (int32_t h = 0; h < ld_out; ++h) {
+      if (h >= heads) {  // the padding of each output row is untouched
+        ASSERT_EQ(beta[sz(t * ld_out + h)], 9.0f);
+        ASSERT_EQ(g[sz(t * ld_out + h)], 9.0f);
+        continue;
+      }
       const double xb = b[sz(t * 8 + h)], xa = a[sz(t * 9 + h)] + double(dt[sz(h)]);
       const double want_beta = 1 / (1 + std::exp(-xb));
       const double want_g = ssm_a[sz(h)] * std::log1p(std::exp(xa));
-      ASSERT_NEAR(beta[sz(t * heads + h)], want_beta, 1e-6);
-      ASSERT_NEAR(g[sz(t * heads + h)], want_g, 1e-5 * (1 + std::abs(want_g)));
-      ASSERT_LT(g[sz(t * heads + h)], 0.0f);
+      ASSERT_NEAR(beta[sz(t * ld_out + h)], want_beta, 1e-6);
+      ASSERT_NEAR(g[sz(t * ld_out + h)], want_g, 1e-5 * (1 + std::abs(want_g)));
+      ASSERT_LT(g[sz(t * ld_out + h)], 0.0f);
     }
 }
 

@@ -1,0 +1,46 @@
+// GdnOps on the CPU: host buffers, straight calls into kernels/cpu/gdn.
+#include "runtime/model/qwen35moe_gdn_ops.hpp"
+
+#include <string_view>
+
+#include "runtime/core/error.hpp"
+
+namespace ferry {
+namespace {
+
+class CpuGdnOps final : public GdnOps {
+ public:
+  void conv_silu(const float* x, int64_t ldx, const float* w, int32_t kernel, float* state,
+                 float* y, int64_t ldy, int64_t n_tokens, int64_t n_ch) override {
+    cpu::gdn_conv_silu(x, ldx, w, kernel, state, y, ldy, n_tokens, n_ch);
+  }
+  void l2_norm_heads(float* x, int64_t ld, int64_t n_tokens, int32_t n_heads, int32_t dim,
+                     float eps) override {
+    cpu::gdn_l2_norm_heads(x, ld, n_tokens, n_heads, dim, eps);
+  }
+  void gates(const float* b, int64_t ldb, const float* a, int64_t lda, const float* dt_bias,
+             const float* ssm_a, float* beta, float* g, int64_t ld_out, int64_t n_tokens,
+             int32_t n_heads) override {
+    cpu::gdn_gates(b, ldb, a, lda, dt_bias, ssm_a, beta, g, ld_out, n_tokens, n_heads);
+  }
+  void delta_rule(const cpu::GdnShape& shape, const cpu::GdnInputs& in, int64_t n_tokens,
+                  float scale, float* state, float* out, int64_t ldo) override {
+    cpu::gdn_delta_rule(shape, in, n_tokens, scale, state, out, ldo);
+  }
+  void gated_rms_norm(const float* o, int64_t ldo, const float* z, int64_t ldz, const float* w,
+                      float* out, int64_t ldout, int64_t n_tokens, int32_t n_heads, int32_t dim,
+                      float eps) override {
+    cpu::gdn_gated_rms_norm(o, ldo, z, ldz, w, out, ldout, n_tokens, n_heads, dim, eps);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<GdnOps> make_gdn_ops(Ops& ops) {
+  if (std::string_view(ops.name()) == "cpu") return std::make_unique<CpuGdnOps>();
+  fail(ErrorKind::unsupported,
+       "the '{}' backend has no Gated DeltaNet ops yet (qwen35moe/qwen3next run on the cpu backend)",
+       ops.name());
+}
+
+}  // namespace ferry

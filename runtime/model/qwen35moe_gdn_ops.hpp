@@ -1,0 +1,54 @@
+#pragma once
+// The Gated DeltaNet ops of the hybrid models (qwen35moe, qwen3next), in the style of Ops
+// (runtime/backend/ops.hpp): pointer based, buffers in the backend's memory, owned by the caller,
+// executed in call order with the backend's other ops, ggml CPU semantics.
+//
+// They sit next to the model rather than in Ops because the CUDA backend does not implement them
+// yet; make_gdn_ops() pairs a backend with its implementation and fails clearly for a backend
+// without one. When every backend has them they belong in Ops (docs/qwen35moe.md).
+#include <cstdint>
+#include <memory>
+
+#include "kernels/cpu/gdn.hpp"
+#include "runtime/backend/ops.hpp"
+
+namespace ferry {
+
+class GdnOps {
+ public:
+  virtual ~GdnOps() = default;
+
+  // Causal depthwise conv (kernel K, no bias) + SiLU with a rolling state (ggml_ssm_conv, silu).
+  //   x: (n_tokens, n_ch) stride ldx;  w: (n_ch, K) F32;  state: (K−1, n_ch) in/out;
+  //   y: (n_tokens, n_ch) stride ldy, not aliasing x.
+  virtual void conv_silu(const float* x, int64_t ldx, const float* w, int32_t kernel,
+                         float* state, float* y, int64_t ldy, int64_t n_tokens,
+                         int64_t n_ch) = 0;
+
+  // In place: each head vector of x (n_tokens, n_heads, dim), stride ld, ← x / max(‖x‖, eps).
+  virtual void l2_norm_heads(float* x, int64_t ld, int64_t n_tokens, int32_t n_heads,
+                             int32_t dim, float eps) = 0;
+
+  // beta = sigmoid(b); g = ssm_a ⊙ softplus(a + dt_bias). b, a: (n_tokens, n_heads) strides
+  // ldb, lda; dt_bias, ssm_a: (n_heads); beta, g: (n_tokens, n_heads) stride ld_out.
+  virtual void gates(const float* b, int64_t ldb, const float* a, int64_t lda,
+                     const float* dt_bias, const float* ssm_a, float* beta, float* g,
+                     int64_t ld_out, int64_t n_tokens, int32_t n_heads) = 0;
+
+  // The gated delta rule from `state` (H_v, S, S) key-major, left updated; out (n_tokens, H_v, S)
+  // stride ldo. Shapes and layouts as kernels/cpu/gdn.hpp gdn_delta_rule.
+  virtual void delta_rule(const cpu::GdnShape& shape, const cpu::GdnInputs& in,
+                          int64_t n_tokens, float scale, float* state, float* out,
+                          int64_t ldo) = 0;
+
+  // out = rmsnorm(o)·w ⊙ silu(z) per head vector of dim. o, z, out: (n_tokens, n_heads, dim)
+  // with strides ldo, ldz, ldout; out may alias o. w: (dim) F32.
+  virtual void gated_rms_norm(const float* o, int64_t ldo, const float* z, int64_t ldz,
+                              const float* w, float* out, int64_t ldout, int64_t n_tokens,
+                              int32_t n_heads, int32_t dim, float eps) = 0;
+};
+
+// The GdnOps of `ops`'s backend (the CPU one for "cpu"). ErrorKind::unsupported otherwise.
+std::unique_ptr<GdnOps> make_gdn_ops(Ops& ops);
+
+}  // namespace ferry
