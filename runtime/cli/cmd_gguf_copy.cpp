@@ -82,8 +82,9 @@ int run_gguf_copy(int argc, char** argv) {
   std::vector<std::string> sets, drops;
   app.add_option("in", in_path, "input GGUF")->required();
   app.add_option("out", out_path, "output GGUF (written to OUT.tmp, then renamed)")->required();
-  app.add_option("--set", sets, "set or replace a key: KEY=TYPE:VALUE, TYPE one of u8 i8 u16 i16 "
-                                "u32 i32 u64 i64 f32 f64 bool str (repeatable)")
+  app.add_option("--set", sets,
+                 "set or replace a key: KEY=TYPE:VALUE, TYPE one of u8 i8 u16 i16 "
+                 "u32 i32 u64 i64 f32 f64 bool str (repeatable)")
       ->allow_extra_args(false)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_option("--drop", drops, "remove a key (repeatable)")
@@ -98,13 +99,15 @@ int run_gguf_copy(int argc, char** argv) {
   const gguf::File in = gguf::File::open(in_path);
   std::vector<std::pair<std::string, Value>> kv = in.metadata();
   for (const auto& key : drops) {
-    const auto it = std::find_if(kv.begin(), kv.end(), [&](const auto& e) { return e.first == key; });
+    const auto it =
+        std::find_if(kv.begin(), kv.end(), [&](const auto& e) { return e.first == key; });
     if (it == kv.end()) fail(ErrorKind::invalid_arg, "--drop {}: key not in {}", key, in_path);
     kv.erase(it);
   }
   for (const auto& spec : sets) {
     auto [key, v] = parse_set(spec);
-    const auto it = std::find_if(kv.begin(), kv.end(), [&](const auto& e) { return e.first == key; });
+    const auto it =
+        std::find_if(kv.begin(), kv.end(), [&](const auto& e) { return e.first == key; });
     if (it != kv.end())
       it->second = std::move(v);
     else
@@ -125,11 +128,12 @@ int run_gguf_copy(int argc, char** argv) {
   gguf::Writer out(out_path, alignment);
   for (auto& [key, v] : kv) out.set(key, v);
   for (const auto& t : in.tensors())
-    out.add_tensor(t.name, t.type, std::vector<uint64_t>(t.ne.begin(), t.ne.begin() + std::max(t.n_dims, 1u)));
+    out.add_tensor(t.name, t.type,
+                   std::vector<uint64_t>(t.ne.begin(), t.ne.begin() + std::max(t.n_dims, 1u)));
   for (const auto& t : in.tensors()) out.write_data(in.data(t), t.n_bytes);
   out.finish();
-  std::printf("wrote %s: %zu keys (%zu set, %zu dropped), %zu tensors\n", out_path.c_str(), kv.size(),
-              sets.size(), drops.size(), in.tensors().size());
+  std::printf("wrote %s: %zu keys (%zu set, %zu dropped), %zu tensors\n", out_path.c_str(),
+              kv.size(), sets.size(), drops.size(), in.tensors().size());
   return 0;
 }
 

@@ -93,7 +93,9 @@ std::string human_bytes(uint64_t n) {
   return u == 0 ? fmt::format("{} B", n) : fmt::format("{:.2f} {}", x, units[u]);
 }
 
-bool is_expert_tensor(const TensorInfo& t) { return t.name.find("_exps") != std::string::npos; }
+bool is_expert_tensor(const TensorInfo& t) {
+  return t.name.find("_exps") != std::string::npos;
+}
 
 // Layer index of "blk.N.…" names; nullopt otherwise.
 std::optional<uint64_t> layer_of(const std::string& name) {
@@ -151,8 +153,9 @@ Summary summarise(const File& f) {
       s.other_bytes += t.n_bytes;
     s.largest.push_back(&t);
   }
-  std::stable_sort(s.largest.begin(), s.largest.end(),
-                   [](const TensorInfo* a, const TensorInfo* b) { return a->n_bytes > b->n_bytes; });
+  std::stable_sort(
+      s.largest.begin(), s.largest.end(),
+      [](const TensorInfo* a, const TensorInfo* b) { return a->n_bytes > b->n_bytes; });
   if (s.largest.size() > kLargestShown) s.largest.resize(kLargestShown);
   return s;
 }
@@ -170,8 +173,11 @@ std::string architecture_of(const File& f) {
 }
 
 json tensor_json(const TensorInfo& t) {
-  return {{"name", t.name}, {"type", type_name(t.type)}, {"shape", shape_json(t)},
-          {"offset", t.offset}, {"bytes", t.n_bytes}};
+  return {{"name", t.name},
+          {"type", type_name(t.type)},
+          {"shape", shape_json(t)},
+          {"offset", t.offset},
+          {"bytes", t.n_bytes}};
 }
 
 json tokenizer_json(const File& f) {
@@ -219,7 +225,8 @@ json inspect_json(const File& f) {
   j["tokenizer"] = tokenizer_json(f);
   j["tensor_count"] = f.tensors().size();
   json by_type = json::object();
-  for (const auto& [name, e] : s.by_type) by_type[name] = {{"tensors", e.first}, {"bytes", e.second}};
+  for (const auto& [name, e] : s.by_type)
+    by_type[name] = {{"tensors", e.first}, {"bytes", e.second}};
   j["bytes_by_type"] = by_type;
   j["expert_bytes"] = s.expert_bytes;
   j["expert_tensor_count"] = s.expert_tensors;
@@ -229,9 +236,12 @@ json inspect_json(const File& f) {
   } else {
     json layers = json::object();
     for (const auto& [layer, bytes] : es.bytes_per_layer) layers[std::to_string(layer)] = bytes;
-    j["per_expert"] = {{"typical_bytes", es.typical}, {"min_bytes", es.min}, {"max_bytes", es.max},
+    j["per_expert"] = {{"typical_bytes", es.typical},
+                       {"min_bytes", es.min},
+                       {"max_bytes", es.max},
                        {"layers", es.bytes_per_layer.size()},
-                       {"experts_per_layer", es.experts_per_layer}, {"bytes_by_layer", layers}};
+                       {"experts_per_layer", es.experts_per_layer},
+                       {"bytes_by_layer", layers}};
   }
   json largest = json::array(), tensors = json::array();
   for (const TensorInfo* t : s.largest) largest.push_back(tensor_json(*t));
@@ -278,29 +288,33 @@ void print_text(const File& f) {
 
   std::printf("\ntensors       %zu\n", f.tensors().size());
   for (const auto& [name, e] : s.by_type)
-    std::printf("  %-8s %6llu tensors  %12s\n", name.c_str(), static_cast<unsigned long long>(e.first),
-                human_bytes(e.second).c_str());
+    std::printf("  %-8s %6llu tensors  %12s\n", name.c_str(),
+                static_cast<unsigned long long>(e.first), human_bytes(e.second).c_str());
   std::printf("expert bytes      %s in %llu tensors (names containing \"_exps\")\n",
-              human_bytes(s.expert_bytes).c_str(), static_cast<unsigned long long>(s.expert_tensors));
+              human_bytes(s.expert_bytes).c_str(),
+              static_cast<unsigned long long>(s.expert_tensors));
   std::printf("non-expert bytes  %s\n", human_bytes(s.other_bytes).c_str());
   if (!es.bytes_per_layer.empty()) {
-    std::printf("per expert        %s typical (gate+up+down of one expert; %zu layers x %llu experts",
-                human_bytes(es.typical).c_str(), es.bytes_per_layer.size(),
-                static_cast<unsigned long long>(es.experts_per_layer));
+    std::printf(
+        "per expert        %s typical (gate+up+down of one expert; %zu layers x %llu experts",
+        human_bytes(es.typical).c_str(), es.bytes_per_layer.size(),
+        static_cast<unsigned long long>(es.experts_per_layer));
     if (es.min != es.max)
       std::printf("; %s to %s by layer", human_bytes(es.min).c_str(), human_bytes(es.max).c_str());
     std::printf(")\n");
   }
   std::printf("\nlargest tensors:\n");
   for (const TensorInfo* t : s.largest)
-    std::printf("  %-40s %-7s %-22s %12s\n", t->name.c_str(), std::string(type_name(t->type)).c_str(),
-                shape_text(*t).c_str(), human_bytes(t->n_bytes).c_str());
+    std::printf("  %-40s %-7s %-22s %12s\n", t->name.c_str(),
+                std::string(type_name(t->type)).c_str(), shape_text(*t).c_str(),
+                human_bytes(t->n_bytes).c_str());
 }
 
 int run_inspect(int argc, char** argv) {
-  CLI::App app{"Show what a GGUF file holds: architecture, hyperparameters, tokenizer, tensor "
-               "bytes by type, expert sizes, largest tensors.",
-               "ferry inspect"};
+  CLI::App app{
+      "Show what a GGUF file holds: architecture, hyperparameters, tokenizer, tensor "
+      "bytes by type, expert sizes, largest tensors.",
+      "ferry inspect"};
   std::string path;
   bool as_json = false;
   app.add_option("file", path, "GGUF file")->required();
@@ -313,7 +327,8 @@ int run_inspect(int argc, char** argv) {
   const File f = File::open(path);
   if (as_json) {
     // Strings in a hostile file need not be UTF-8: replace invalid bytes rather than fail.
-    std::printf("%s\n", inspect_json(f).dump(2, ' ', false, json::error_handler_t::replace).c_str());
+    std::printf("%s\n",
+                inspect_json(f).dump(2, ' ', false, json::error_handler_t::replace).c_str());
   } else {
     print_text(f);
   }

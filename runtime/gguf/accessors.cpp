@@ -16,8 +16,10 @@ bool is_integer(ValueType t) {
     case ValueType::u32:
     case ValueType::i32:
     case ValueType::u64:
-    case ValueType::i64: return true;
-    default: return false;
+    case ValueType::i64:
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -155,8 +157,9 @@ const TensorInfo& File::tensor(std::string_view name) const {
 
 ByteRange File::expert_range(const TensorInfo& t, uint64_t expert) const {
   if (t.n_dims != 3)
-    fail(ErrorKind::invalid_arg, "{}: tensor '{}' has {} dimensions; expert ranges need a 3-D tensor",
-         path_, t.name, t.n_dims);
+    fail(ErrorKind::invalid_arg,
+         "{}: tensor '{}' has {} dimensions; expert ranges need a 3-D tensor", path_, t.name,
+         t.n_dims);
   if (expert >= t.ne[2])
     fail(ErrorKind::invalid_arg, "{}: expert {} out of range for tensor '{}' ({} experts)", path_,
          expert, t.name, t.ne[2]);

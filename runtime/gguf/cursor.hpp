@@ -27,8 +27,9 @@ class Cursor {
   // Throws unless n more bytes exist; `what` names the item for the message.
   void need(uint64_t n, std::string_view what) const {
     if (n > remaining())
-      fail(ErrorKind::format, "{}: truncated: {} at offset {} needs {} bytes, {} left (file size {})",
-           path_, what, pos_, n, remaining(), size_);
+      fail(ErrorKind::format,
+           "{}: truncated: {} at offset {} needs {} bytes, {} left (file size {})", path_, what,
+           pos_, n, remaining(), size_);
   }
 
   template <typename T>
@@ -45,8 +46,8 @@ class Cursor {
   std::string read_string(std::string_view what) {
     const uint64_t len = read<uint64_t>(what);
     if (len > remaining())
-      fail(ErrorKind::format, "{}: {} at offset {} claims a length of {} bytes, only {} left", path_,
-           what, pos_ - 8, len, remaining());
+      fail(ErrorKind::format, "{}: {} at offset {} claims a length of {} bytes, only {} left",
+           path_, what, pos_ - 8, len, remaining());
     std::string s(reinterpret_cast<const char*>(base_ + pos_), len);
     pos_ += len;
     return s;

@@ -4,23 +4,45 @@
 namespace ferry::gguf::detail {
 namespace {
 
-bool is_scalar_type(uint32_t t) { return t <= 12 && t != 8 && t != 9; }
+bool is_scalar_type(uint32_t t) {
+  return t <= 12 && t != 8 && t != 9;
+}
 
 // Reads one scalar of `type` into the widest representation of its kind.
 template <typename Sink>
 void read_scalar(Cursor& c, uint32_t type, const std::string& key, std::string_view what,
                  Sink&& sink) {
   switch (static_cast<ValueType>(type)) {
-    case ValueType::u8: sink(uint64_t{c.read<uint8_t>(what)}); return;
-    case ValueType::i8: sink(int64_t{c.read<int8_t>(what)}); return;
-    case ValueType::u16: sink(uint64_t{c.read<uint16_t>(what)}); return;
-    case ValueType::i16: sink(int64_t{c.read<int16_t>(what)}); return;
-    case ValueType::u32: sink(uint64_t{c.read<uint32_t>(what)}); return;
-    case ValueType::i32: sink(int64_t{c.read<int32_t>(what)}); return;
-    case ValueType::u64: sink(c.read<uint64_t>(what)); return;
-    case ValueType::i64: sink(c.read<int64_t>(what)); return;
-    case ValueType::f32: sink(double{c.read<float>(what)}); return;
-    case ValueType::f64: sink(c.read<double>(what)); return;
+    case ValueType::u8:
+      sink(uint64_t{c.read<uint8_t>(what)});
+      return;
+    case ValueType::i8:
+      sink(int64_t{c.read<int8_t>(what)});
+      return;
+    case ValueType::u16:
+      sink(uint64_t{c.read<uint16_t>(what)});
+      return;
+    case ValueType::i16:
+      sink(int64_t{c.read<int16_t>(what)});
+      return;
+    case ValueType::u32:
+      sink(uint64_t{c.read<uint32_t>(what)});
+      return;
+    case ValueType::i32:
+      sink(int64_t{c.read<int32_t>(what)});
+      return;
+    case ValueType::u64:
+      sink(c.read<uint64_t>(what));
+      return;
+    case ValueType::i64:
+      sink(c.read<int64_t>(what));
+      return;
+    case ValueType::f32:
+      sink(double{c.read<float>(what)});
+      return;
+    case ValueType::f64:
+      sink(c.read<double>(what));
+      return;
     case ValueType::boolean: {
       // Stored as one byte; anything but 0/1 means the file is corrupt (and a bool holding another
       // bit pattern would be undefined behaviour in C++).
@@ -31,7 +53,8 @@ void read_scalar(Cursor& c, uint32_t type, const std::string& key, std::string_v
       sink(b == 1);
       return;
     }
-    default: break;
+    default:
+      break;
   }
   fail(ErrorKind::internal, "read_scalar called with non-scalar type {}", type);
 }
@@ -58,8 +81,7 @@ Array read_array(Cursor& c, const std::string& key) {
   const std::string what = fmt::format("element of array key '{}'", key);
   if (elem == static_cast<uint32_t>(ValueType::string)) {
     a.strings.reserve(count);
-    for (uint64_t i = 0; i < count; ++i)
-      a.strings.push_back(c.read_string(what));
+    for (uint64_t i = 0; i < count; ++i) a.strings.push_back(c.read_string(what));
   } else if (elem == static_cast<uint32_t>(ValueType::f32) ||
              elem == static_cast<uint32_t>(ValueType::f64)) {
     a.floats.reserve(count);
@@ -80,17 +102,22 @@ uint64_t min_encoded_bytes(uint32_t type) {
   switch (static_cast<ValueType>(type)) {
     case ValueType::u8:
     case ValueType::i8:
-    case ValueType::boolean: return 1;
+    case ValueType::boolean:
+      return 1;
     case ValueType::u16:
-    case ValueType::i16: return 2;
+    case ValueType::i16:
+      return 2;
     case ValueType::u32:
     case ValueType::i32:
-    case ValueType::f32: return 4;
+    case ValueType::f32:
+      return 4;
     case ValueType::u64:
     case ValueType::i64:
     case ValueType::f64:
-    case ValueType::string: return 8;
-    case ValueType::array: return 12;  // u32 element type + u64 count
+    case ValueType::string:
+      return 8;
+    case ValueType::array:
+      return 12;  // u32 element type + u64 count
   }
   return 1;
 }

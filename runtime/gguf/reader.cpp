@@ -26,7 +26,8 @@ std::string magic_string(uint32_t m) {
   std::string s;
   for (int i = 0; i < 4; ++i) {
     const unsigned char c = static_cast<unsigned char>(m >> (8 * i));
-    s += (c >= 0x20 && c < 0x7f) ? std::string(1, static_cast<char>(c)) : fmt::format("\\x{:02x}", c);
+    s += (c >= 0x20 && c < 0x7f) ? std::string(1, static_cast<char>(c))
+                                 : fmt::format("\\x{:02x}", c);
   }
   return s;
 }
@@ -39,7 +40,8 @@ File File::open(const std::string& path) {
   f.fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (f.fd_ < 0) fail(ErrorKind::io, "cannot open {}: {}", path, std::strerror(errno));
   struct stat st {};
-  if (::fstat(f.fd_, &st) != 0) fail(ErrorKind::io, "cannot stat {}: {}", path, std::strerror(errno));
+  if (::fstat(f.fd_, &st) != 0)
+    fail(ErrorKind::io, "cannot stat {}: {}", path, std::strerror(errno));
   if (!S_ISREG(st.st_mode)) fail(ErrorKind::io, "{} is not a regular file", path);
   f.size_ = static_cast<uint64_t>(st.st_size);
   if (f.size_ < kHeaderBytes)
@@ -101,8 +103,8 @@ void File::parse() {
          path_);
   if (version_ != 0 && (version_ & 0xFFFF) == 0)
     fail(ErrorKind::unsupported,
-         "{}: GGUF version {:#x} looks byte-swapped: big-endian GGUF files are not supported", path_,
-         version_);
+         "{}: GGUF version {:#x} looks byte-swapped: big-endian GGUF files are not supported",
+         path_, version_);
   // v2 and v3 share one layout (v3 only added big-endian files, rejected above).
   if (version_ != 2 && version_ != 3)
     fail(ErrorKind::unsupported, "{}: unsupported GGUF version {} (Ferry reads v2 and v3)", path_,
@@ -111,8 +113,9 @@ void File::parse() {
   const uint64_t n_tensors = c.read<uint64_t>("tensor count");
   const uint64_t n_kv = c.read<uint64_t>("metadata count");
   if (n_kv > c.remaining() / kMinKvBytes)
-    fail(ErrorKind::format, "{}: header claims {} metadata entries, impossible in the {} bytes left",
-         path_, n_kv, c.remaining());
+    fail(ErrorKind::format,
+         "{}: header claims {} metadata entries, impossible in the {} bytes left", path_, n_kv,
+         c.remaining());
   if (n_tensors > c.remaining() / kMinTensorInfoBytes)
     fail(ErrorKind::format, "{}: header claims {} tensors, impossible in the {} bytes left", path_,
          n_tensors, c.remaining());
@@ -124,8 +127,8 @@ void File::parse() {
     const uint32_t type = c.read<uint32_t>(fmt::format("value type of key '{}'", key));
     Value v = detail::read_value(c, type, key);
     if (!kv_index_.emplace(key, kv_.size()).second)
-      fail(ErrorKind::format, "{}: duplicate key '{}' (metadata entry #{} at offset {})", path_, key,
-           i, at);
+      fail(ErrorKind::format, "{}: duplicate key '{}' (metadata entry #{} at offset {})", path_,
+           key, i, at);
     kv_.emplace_back(std::move(key), std::move(v));
   }
 

@@ -59,14 +59,14 @@ TensorInfo read_tensor_info(Cursor& c, uint64_t index) {
   t.type = static_cast<GgmlType>(type_id);
   if (t.ne[0] % info->block_values != 0)
     fail(ErrorKind::format,
-         "{}: tensor '{}' of type {} has ne[0] = {}, not a multiple of its block size {}",
-         c.path(), t.name, info->name, t.ne[0], info->block_values);
+         "{}: tensor '{}' of type {} has ne[0] = {}, not a multiple of its block size {}", c.path(),
+         t.name, info->name, t.ne[0], info->block_values);
 
   // Strides as ggml computes them: nb[0] = bytes of one block, nb[1] = bytes of a row,
   // nb[i] = nb[i-1] * ne[i-1].
   t.nb[0] = info->block_bytes;
-  bool overflow = __builtin_mul_overflow(t.ne[0] / info->block_values,
-                                         uint64_t{info->block_bytes}, &t.nb[1]);
+  bool overflow =
+      __builtin_mul_overflow(t.ne[0] / info->block_values, uint64_t{info->block_bytes}, &t.nb[1]);
   overflow = overflow || __builtin_mul_overflow(t.nb[1], t.ne[1], &t.nb[2]);
   overflow = overflow || __builtin_mul_overflow(t.nb[2], t.ne[2], &t.nb[3]);
   overflow = overflow || __builtin_mul_overflow(t.nb[3], t.ne[3], &t.n_bytes);

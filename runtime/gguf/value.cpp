@@ -8,19 +8,32 @@ namespace ferry::gguf {
 
 std::string_view value_type_name(ValueType t) {
   switch (t) {
-    case ValueType::u8: return "u8";
-    case ValueType::i8: return "i8";
-    case ValueType::u16: return "u16";
-    case ValueType::i16: return "i16";
-    case ValueType::u32: return "u32";
-    case ValueType::i32: return "i32";
-    case ValueType::f32: return "f32";
-    case ValueType::boolean: return "bool";
-    case ValueType::string: return "string";
-    case ValueType::array: return "array";
-    case ValueType::u64: return "u64";
-    case ValueType::i64: return "i64";
-    case ValueType::f64: return "f64";
+    case ValueType::u8:
+      return "u8";
+    case ValueType::i8:
+      return "i8";
+    case ValueType::u16:
+      return "u16";
+    case ValueType::i16:
+      return "i16";
+    case ValueType::u32:
+      return "u32";
+    case ValueType::i32:
+      return "i32";
+    case ValueType::f32:
+      return "f32";
+    case ValueType::boolean:
+      return "bool";
+    case ValueType::string:
+      return "string";
+    case ValueType::array:
+      return "array";
+    case ValueType::u64:
+      return "u64";
+    case ValueType::i64:
+      return "i64";
+    case ValueType::f64:
+      return "f64";
   }
   return "invalid";
 }
@@ -28,24 +41,51 @@ std::string_view value_type_name(ValueType t) {
 uint64_t Array::size() const {
   switch (elem_type) {
     case ValueType::f32:
-    case ValueType::f64: return floats.size();
-    case ValueType::string: return strings.size();
-    default: return ints.size();
+    case ValueType::f64:
+      return floats.size();
+    case ValueType::string:
+      return strings.size();
+    default:
+      return ints.size();
   }
 }
 
-Value Value::u8(uint8_t x) { return {ValueType::u8, uint64_t{x}}; }
-Value Value::i8(int8_t x) { return {ValueType::i8, int64_t{x}}; }
-Value Value::u16(uint16_t x) { return {ValueType::u16, uint64_t{x}}; }
-Value Value::i16(int16_t x) { return {ValueType::i16, int64_t{x}}; }
-Value Value::u32(uint32_t x) { return {ValueType::u32, uint64_t{x}}; }
-Value Value::i32(int32_t x) { return {ValueType::i32, int64_t{x}}; }
-Value Value::u64(uint64_t x) { return {ValueType::u64, x}; }
-Value Value::i64(int64_t x) { return {ValueType::i64, x}; }
-Value Value::f32(float x) { return {ValueType::f32, double{x}}; }
-Value Value::f64(double x) { return {ValueType::f64, x}; }
-Value Value::boolean(bool x) { return {ValueType::boolean, x}; }
-Value Value::str(std::string x) { return {ValueType::string, std::move(x)}; }
+Value Value::u8(uint8_t x) {
+  return {ValueType::u8, uint64_t{x}};
+}
+Value Value::i8(int8_t x) {
+  return {ValueType::i8, int64_t{x}};
+}
+Value Value::u16(uint16_t x) {
+  return {ValueType::u16, uint64_t{x}};
+}
+Value Value::i16(int16_t x) {
+  return {ValueType::i16, int64_t{x}};
+}
+Value Value::u32(uint32_t x) {
+  return {ValueType::u32, uint64_t{x}};
+}
+Value Value::i32(int32_t x) {
+  return {ValueType::i32, int64_t{x}};
+}
+Value Value::u64(uint64_t x) {
+  return {ValueType::u64, x};
+}
+Value Value::i64(int64_t x) {
+  return {ValueType::i64, x};
+}
+Value Value::f32(float x) {
+  return {ValueType::f32, double{x}};
+}
+Value Value::f64(double x) {
+  return {ValueType::f64, x};
+}
+Value Value::boolean(bool x) {
+  return {ValueType::boolean, x};
+}
+Value Value::str(std::string x) {
+  return {ValueType::string, std::move(x)};
+}
 
 Value Value::arr(Array a) {
   if (a.elem_type == ValueType::array)
@@ -121,11 +161,16 @@ std::string quoted(const std::string& s) {
 std::string array_elem(const Array& a, size_t i) {
   switch (a.elem_type) {
     case ValueType::f32:
-    case ValueType::f64: return format_float(a.floats[i], a.elem_type);
-    case ValueType::string: return quoted(a.strings[i]);
-    case ValueType::boolean: return a.ints[i] ? "true" : "false";
-    case ValueType::u64: return fmt::format("{}", static_cast<uint64_t>(a.ints[i]));
-    default: return fmt::format("{}", a.ints[i]);
+    case ValueType::f64:
+      return format_float(a.floats[i], a.elem_type);
+    case ValueType::string:
+      return quoted(a.strings[i]);
+    case ValueType::boolean:
+      return a.ints[i] ? "true" : "false";
+    case ValueType::u64:
+      return fmt::format("{}", static_cast<uint64_t>(a.ints[i]));
+    default:
+      return fmt::format("{}", a.ints[i]);
   }
 }
 

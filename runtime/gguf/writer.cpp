@@ -19,7 +19,9 @@ constexpr uint32_t kVersion = 3;
 constexpr uint32_t kDefaultAlignment = 32;
 constexpr size_t kMaxNameBytes = 63;  // see tensor_parse.cpp
 
-uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+uint64_t align_up(uint64_t x, uint64_t a) {
+  return (x + a - 1) / a * a;
+}
 
 // Serialises metadata into a byte buffer (small; written in one go by write_header).
 class Encoder {
@@ -46,18 +48,47 @@ class Encoder {
              value_type_name(t));
     };
     switch (t) {
-      case ValueType::u8: check(0, UINT8_MAX); put<uint8_t>(static_cast<uint8_t>(x)); return;
-      case ValueType::i8: check(INT8_MIN, INT8_MAX); put<int8_t>(static_cast<int8_t>(x)); return;
-      case ValueType::u16: check(0, UINT16_MAX); put<uint16_t>(static_cast<uint16_t>(x)); return;
-      case ValueType::i16: check(INT16_MIN, INT16_MAX); put<int16_t>(static_cast<int16_t>(x)); return;
-      case ValueType::u32: check(0, UINT32_MAX); put<uint32_t>(static_cast<uint32_t>(x)); return;
-      case ValueType::i32: check(INT32_MIN, INT32_MAX); put<int32_t>(static_cast<int32_t>(x)); return;
-      case ValueType::u64: check(0, UINT64_MAX); put<uint64_t>(static_cast<uint64_t>(x)); return;
-      case ValueType::i64: check(INT64_MIN, INT64_MAX); put<int64_t>(static_cast<int64_t>(x)); return;
-      case ValueType::boolean: check(0, 1); put<uint8_t>(static_cast<uint8_t>(x)); return;
-      default: break;
+      case ValueType::u8:
+        check(0, UINT8_MAX);
+        put<uint8_t>(static_cast<uint8_t>(x));
+        return;
+      case ValueType::i8:
+        check(INT8_MIN, INT8_MAX);
+        put<int8_t>(static_cast<int8_t>(x));
+        return;
+      case ValueType::u16:
+        check(0, UINT16_MAX);
+        put<uint16_t>(static_cast<uint16_t>(x));
+        return;
+      case ValueType::i16:
+        check(INT16_MIN, INT16_MAX);
+        put<int16_t>(static_cast<int16_t>(x));
+        return;
+      case ValueType::u32:
+        check(0, UINT32_MAX);
+        put<uint32_t>(static_cast<uint32_t>(x));
+        return;
+      case ValueType::i32:
+        check(INT32_MIN, INT32_MAX);
+        put<int32_t>(static_cast<int32_t>(x));
+        return;
+      case ValueType::u64:
+        check(0, UINT64_MAX);
+        put<uint64_t>(static_cast<uint64_t>(x));
+        return;
+      case ValueType::i64:
+        check(INT64_MIN, INT64_MAX);
+        put<int64_t>(static_cast<int64_t>(x));
+        return;
+      case ValueType::boolean:
+        check(0, 1);
+        put<uint8_t>(static_cast<uint8_t>(x));
+        return;
+      default:
+        break;
     }
-    fail(ErrorKind::invalid_arg, "GGUF key '{}': {} is not an integer type", key, value_type_name(t));
+    fail(ErrorKind::invalid_arg, "GGUF key '{}': {} is not an integer type", key,
+         value_type_name(t));
   }
 
   void put_float(ValueType t, double x) {
@@ -70,8 +101,9 @@ class Encoder {
   void put_value(const std::string& key, const Value& v) {
     put<uint32_t>(static_cast<uint32_t>(v.type));
     auto mismatch = [&]() {
-      fail(ErrorKind::invalid_arg, "GGUF key '{}': value of type {} holds the wrong C++ alternative",
-           key, value_type_name(v.type));
+      fail(ErrorKind::invalid_arg,
+           "GGUF key '{}': value of type {} holds the wrong C++ alternative", key,
+           value_type_name(v.type));
     };
     switch (v.type) {
       case ValueType::f32:
@@ -123,7 +155,9 @@ class Encoder {
 
 }  // namespace
 
-void Writer::FileCloser::operator()(std::FILE* f) const { std::fclose(f); }
+void Writer::FileCloser::operator()(std::FILE* f) const {
+  std::fclose(f);
+}
 
 Writer::Writer(std::string path, uint32_t alignment)
     : path_(std::move(path)), tmp_path_(path_ + ".tmp"), alignment_(alignment) {
@@ -141,7 +175,8 @@ Writer::~Writer() {
 
 void Writer::set(std::string key, Value v) {
   if (header_written_)
-    fail(ErrorKind::invalid_arg, "{}: metadata key '{}' set after the header was written", path_, key);
+    fail(ErrorKind::invalid_arg, "{}: metadata key '{}' set after the header was written", path_,
+         key);
   if (v.type == ValueType::array && !std::holds_alternative<Array>(v.v))
     fail(ErrorKind::invalid_arg, "{}: key '{}' has type array but holds no Array", path_, key);
   for (auto& kv : kv_) {
@@ -165,8 +200,9 @@ void Writer::add_tensor(std::string name, GgmlType type, std::vector<uint64_t> n
     fail(ErrorKind::invalid_arg, "{}: tensor '{}' has {} dimensions (1 to 4 allowed)", path_, name,
          ne.size());
   const auto info = type_info(static_cast<uint32_t>(type));
-  if (!info) fail(ErrorKind::invalid_arg, "{}: tensor '{}' has invalid type id {}", path_, name,
-                  static_cast<uint32_t>(type));
+  if (!info)
+    fail(ErrorKind::invalid_arg, "{}: tensor '{}' has invalid type id {}", path_, name,
+         static_cast<uint32_t>(type));
   uint64_t rows = 1;
   for (size_t i = 0; i < ne.size(); ++i) {
     if (ne[i] == 0 || ne[i] > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
@@ -185,7 +221,8 @@ void Writer::add_tensor(std::string name, GgmlType type, std::vector<uint64_t> n
     offset = align_up(prev.offset + prev.bytes, alignment_);
   }
   if (__builtin_add_overflow(offset, bytes, &end) || end > std::numeric_limits<uint64_t>::max() / 2)
-    fail(ErrorKind::invalid_arg, "{}: tensor '{}' puts the data section beyond 2^63 bytes", path_, name);
+    fail(ErrorKind::invalid_arg, "{}: tensor '{}' puts the data section beyond 2^63 bytes", path_,
+         name);
   tensors_.push_back({std::move(name), type, std::move(ne), bytes, offset});
 }
 
@@ -254,12 +291,14 @@ void Writer::write_header() {
 
 void Writer::write_data(const void* bytes, uint64_t n) {
   if (finished_) fail(ErrorKind::invalid_arg, "{}: write_data after finish", path_);
-  if (n > 0 && bytes == nullptr) fail(ErrorKind::invalid_arg, "{}: write_data(nullptr, {})", path_, n);
+  if (n > 0 && bytes == nullptr)
+    fail(ErrorKind::invalid_arg, "{}: write_data(nullptr, {})", path_, n);
   if (!header_written_) write_header();
   const auto* p = static_cast<const uint8_t*>(bytes);
   while (n > 0) {
     if (cur_ >= tensors_.size())
-      fail(ErrorKind::invalid_arg, "{}: {} bytes written beyond the last declared tensor", path_, n);
+      fail(ErrorKind::invalid_arg, "{}: {} bytes written beyond the last declared tensor", path_,
+           n);
     const Pending& t = tensors_[cur_];
     const uint64_t take = std::min(n, t.bytes - cur_written_);
     write_raw(p, take);
@@ -278,8 +317,9 @@ void Writer::finish() {
   if (finished_) return;
   if (!header_written_) write_header();
   if (cur_ < tensors_.size())
-    fail(ErrorKind::invalid_arg, "{}: finish() with tensor '{}' incomplete ({} of {} bytes written)",
-         path_, tensors_[cur_].name, cur_written_, tensors_[cur_].bytes);
+    fail(ErrorKind::invalid_arg,
+         "{}: finish() with tensor '{}' incomplete ({} of {} bytes written)", path_,
+         tensors_[cur_].name, cur_written_, tensors_[cur_].bytes);
   if (std::fflush(f_.get()) != 0 || ::fsync(::fileno(f_.get())) != 0)
     fail(ErrorKind::io, "writing {}: {}", tmp_path_, std::strerror(errno));
   std::FILE* f = f_.release();

@@ -111,7 +111,8 @@ inline std::string expect_open_error(const std::string& path, const std::string&
     (void)File::open(path);
   } catch (const ferry::Error& e) {
     const std::string msg = e.what();
-    EXPECT_NE(msg.find(needle), std::string::npos) << "message: " << msg << "\nexpected: " << needle;
+    EXPECT_NE(msg.find(needle), std::string::npos)
+        << "message: " << msg << "\nexpected: " << needle;
     EXPECT_NE(msg.find(path), std::string::npos) << "message does not name the file: " << msg;
     return msg;
   }

@@ -110,7 +110,7 @@ TEST_F(Malformed, MagicAndVersion) {
   for (uint32_t v : {0u, 1u, 4u, 0x03000000u}) {
     RawGguf g;
     g.header(v, 0, 0);
-    const std::string needle = v == 1 ? "GGUF version 1 is not supported"
+    const std::string needle = v == 1             ? "GGUF version 1 is not supported"
                                : v == 0x03000000u ? "byte-swapped"
                                                   : "unsupported GGUF version " + std::to_string(v);
     const std::string msg = expect_error(g.bytes(), needle);
@@ -119,7 +119,8 @@ TEST_F(Malformed, MagicAndVersion) {
 
 TEST_F(Malformed, HugeCounts) {
   expect_error(RawGguf().header(3, kHuge, 0).bytes(), "claims 4611686018427387904 tensors");
-  expect_error(RawGguf().header(3, 0, kHuge).bytes(), "claims 4611686018427387904 metadata entries");
+  expect_error(RawGguf().header(3, 0, kHuge).bytes(),
+               "claims 4611686018427387904 metadata entries");
   expect_error(RawGguf().header(3, ~uint64_t{0}, ~uint64_t{0}).bytes(), "impossible");
   // A tensor count that passes the first bound but not once the metadata is consumed.
   RawGguf g;
@@ -142,7 +143,9 @@ TEST_F(Malformed, HugeStringLengths) {
 TEST_F(Malformed, Arrays) {
   RawGguf huge;
   huge.header(3, 0, 1).str("tokenizer.ggml.tokens").u32(9).u32(8).u64(kHuge).fill(64);
-  expect_error(huge.bytes(), "key 'tokenizer.ggml.tokens' claims an array of 4611686018427387904 string elements");
+  expect_error(
+      huge.bytes(),
+      "key 'tokenizer.ggml.tokens' claims an array of 4611686018427387904 string elements");
   RawGguf huge_u8;
   huge_u8.header(3, 0, 1).str("k").u32(9).u32(0).u64(100).fill(99);
   expect_error(huge_u8.bytes(), "cannot fit in the 99 bytes left");
@@ -200,14 +203,19 @@ TEST_F(Malformed, TensorShapes) {
   neg.header(3, 1, 0).tensor("t", {~uint64_t{0}}, kF32, 0).pad(32).fill(32);
   expect_error(neg.bytes(), "beyond int64");
   RawGguf product;  // 2^32 · 2^32 · 2^32 elements
-  product.header(3, 1, 0).tensor("t", {1ull << 32, 1ull << 32, 1ull << 32}, kF32, 0).pad(32).fill(32);
+  product.header(3, 1, 0)
+      .tensor("t", {1ull << 32, 1ull << 32, 1ull << 32}, kF32, 0)
+      .pad(32)
+      .fill(32);
   expect_error(product.bytes(), "has too many elements");
   RawGguf bytes_overflow;  // 2^62 elements fit int64, 2^64 bytes of F32 do not fit u64
   bytes_overflow.header(3, 1, 0).tensor("t", {1ull << 31, 1ull << 31}, kF32, 0).pad(32).fill(32);
   expect_error(bytes_overflow.bytes(), "byte size that overflows");
   RawGguf block;
   block.header(3, 1, 0).tensor("blk.0.ffn_up_exps.weight", {100, 2}, kQ4_K, 0).pad(32).fill(300);
-  expect_error(block.bytes(), "tensor 'blk.0.ffn_up_exps.weight' of type Q4_K has ne[0] = 100, not a multiple of its block size 256");
+  expect_error(block.bytes(),
+               "tensor 'blk.0.ffn_up_exps.weight' of type Q4_K has ne[0] = 100, not a multiple of "
+               "its block size 256");
   RawGguf long_name;
   long_name.header(3, 1, 0).tensor(std::string(64, 'n'), {8}, kF32, 0).pad(32).fill(32);
   expect_error(long_name.bytes(), "has a name of 64 bytes");
@@ -224,7 +232,9 @@ TEST_F(Malformed, UnknownTypeIds) {
 TEST_F(Malformed, TensorPlacement) {
   // Data past the end: 'b' needs 34 bytes at offset 64, only 20 exist.
   RawGguf past;
-  past.header(3, 2, 0).tensor("a", {8, 2}, kF32, 0).tensor("blk.3.ffn_up_exps.weight", {32}, kQ8_0, 64);
+  past.header(3, 2, 0)
+      .tensor("a", {8, 2}, kF32, 0)
+      .tensor("blk.3.ffn_up_exps.weight", {32}, kQ8_0, 64);
   past.pad(32);
   const uint64_t data_start = past.size();
   past.fill(64 + 20);
@@ -242,7 +252,11 @@ TEST_F(Malformed, TensorPlacement) {
   misaligned.header(3, 1, 0).tensor("t", {8}, kF32, 16).pad(32).fill(64);
   expect_error(misaligned.bytes(), "tensor 't' offset 16 is not a multiple of the alignment 32");
   RawGguf overlap;  // 'b' starts inside 'a'
-  overlap.header(3, 2, 0).tensor("a", {16, 2}, kF32, 0).tensor("b", {8}, kF32, 96).pad(32).fill(256);
+  overlap.header(3, 2, 0)
+      .tensor("a", {16, 2}, kF32, 0)
+      .tensor("b", {8}, kF32, 96)
+      .pad(32)
+      .fill(256);
   expect_error(overlap.bytes(), "tensors 'a'");
   RawGguf same;  // identical ranges
   same.header(3, 2, 0).tensor("a", {8}, kF32, 0).tensor("b", {8}, kF32, 0).pad(32).fill(64);

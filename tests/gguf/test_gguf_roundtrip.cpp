@@ -147,7 +147,8 @@ TEST_P(RoundTrip, MetadataTensorsAndData) {
   // Tensors are packed in order with alignment padding, as llama.cpp requires.
   for (size_t i = 1; i < f.tensors().size(); ++i) {
     const auto& prev = f.tensors()[i - 1];
-    EXPECT_EQ(f.tensors()[i].offset, (prev.offset + prev.n_bytes + alignment - 1) / alignment * alignment);
+    EXPECT_EQ(f.tensors()[i].offset,
+              (prev.offset + prev.n_bytes + alignment - 1) / alignment * alignment);
   }
   // The file ends padded after the last tensor.
   EXPECT_EQ(f.file_size() % alignment, 0u);
@@ -219,7 +220,8 @@ TEST(ExpertRange, SlicesOneExpert) {
   {
     Writer w(path, 64);
     w.add_tensor("blk.0.ffn_norm.weight", GgmlType::F32, {32});
-    w.add_tensor("blk.0.ffn_gate_exps.weight", GgmlType::Q8_0, {64, 5, 6});  // {n_in, n_out, n_expert}
+    w.add_tensor("blk.0.ffn_gate_exps.weight", GgmlType::Q8_0,
+                 {64, 5, 6});  // {n_in, n_out, n_expert}
     const auto norm = random_bytes(rng, w.tensor_bytes(0));
     bytes = random_bytes(rng, w.tensor_bytes(1));
     w.write_data(norm.data(), norm.size());
@@ -296,13 +298,16 @@ TEST_F(Accessors, OutOfRangeAndWrongTypesAreErrors) {
   const std::string p = f.path();
   EXPECT_EQ(error_of([&] { f.get_u32("k.i32_neg"); }),
             "key k.i32_neg in " + p + " has value -5, out of range for u32");
-  EXPECT_NE(error_of([&] { f.get_u32("k.u64_big"); }).find("out of range for u32"), std::string::npos);
-  EXPECT_NE(error_of([&] { f.get_i64("k.u64_huge"); }).find("out of range for i64"), std::string::npos);
+  EXPECT_NE(error_of([&] { f.get_u32("k.u64_big"); }).find("out of range for u32"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { f.get_i64("k.u64_huge"); }).find("out of range for i64"),
+            std::string::npos);
   EXPECT_EQ(error_of([&] { f.get_u32("k.str"); }),
             "key k.str in " + p + " has type string, expected an integer (u32)");
   EXPECT_EQ(error_of([&] { f.get_u32("k.f32"); }),
             "key k.f32 in " + p + " has type f32, expected an integer (u32)");
-  EXPECT_EQ(error_of([&] { f.get_string("k.u8"); }), "key k.u8 in " + p + " has type u8, expected string");
+  EXPECT_EQ(error_of([&] { f.get_string("k.u8"); }),
+            "key k.u8 in " + p + " has type u8, expected string");
   EXPECT_EQ(error_of([&] { f.get_bool("k.i32_pos"); }),
             "key k.i32_pos in " + p + " has type i32, expected bool");
   EXPECT_EQ(error_of([&] { f.get_f32("k.str"); }),
@@ -311,12 +316,16 @@ TEST_F(Accessors, OutOfRangeAndWrongTypesAreErrors) {
             "key k.arr_i32 in " + p + " has type array[i32], expected array[string]");
   EXPECT_EQ(error_of([&] { f.get_int_array("k.arr_str"); }),
             "key k.arr_str in " + p + " has type array[string], expected an array of integers");
-  EXPECT_EQ(error_of([&] { f.get_f32_array("k.u8"); }), "key k.u8 in " + p + " has type u8, expected array[f32]");
-  EXPECT_NE(error_of([&] { f.get_int_array("k.arr_u64_huge"); }).find("out of range for i64"), std::string::npos);
+  EXPECT_EQ(error_of([&] { f.get_f32_array("k.u8"); }),
+            "key k.u8 in " + p + " has type u8, expected array[f32]");
+  EXPECT_NE(error_of([&] { f.get_int_array("k.arr_u64_huge"); }).find("out of range for i64"),
+            std::string::npos);
   EXPECT_EQ(error_of([&] { f.get_u32("qwen35moe.expert_count"); }),
             "key qwen35moe.expert_count missing in " + p);
-  EXPECT_EQ(error_of([&] { f.get_string_opt("k.u8"); }), "key k.u8 in " + p + " has type u8, expected string");
-  EXPECT_EQ(error_of([&] { f.tensor("blk.0.attn_q.weight"); }), "tensor blk.0.attn_q.weight missing in " + p);
+  EXPECT_EQ(error_of([&] { f.get_string_opt("k.u8"); }),
+            "key k.u8 in " + p + " has type u8, expected string");
+  EXPECT_EQ(error_of([&] { f.tensor("blk.0.attn_q.weight"); }),
+            "tensor blk.0.attn_q.weight missing in " + p);
   EXPECT_EQ(f.find_tensor("nope"), nullptr);
 }
 

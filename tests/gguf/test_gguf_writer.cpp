@@ -44,8 +44,9 @@ TEST(Writer, FailedWriteKeepsTheOldFile) {
     w.add_tensor("t", GgmlType::F16, {32, 2});
     std::vector<uint8_t> d(100, 1);  // 128 bytes declared
     w.write_data(d.data(), d.size());
-    EXPECT_NE(error_of([&] { w.finish(); })
-                  .find("finish() with tensor 't' incomplete (100 of 128 bytes written)"),
+    EXPECT_NE(error_of([&] {
+                w.finish();
+              }).find("finish() with tensor 't' incomplete (100 of 128 bytes written)"),
               std::string::npos);
   }
   EXPECT_EQ(read_bytes(path), "previous contents");
@@ -75,32 +76,49 @@ TEST(Writer, TooMuchDataIsAnError) {
   Writer w(dir.path("much.gguf"));
   w.add_tensor("t", GgmlType::F32, {4});
   std::vector<uint8_t> d(20, 3);
-  EXPECT_NE(error_of([&] { w.write_data(d.data(), d.size()); }).find("beyond the last declared tensor"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([&] { w.write_data(d.data(), d.size()); }).find("beyond the last declared tensor"),
+      std::string::npos);
 }
 
 TEST(Writer, ArgumentChecks) {
   ScratchDir dir;
-  EXPECT_NE(error_of([&] { Writer w(dir.path("a.gguf"), 3); }).find("alignment 3 is not a power of two"),
+  EXPECT_NE(
+      error_of([&] { Writer w(dir.path("a.gguf"), 3); }).find("alignment 3 is not a power of two"),
+      std::string::npos);
+  EXPECT_NE(error_of([&] { Writer w(dir.path("a.gguf"), 0); }).find("not a power of two"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { Writer w(dir.path("a.gguf"), 0); }).find("not a power of two"), std::string::npos);
-  EXPECT_NE(error_of([&] { Writer w(dir.path("no/such/dir.gguf")); }).find("cannot create"), std::string::npos);
+  EXPECT_NE(error_of([&] { Writer w(dir.path("no/such/dir.gguf")); }).find("cannot create"),
+            std::string::npos);
 
   Writer w(dir.path("b.gguf"));
   w.add_tensor("t", GgmlType::Q8_0, {64});
   EXPECT_NE(error_of([&] { w.add_tensor("t", GgmlType::F32, {1}); }).find("duplicate tensor 't'"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { w.add_tensor("u", GgmlType::Q4_K, {100}); }).find("not a multiple of 256"),
+  EXPECT_NE(
+      error_of([&] { w.add_tensor("u", GgmlType::Q4_K, {100}); }).find("not a multiple of 256"),
+      std::string::npos);
+  EXPECT_NE(error_of([&] { w.add_tensor("v", GgmlType::F32, {}); }).find("0 dimensions"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { w.add_tensor("v", GgmlType::F32, {}); }).find("0 dimensions"), std::string::npos);
-  EXPECT_NE(error_of([&] { w.add_tensor("v", GgmlType::F32, {1, 1, 1, 1, 1}); }).find("5 dimensions"),
+  EXPECT_NE(error_of([&] {
+              w.add_tensor("v", GgmlType::F32, {1, 1, 1, 1, 1});
+            }).find("5 dimensions"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { w.add_tensor("v", GgmlType::F32, {4, 0}); }).find("ne[1] = 0"), std::string::npos);
-  EXPECT_NE(error_of([&] { w.add_tensor("v", static_cast<GgmlType>(4), {32}); }).find("invalid type id 4"),
+  EXPECT_NE(error_of([&] {
+              w.add_tensor("v", GgmlType::F32, {4, 0});
+            }).find("ne[1] = 0"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { w.add_tensor(std::string(64, 'x'), GgmlType::F32, {1}); }).find("longer than 63"),
+  EXPECT_NE(error_of([&] {
+              w.add_tensor("v", static_cast<GgmlType>(4), {32});
+            }).find("invalid type id 4"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { w.add_tensor("huge", GgmlType::F32, {1ull << 40, 1ull << 30}); }).find("too large"),
+  EXPECT_NE(error_of([&] {
+              w.add_tensor(std::string(64, 'x'), GgmlType::F32, {1});
+            }).find("longer than 63"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              w.add_tensor("huge", GgmlType::F32, {1ull << 40, 1ull << 30});
+            }).find("too large"),
             std::string::npos);
   EXPECT_EQ(w.tensor_bytes(0), 68u);  // two Q8_0 blocks
   EXPECT_NE(error_of([&] { w.tensor_bytes(1); }).find("out of range"), std::string::npos);
@@ -109,15 +127,17 @@ TEST(Writer, ArgumentChecks) {
   inconsistent.type = ValueType::u8;
   inconsistent.v = uint64_t{300};
   w.set("bad", inconsistent);
-  EXPECT_NE(error_of([&] { w.write_header(); }).find("value out of range for u8"), std::string::npos);
+  EXPECT_NE(error_of([&] { w.write_header(); }).find("value out of range for u8"),
+            std::string::npos);
 }
 
 TEST(Writer, AlignmentKeyMustMatch) {
   ScratchDir dir;
   Writer w(dir.path("al.gguf"), 64);
   w.set("general.alignment", Value::u32(32));
-  EXPECT_NE(error_of([&] { w.finish(); }).find("general.alignment is 32 but the writer aligns to 64"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([&] { w.finish(); }).find("general.alignment is 32 but the writer aligns to 64"),
+      std::string::npos);
   Writer ok(dir.path("al2.gguf"), 64);
   ok.set("general.alignment", Value::u32(64));
   ok.finish();
@@ -137,7 +157,9 @@ TEST(Writer, SetReplacesAndLateChangesAreErrors) {
   w.write_data(&x, sizeof x);
   EXPECT_NE(error_of([&] { w.set("k2", Value::u32(1)); }).find("after the header was written"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { w.add_tensor("t2", GgmlType::F32, {1}); }).find("after the header was written"),
+  EXPECT_NE(error_of([&] {
+              w.add_tensor("t2", GgmlType::F32, {1});
+            }).find("after the header was written"),
             std::string::npos);
   w.finish();
   const File f = File::open(path);
