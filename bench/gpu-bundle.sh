@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# bench/gpu-bundle.sh [BUILD_DIR] [OUT_DIR] — collect what the GPU test machine needs into one
+# folder (default gpu-bundle/, gitignored) of at most 64 MiB: the ferry binary, the GPU and backend
+# test programs, the GPU benchmark, and the shared libraries they load that a stock Ubuntu 24.04
+# lacks (oneTBB, mimalloc, liburing, fmt, ...). libcudart is linked statically; libcuda comes with
+# the driver there; cuBLAS is loaded at run time from the CUDA toolkit there when present.
+#
+# Build first (on this machine):
+#   cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DFERRY_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90
+#   ninja -C build-gpu ferry bench_gpu_kernels $(cd tests/gpu && ls test_*.cpp | sed 's/^/gpu_/; s/\.cpp$//') \
+#         $(cd tests/backend && ls test_*.cpp | sed 's/^/backend_/; s/\.cpp$//')
+#   bash bench/gpu-bundle.sh build-gpu gpu-bundle
+# Then on the GPU machine, from the repository root: bash bench/gpu-check.sh gpu-bundle
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="${1:-$root/build-gpu}"
+out="${2:-$root/gpu-bundle}"
+limit_bytes=$((64 * 1024 * 1024))
+
+[[ -d "$build" ]] || { echo "gpu-bundle: no build directory $build" >&2; exit 2; }
+rm -rf "$out"
+mkdir -p "$out/bin" "$out/lib"
+
+bins=()
+for f in "$build"/ferry "$build"/bench/bench_gpu_kernels "$build"/tests/gpu_test_* "$build"/tests/backend_test_*; do
+  [[ -f "$f" && -x "$f" ]] && bins+=("$f")
+done
+[[ ${#bins[@]} -gt 0 ]] || { echo "gpu-bundle: nothing built in $build" >&2; exit 2; }
+
+# Libraries every Ubuntu 24.04 has (glibc, the GCC runtime) or that the NVIDIA driver provides.
+is_system_lib() {
+  case "$(basename "$1")" in
+    linux-vdso*|ld-linux*|libc.so*|libm.so*|libdl.so*|librt.so*|libpthread.so*|libstdc++.so*|libgcc_s.so*) return 0 ;;
+    libcuda.so*|libnvidia*) return 0 ;;
+    *) return 1 ;;
+  esac
+}
+
+for b in "${bins[@]}"; do
+  # Debug info stays here; the bundle carries symbol tables only (stack traces, sanitizer names).
+  strip --strip-debug -o "$out/bin/$(basename "$b")" "$b"
+  while read -r lib; do
+    [[ -n "$lib" && -f "$lib" ]] || continue
+    is_system_lib "$lib" && continue
+    dest="$out/lib/$(basename "$lib")"
+    [[ -f "$dest" ]] || cp -L "$lib" "$dest"
+  done < <(ldd "$b" | awk '/=> \//{print $3} /^\t\//{print $1}')
+done
+
+total=$(du -sb "$out" | cut -f1)
+echo "gpu-bundle: $(ls "$out/bin" | wc -l) programs, $(ls "$out/lib" | wc -l) libraries, $((total / 1024)) KiB in $out"
+ls -la "$out/lib"
+if (( total > limit_bytes )); then
+  echo "gpu-bundle: $total bytes exceeds the 64 MiB limit" >&2
+  exit 1
+fi

@@ -1,0 +1,155 @@
+// Causal GQA attention (rows/split-K decode kernel and tiled prefill kernel) vs a double reference.
+#include "tests/gpu/gpu_test_util.hpp"
+
+#include "runtime/core/fp16.hpp"
+#include "runtime/core/types.hpp"
+
+#if FERRY_HAVE_CUDA
+#include "kernels/cuda/attention.cuh"
+#endif
+
+namespace ferry::gputest {
+namespace {
+
+#if FERRY_HAVE_CUDA
+
+struct Case {
+  int n_head, n_head_kv, head_dim;
+  int64_t p0, n_tokens;
+  GgmlType kv;
+  bool gate;
+};
+
+std::string name(const Case& c) {
+  return std::to_string(c.n_head) + "/" + std::to_string(c.n_head_kv) + "h d=" + std::to_string(c.head_dim) +
+         " p0=" + std::to_string(c.p0) + " n=" + std::to_string(c.n_tokens) + " " + std::string(type_name(c.kv)) +
+         (c.gate ? " gated" : "");
+}
+
+void run(const Case& c, int path /*0 dispatch, 1 rows, 2 tiled*/) {
+  const int64_t n_kv = c.p0 + c.n_tokens, kvw = int64_t{c.n_head_kv} * c.head_dim;
+  // q and gate interleaved per head like qwen35's attn_q output: [q(d) | gate(d)] per head.
+  const int64_t q_ld_head = c.gate ? 2 * c.head_dim : c.head_dim, q_ld_token = c.n_head * q_ld_head;
+  const auto qg = random_floats(c.n_tokens * q_ld_token, 1, -1.f, 1.f);
+  auto kf = random_floats(n_kv * kvw, 2, -1.f, 1.f), vf = random_floats(n_kv * kvw, 3, -1.f, 1.f);
+  const float scale = 1.f / std::sqrt(float(c.head_dim)) * 2.f;  // sharper softmax than random data gives
+  std::vector<uint16_t> k16, v16;
+  if (c.kv == GgmlType::F16) {
+    for (auto* p : {&kf, &vf})
+      for (auto& x : *p) x = fp16_to_fp32(fp32_to_fp16(x));  // reference sees what the cache holds
+    for (float x : kf) k16.push_back(fp32_to_fp16(x));
+    for (float x : vf) v16.push_back(fp32_to_fp16(x));
+  }
+  const int64_t out_w = int64_t{c.n_head} * c.head_dim;
+  std::vector<double> ref(c.n_tokens * out_w);
+  for (int64_t t = 0; t < c.n_tokens; ++t)
+    for (int h = 0; h < c.n_head; ++h) {
+      const int g = h / (c.n_head / c.n_head_kv);
+      const float* q = qg.data() + t * q_ld_token + h * q_ld_head;
+      const int64_t n_vis = c.p0 + t + 1;
+      std::vector<double> s(n_vis);
+      double mx = -1e300;
+      for (int64_t j = 0; j < n_vis; ++j) {
+        double d = 0;
+        for (int i = 0; i < c.head_dim; ++i) d += double(q[i]) * kf[(j * c.n_head_kv + g) * c.head_dim + i];
+        s[j] = d * scale;
+        mx = std::max(mx, s[j]);
+      }
+      double sum = 0;
+      for (auto& v : s) sum += v = std::exp(v - mx);
+      for (int i = 0; i < c.head_dim; ++i) {
+        double o = 0;
+        for (int64_t j = 0; j < n_vis; ++j) o += s[j] * vf[(j * c.n_head_kv + g) * c.head_dim + i];
+        o /= sum;
+        if (c.gate) o /= 1 + std::exp(-double(q[c.head_dim + i]));
+        ref[t * out_w + h * c.head_dim + i] = o;
+      }
+    }
+  DevBuf<float> dq(qg), dout(c.n_tokens * out_w), dk32(kf), dv32(vf);
+  DevBuf<uint16_t> dk16(std::max<size_t>(k16.size(), 1)), dv16(std::max<size_t>(v16.size(), 1));
+  if (c.kv == GgmlType::F16) {
+    dk16.upload(k16);
+    dv16.upload(v16);
+  }
+  cuda::AttentionArgs a;
+  a.q = dq.get();
+  a.q_ld_token = q_ld_token;
+  a.q_ld_head = q_ld_head;
+  a.k_cache = c.kv == GgmlType::F16 ? static_cast<const void*>(dk16.get()) : dk32.get();
+  a.v_cache = c.kv == GgmlType::F16 ? static_cast<const void*>(dv16.get()) : dv32.get();
+  a.kv_type = c.kv;
+  if (c.gate) {
+    a.gate = dq.get() + c.head_dim;
+    a.gate_ld_token = q_ld_token;
+    a.gate_ld_head = q_ld_head;
+  }
+  a.out = dout.get();
+  a.out_ld_token = out_w;
+  a.n_tokens = c.n_tokens;
+  a.p0 = c.p0;
+  a.n_head = c.n_head;
+  a.n_head_kv = c.n_head_kv;
+  a.head_dim = c.head_dim;
+  a.scale = scale;
+  DevBuf<uint8_t> ws(cuda::attention_workspace_bytes(c.n_tokens, c.n_head, c.head_dim, n_kv));
+  a.workspace = ws.get();
+  a.workspace_bytes = ws.size();
+  static const char* kPath[] = {"attention", "attention_rows", "attention_tiled"};
+  if (path == 0) cuda::attention(a, nullptr);
+  else if (path == 1) cuda::attention_rows(a, nullptr);
+  else cuda::attention_tiled(a, nullptr);
+  report(kPath[path], name(c), nmse(ref, dout.download()), 1e-9);
+  if (path == 1 && n_kv > 256) {  // also without workspace: no split-K
+    a.workspace = nullptr;
+    a.workspace_bytes = 0;
+    cuda::attention_rows(a, nullptr);
+    report("attention_rows(no split)", name(c), nmse(ref, dout.download()), 1e-9);
+  }
+}
+
+TEST(GpuAttention, Decode) {
+  FERRY_REQUIRE_GPU();
+  run({16, 2, 256, 700, 1, GgmlType::F16, true}, 1);   // qwen35 full attention, split-K
+  run({32, 4, 128, 5000, 1, GgmlType::F16, false}, 1);  // qwen3, long context
+  run({32, 4, 128, 0, 1, GgmlType::F32, false}, 1);     // first token
+  run({8, 8, 64, 33, 3, GgmlType::F32, false}, 1);      // MHA, few tokens
+  run({4, 2, 32, 10, 2, GgmlType::F16, true}, 0);
+}
+
+TEST(GpuAttention, Prefill) {
+  FERRY_REQUIRE_GPU();
+  run({16, 2, 256, 0, 70, GgmlType::F16, true}, 2);
+  run({32, 4, 128, 30, 45, GgmlType::F16, false}, 2);
+  run({8, 2, 64, 0, 17, GgmlType::F32, false}, 2);
+  run({16, 2, 256, 100, 33, GgmlType::F32, true}, 0);
+  run({32, 4, 128, 0, 200, GgmlType::F16, false}, 1);  // the rows kernel is correct for any n
+}
+
+TEST(GpuAttention, RejectsBadShapes) {
+  FERRY_REQUIRE_GPU();
+  DevBuf<float> buf(4096);
+  cuda::AttentionArgs a;
+  a.q = a.out = buf.get();
+  a.k_cache = a.v_cache = buf.get();
+  a.kv_type = GgmlType::F32;
+  a.n_tokens = 1;
+  a.n_head = 6;
+  a.n_head_kv = 4;  // not a divisor
+  a.head_dim = 64;
+  a.q_ld_head = 64;
+  a.q_ld_token = 6 * 64;
+  a.out_ld_token = 6 * 64;
+  EXPECT_THROW(cuda::attention(a, nullptr), Error);
+  a.n_head_kv = 2;
+  a.head_dim = 96;  // unsupported head size
+  a.q_ld_head = 96;
+  a.q_ld_token = a.out_ld_token = 6 * 96;
+  EXPECT_THROW(cuda::attention(a, nullptr), Error);
+}
+
+#else
+TEST(GpuAttention, Skipped) { GTEST_SKIP() << "built without CUDA"; }
+#endif
+
+}  // namespace
+}  // namespace ferry::gputest
