@@ -1,6 +1,7 @@
 #pragma once
-// Token sampling with llama.cpp's defaults and order: repetition penalty → top-k → top-p → min-p
-// → temperature → draw. temp <= 0 means greedy (argmax).
+// Token sampling with llama.cpp's defaults and order (common_params_sampling, llama-sampler.cpp):
+// repetition penalty → top-k → top-p → min-p → temperature → draw. temp <= 0 means greedy
+// (argmax after the penalty; ties go to the lowest id).
 #include <cstdint>
 #include <deque>
 #include <random>
@@ -15,26 +16,47 @@ struct SamplingParams {
   float top_p = 0.95f;        // >= 1: off
   float min_p = 0.05f;        // <= 0: off
   float repeat_penalty = 1.0f;  // 1: off
-  int32_t repeat_last_n = 64;   // window of recent tokens the penalty looks at
+  int32_t repeat_last_n = 64;   // window of recent tokens the penalty looks at; 0: off,
+                                // < 0: every token accepted since reset (llama.cpp: the context)
   uint64_t seed = 0xFFFFFFFF;   // llama.cpp's LLAMA_DEFAULT_SEED: pick a random seed
+};
+
+// A candidate left after the filters, with its probability under the temperature.
+struct TokenProb {
+  int32_t id;
+  float p;
 };
 
 class Sampler {
  public:
+  // Throws ErrorKind::invalid_arg for NaN parameters or repeat_penalty <= 0.
   explicit Sampler(const SamplingParams& p);
-  // Picks a token from logits (n_vocab); does not modify the caller's array.
+  // Picks a token from logits (n_vocab); does not modify the caller's array. Draws from the RNG
+  // exactly once per call unless greedy (as llama.cpp's dist sampler).
   int32_t sample(std::span<const float> logits);
+  // The candidates the draw chooses from, in the order it walks them (descending logit once a
+  // filter sorted them, else id order), probabilities summing to 1. Greedy: the argmax alone.
+  // Does not touch the RNG.
+  std::vector<TokenProb> candidates(std::span<const float> logits);
   void accept(int32_t token);  // remember for the repetition penalty
+  // Forgets accepted tokens and re-seeds (a fresh random seed when seed = 0xFFFFFFFF).
   void reset();
   uint64_t seed() const { return seed_; }
   const SamplingParams& params() const { return p_; }
 
  private:
+  // Runs penalty and filters on logits into cand_[0, n) with temperature applied; returns n.
+  // sorted_ says whether cand_[0, n) is in descending logit order.
+  size_t filter(std::span<const float> logits);
+
   SamplingParams p_;
   uint64_t seed_;
   std::mt19937 rng_;
   std::deque<int32_t> recent_;
   std::vector<std::pair<float, int32_t>> cand_;  // scratch: (logit, id)
+  std::vector<float> logit_buf_;                 // scratch: (n_vocab) penalised logits
+  std::vector<int32_t> penalized_;               // scratch: distinct ids in the window
+  bool sorted_ = false;
 };
 
 }  // namespace ferry
