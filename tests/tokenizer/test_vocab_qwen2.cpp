@@ -5,6 +5,9 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
+#include <thread>
+
 #include "runtime/gguf/gguf.hpp"
 #include "runtime/tokenizer/tokenizer.hpp"
 #include "tests/tokenizer/vocab_cases.hpp"
@@ -88,6 +91,43 @@ TEST(VocabQwen2, SpecialTokensAndIds) {
   EXPECT_EQ(std::count(plain.begin(), plain.end(), 151644), 0);
   // add_bos follows the vocabulary: Qwen does not ask for BOS.
   EXPECT_EQ(tok.encode("Hello", true), (std::vector<int32_t>{9707}));
+}
+
+// Several threads share one Tokenizer (and its word cache): results equal the serial ones.
+// Also reports load time and throughput on ~1 MB of the cases' mixed-script text.
+TEST(VocabQwen2, ConcurrentEncodeAndThroughput) {
+  const auto dir = test::vocab_dir();
+  if (!std::filesystem::exists(dir / "ggml-vocab-qwen2.gguf"))
+    FAIL() << "run scripts/fetch-test-data.sh (.cache/vocab/ggml-vocab-qwen2.gguf is missing)";
+  const auto t0 = std::chrono::steady_clock::now();
+  const gguf::File f = gguf::File::open((dir / "ggml-vocab-qwen2.gguf").string());
+  const Tokenizer tok = Tokenizer::from_gguf(f);
+  const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const auto cases = test::read_vocab_cases(dir / "ggml-vocab-qwen2.gguf.inp", dir / "ggml-vocab-qwen2.gguf.out");
+  std::vector<std::string> texts;
+  for (const auto& c : cases) texts.push_back(c.text + "<|im_end|>\n");
+  std::vector<std::vector<int32_t>> serial;
+  for (const auto& t : texts) serial.push_back(tok.encode(t));
+
+  std::vector<std::thread> threads;
+  std::vector<int> bad(4, 0);
+  for (int w = 0; w < 4; ++w)
+    threads.emplace_back([&, w] {
+      for (int rep = 0; rep < 20; ++rep)
+        for (size_t i = 0; i < texts.size(); ++i) bad[w] += tok.encode(texts[(i + w * 7) % texts.size()]) != serial[(i + w * 7) % texts.size()];
+    });
+  for (auto& t : threads) t.join();
+  for (int w = 0; w < 4; ++w) EXPECT_EQ(bad[w], 0) << "thread " << w;
+
+  std::string big;
+  while (big.size() < (1u << 20))
+    for (const auto& c : cases) big += c.text + " ";
+  const auto t1 = std::chrono::steady_clock::now();
+  const auto ids = tok.encode(big, false, false);
+  const double enc_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+  EXPECT_EQ(tok.decode(ids), big);
+  std::printf("qwen2 vocab: load %.0f ms; encode %.2f MB/s (%zu bytes -> %zu tokens)\n", load_ms,
+              big.size() / enc_s / 1e6, big.size(), ids.size());
 }
 
 }  // namespace
