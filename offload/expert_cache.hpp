@@ -1,0 +1,86 @@
+#pragma once
+// The VRAM expert cache's bookkeeping: which (layer, expert) each slot holds, its state, pins and
+// the eviction policy. Memory and copies belong to the executor; this class is pure policy, so it
+// is unit-tested on routing traces without a device.
+//
+// Slots are one pool shared by all layers by default (docs/decisions/0004-offload-engine.md gives
+// the measurement): a per-layer split wastes slots on layers whose routing is concentrated while
+// spread-out layers thrash. `per_layer` keeps slot s in layer owner[s] for comparison.
+//
+// Policies:
+//   lru  — evict the least recently used ready slot.
+//   lrfu — frequency-decayed recency: each use adds 1 to a score that halves every `half_life`
+//          ticks (one tick = one token); evict the lowest score. Old-but-popular experts survive a
+//          burst of one-off uses that plain LRU would let them be pushed out by. The default
+//          half-life (4 tokens) won a sweep on synthetic locality traces (tests/offload/
+//          test_expert_cache.cpp prints it; numbers in docs/decisions/0004-offload-engine.md).
+// A pinned slot (queued work reads it, or a copy into it is in flight) is never chosen.
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+namespace ferry {
+
+enum class EvictionPolicy { lru, lrfu };
+enum class SlotPartition { pool, per_layer };
+EvictionPolicy parse_eviction_policy(std::string_view s);  // "lru" | "lrfu"
+
+enum class SlotState : uint8_t { empty, loading, ready };
+
+struct CacheCounters {
+  uint64_t hits = 0, misses = 0, evictions = 0, inserts = 0;
+};
+
+class ExpertCache {
+ public:
+  // layer_slots: with per_layer, how many slots each layer owns (sums to n_slots); ignored (may be
+  // empty) for pool.
+  ExpertCache(int32_t n_slots, int32_t n_layer, int32_t n_expert, EvictionPolicy policy,
+              SlotPartition partition = SlotPartition::pool, std::vector<int32_t> layer_slots = {},
+              double half_life_ticks = 4.0);
+
+  int32_t n_slots() const { return static_cast<int32_t>(key_.size()); }
+  // Slot holding (layer, expert), or -1. A loading slot counts as present (its copy is queued).
+  int32_t find(int32_t layer, int32_t expert) const;
+  SlotState state(int32_t slot) const { return state_[static_cast<size_t>(slot)]; }
+  int32_t layer_of(int32_t slot) const;   // -1 when empty
+  int32_t expert_of(int32_t slot) const;  // -1 when empty
+
+  // A use of (layer, expert) at tick `now`: counts a hit when present and updates its score.
+  // Returns the slot or -1 (a miss is counted).
+  int32_t access(int32_t layer, int32_t expert, uint64_t now);
+  // Takes a slot for (layer, expert) (state loading): a free one, else the policy's victim.
+  // Returns -1 when every candidate slot is pinned (nothing is changed then). The new slot starts
+  // with one use at `now` and is NOT pinned.
+  int32_t insert(int32_t layer, int32_t expert, uint64_t now);
+  void mark_ready(int32_t slot);
+  // Forgets a slot's content (a failed or cancelled load).
+  void clear(int32_t slot);
+
+  void pin(int32_t slot);
+  void unpin(int32_t slot);
+  int32_t pins(int32_t slot) const { return pins_[static_cast<size_t>(slot)]; }
+
+  const CacheCounters& counters() const { return c_; }
+  void reset_counters() { c_ = {}; }
+  int32_t resident_in_layer(int32_t layer) const;
+
+ private:
+  double score(int32_t slot, uint64_t now) const;
+  int32_t victim(int32_t layer, uint64_t now) const;
+
+  EvictionPolicy policy_;
+  SlotPartition partition_;
+  int32_t n_layer_, n_expert_;
+  double half_life_;
+  std::vector<int32_t> key_;      // (n_slots) layer·n_expert + expert, -1 empty
+  std::vector<SlotState> state_;  // (n_slots)
+  std::vector<int32_t> pins_;     // (n_slots)
+  std::vector<int32_t> owner_;    // (n_slots) owning layer with per_layer, else -1
+  std::vector<uint64_t> last_;    // (n_slots) tick of the last use
+  std::vector<double> freq_;      // (n_slots) decayed use count as of last_
+  std::vector<int32_t> where_;    // (n_layer·n_expert) slot or -1
+  CacheCounters c_;
+};
+
+}  // namespace ferry

@@ -1,0 +1,113 @@
+#include "offload/prefetcher.hpp"
+
+#include <algorithm>
+#include <chrono>
+
+#include "runtime/core/error.hpp"
+
+namespace ferry {
+namespace {
+
+double now_us() {
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+Prefetcher::Prefetcher(Device& dev, ExpertCache& cache, SlotCopy copy, uint64_t expert_bytes, int32_t max_in_flight)
+    : dev_(dev), cache_(cache), copy_(std::move(copy)), expert_bytes_(expert_bytes),
+      max_in_flight_(std::max(1, max_in_flight)), stream_(dev.create_stream()) {
+  slots_.resize(static_cast<size_t>(cache.n_slots()));
+  for (auto& s : slots_) s.done = dev.create_event();
+}
+
+void Prefetcher::request(const PredictedExpert& p) {
+  ++c_.requested;
+  queue_.push_back(p);
+}
+
+void Prefetcher::issue(int32_t current_layer, uint64_t now) {
+  poll();
+  // Best first; stable so that equal scores keep the predictor's order.
+  std::stable_sort(queue_.begin(), queue_.end(),
+                   [](const PredictedExpert& a, const PredictedExpert& b) { return a.score > b.score; });
+  std::vector<PredictedExpert> keep;
+  for (const PredictedExpert& p : queue_) {
+    if (p.layer <= current_layer) {
+      ++c_.dropped_stale;
+      continue;
+    }
+    if (cache_.find(p.layer, p.expert) >= 0) continue;  // present or already coming
+    if (n_in_flight_ >= max_in_flight_) {
+      keep.push_back(p);
+      continue;
+    }
+    const int32_t slot = cache_.insert(p.layer, p.expert, now);
+    if (slot < 0) {
+      ++c_.dropped_no_slot;
+      continue;
+    }
+    note_evict(slot);  // its previous content, if that was an unused prefetch
+    Slot& s = slots_[static_cast<size_t>(slot)];
+    cache_.pin(slot);  // no eviction while the copy is in flight
+    copy_(slot, p.layer, p.expert, *stream_);
+    stream_->record(*s.done);
+    s.in_flight = true;
+    s.unused = true;
+    s.issued_at_us = now_us();
+    ++n_in_flight_;
+    ++c_.issued;
+    c_.bytes += expert_bytes_;
+  }
+  queue_ = std::move(keep);
+}
+
+void Prefetcher::complete(int32_t slot) {
+  Slot& s = slots_[static_cast<size_t>(slot)];
+  s.in_flight = false;
+  --n_in_flight_;
+  cache_.mark_ready(slot);
+  cache_.unpin(slot);
+}
+
+void Prefetcher::poll() {
+  for (int32_t slot = 0; slot < static_cast<int32_t>(slots_.size()); ++slot) {
+    Slot& s = slots_[static_cast<size_t>(slot)];
+    if (s.in_flight && s.done->query()) complete(slot);
+  }
+}
+
+void Prefetcher::wait(int32_t slot) {
+  Slot& s = slots_[static_cast<size_t>(slot)];
+  if (!s.in_flight) return;
+  s.done->synchronize();
+  complete(slot);
+}
+
+bool Prefetcher::in_flight(int32_t slot) const { return slots_[static_cast<size_t>(slot)].in_flight; }
+
+double Prefetcher::age_us(int32_t slot) const { return now_us() - slots_[static_cast<size_t>(slot)].issued_at_us; }
+
+void Prefetcher::note_use(int32_t slot) {
+  Slot& s = slots_[static_cast<size_t>(slot)];
+  if (s.unused) {
+    s.unused = false;
+    ++c_.used;
+  }
+}
+
+void Prefetcher::note_evict(int32_t slot) {
+  Slot& s = slots_[static_cast<size_t>(slot)];
+  if (s.in_flight) fail(ErrorKind::internal, "prefetcher: slot {} reused while its copy is in flight", slot);
+  if (s.unused) {
+    s.unused = false;
+    ++c_.wasted;
+  }
+}
+
+void Prefetcher::drop_all() {
+  c_.dropped_stale += queue_.size();
+  queue_.clear();
+}
+
+}  // namespace ferry

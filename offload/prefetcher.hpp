@@ -1,0 +1,87 @@
+#pragma once
+// Prefetch: predicted experts copied ahead of use into evictable cache slots over a dedicated copy
+// stream, with one event per slot so the executor can wait for exactly the expert it needs.
+//
+// Life of a prefetch: request() queues (layer, expert, priority); issue(current_layer) first drops
+// stale requests (for layers the forward has already passed in this token, or already present),
+// then, best priority first and while fewer than max_in_flight copies are outstanding, takes a
+// slot from the cache (insert: state loading, pinned so nothing evicts it mid-copy), enqueues the
+// copy and records the slot's event. poll() turns completed copies into ready slots (unpinned);
+// wait(slot) blocks on one slot's event. A prefetched slot evicted before any use counts as
+// wasted; its first use counts as used (precision = used / issued).
+//
+// Predictions come from an ExpertPredictor (helper J's router-based predictor implements it).
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "offload/expert_cache.hpp"
+#include "runtime/backend/device.hpp"
+
+namespace ferry {
+
+struct PredictedExpert {
+  int32_t layer = 0;
+  int32_t expert = 0;
+  float score = 0.0f;  // higher = more likely; used as the priority
+};
+
+class ExpertPredictor {
+ public:
+  virtual ~ExpertPredictor() = default;
+  // Called with the MoE input of `layer` (x: (n_tokens, n_embd) normalized hidden state) and the
+  // experts it routed to (ids: (n_tokens, top_k)). Appends experts later layers are likely to use.
+  virtual void predict(int32_t layer, const float* x, int32_t n_tokens, const int32_t* ids, int32_t top_k,
+                       std::vector<PredictedExpert>& out) = 0;
+};
+
+struct PrefetchCounters {
+  uint64_t requested = 0, issued = 0, used = 0, wasted = 0, dropped_stale = 0, dropped_no_slot = 0;
+  uint64_t bytes = 0;
+};
+
+class Prefetcher {
+ public:
+  // copy(slot, layer, expert, stream): enqueue the copies that fill `slot` on `stream`.
+  using SlotCopy = std::function<void(int32_t slot, int32_t layer, int32_t expert, Stream& stream)>;
+  Prefetcher(Device& dev, ExpertCache& cache, SlotCopy copy, uint64_t expert_bytes, int32_t max_in_flight);
+
+  void request(const PredictedExpert& p);
+  // Drops stale requests (layer ≤ current_layer) and issues the best ones. now: the cache tick.
+  void issue(int32_t current_layer, uint64_t now);
+  void poll();           // completed copies → ready slots
+  void wait(int32_t slot);  // blocks until slot's copy has landed (ready afterwards)
+  bool in_flight(int32_t slot) const;
+  // Microseconds since the copy into `slot` was issued (the cost model's remaining-time estimate
+  // subtracts it from the copy's expected duration).
+  double age_us(int32_t slot) const;
+  // Executor hooks for the counters: a use of a slot, and a slot about to be reused.
+  void note_use(int32_t slot);
+  void note_evict(int32_t slot);
+  void drop_all();  // forgets queued requests (a new prompt)
+  const PrefetchCounters& counters() const { return c_; }
+  void reset_counters() { c_ = {}; }
+  Stream& stream() { return *stream_; }
+
+ private:
+  struct Slot {
+    std::unique_ptr<Event> done;
+    bool in_flight = false;
+    bool unused = false;  // prefetched, not used yet
+    double issued_at_us = 0;
+  };
+  void complete(int32_t slot);
+  Device& dev_;
+  ExpertCache& cache_;
+  SlotCopy copy_;
+  uint64_t expert_bytes_;
+  int32_t max_in_flight_;
+  int32_t n_in_flight_ = 0;
+  std::unique_ptr<Stream> stream_;
+  std::vector<Slot> slots_;  // (n_slots)
+  std::vector<PredictedExpert> queue_;
+  PrefetchCounters c_;
+};
+
+}  // namespace ferry
