@@ -115,7 +115,12 @@ void read_hybrid(const gguf::File& f, ModelConfig& c, std::string_view arch) {
   c.layer_kind.assign(static_cast<size_t>(c.n_layer), LayerKind::deltanet);
   const std::string recurrent = std::string(arch) + ".attention.recurrent_layers";
   if (const gguf::Value* v = f.find(recurrent); v && v->type == gguf::ValueType::array) {
-    const auto xs = f.get_int_array(recurrent);
+    // Bool or integer elements; the Array keeps both widened in `ints`.
+    const gguf::Array& arr = std::get<gguf::Array>(v->v);
+    if (arr.elem_type == gguf::ValueType::string || arr.elem_type == gguf::ValueType::f32 ||
+        arr.elem_type == gguf::ValueType::f64 || arr.elem_type == gguf::ValueType::array)
+      fail(ErrorKind::format, "key {} in {} must be an array of bools or integers", recurrent, f.path());
+    const std::vector<int64_t>& xs = arr.ints;
     if (xs.size() != static_cast<size_t>(n_all))
       fail(ErrorKind::format, "key {} in {} has {} entries, expected block_count {}", recurrent,
            f.path(), xs.size(), n_all);

@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""qwen35moe (hybrid Gated DeltaNet / gated attention MoE) against llama.cpp.
+
+A tiny synthetic qwen35moe (`ferry synth`, layers 0-2 DeltaNet, 3 attention) at F32 and, made from
+it by llama.cpp's own quantizer, Q8_0 and Q4_K_M. For each file, Ferry's logits at every position of
+a 160-token sequence (one prefill batch: the chunked delta rule) are compared with llama.cpp's
+(Llama(logits_all=True).eval):
+  F32:        NMSE <= 1e-5 over the sequence, argmax equal at >= 99% of positions.
+  quantized:  median per-position NMSE <= 5e-4, sequence NMSE <= 5e-3, and argmax equal at >= 99%
+              of the decisive positions (llama.cpp's top-2 margin > 2x the error RMS there; at
+              least 90% of positions must be decisive).
+Why the quantized criteria are per position: activations are rounded to int8 (Q8_0/Q8_K) before
+every quantized product, so a float-rounding difference of 1e-7 occasionally moves a value across
+a rounding boundary; on a tiny random model (flat logits, top-2 of 8 experts) such a flip now and
+then changes an expert choice, a discrete jump at that one position (NMSE ~1e-2) that a
+sequence-wide NMSE would be dominated by. A wrong dequantization or layout gives errors >= 1e-2
+at every position, which these bounds reject.
+Then, F32 only: prefill (chunked) vs decode (token by token, recurrent) at lengths 1, 63, 64, 65,
+300, NMSE <= 1e-5.
+test_qwen3next_llamacpp.py runs the same checks for qwen3next.
+"""
+import ctypes
+import os
+import sys
+
+try:
+    import numpy as np
+    import llama_cpp
+except ImportError as e:  # the venv is still being populated
+    print(f"SKIPPED: numpy/llama_cpp unavailable ({e})")
+    sys.exit(77)
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import ferry, nmse, scratch  # noqa: E402
+
+N_TOKENS = 160
+DECODE_LENGTHS = (1, 63, 64, 65, 300)
+LLAMA_FTYPE = {"q8_0": 7, "q4_k_m": 15}
+
+
+def synth(arch, path):
+    ferry("synth", "--arch", arch, "--preset", "tiny", "--quant", "f32", "--seed", "7", "-q", "-o", path)
+
+
+def quantize(src, dst, quant):
+    p = llama_cpp.llama_model_quantize_default_params()
+    p.ftype = LLAMA_FTYPE[quant]
+    p.nthread = 2
+    rc = llama_cpp.llama_model_quantize(src.encode(), dst.encode(), ctypes.byref(p))
+    if rc != 0:
+        raise RuntimeError(f"llama_model_quantize {src} -> {dst} ({quant}) failed: {rc}")
+
+
+def llama_logits(path, tokens):
+    llm = llama_cpp.Llama(model_path=path, logits_all=True, n_ctx=512, n_batch=512, n_threads=2,
+                          verbose=False)
+    llm.eval(tokens)
+    out = np.array(llm.scores[: len(tokens)], dtype=np.float64)
+    del llm
+    return out
+
+
+def ferry_logits(path, tokens, tag):
+    """One prefill batch, F16 KV cache (llama.cpp's default)."""
+    out = scratch(f"logits-{tag}.npy")
+    ferry("logits", "-m", path, "--tokens", ",".join(map(str, tokens)), "-o", out, "-t", "2")
+    return np.load(out).astype(np.float64)
+
+
+def position_nmse(a, ref):
+    return np.sum((a - ref) ** 2, axis=1) / np.maximum(np.sum(ref ** 2, axis=1), 1e-300)
+
+
+def compare(label, ours, ref, quantized):
+    """Prints the numbers; returns a list of failure messages."""
+    fails = []
+    total = nmse(ours, ref)
+    per_pos = position_nmse(ours, ref)
+    agree = ours.argmax(1) == ref.argmax(1)
+    top2 = np.sort(ref, axis=1)[:, -2:]
+    margin = top2[:, 1] - top2[:, 0]
+    err_rms = np.sqrt(np.mean((ours - ref) ** 2, axis=1))
+    decisive = margin > 2 * err_rms
+    print(f"{label}: NMSE {total:.3e} (per position: median {np.median(per_pos):.2e}, max "
+          f"{per_pos.max():.2e}), argmax {agree.mean() * 100:.1f}% of {len(agree)}, on decisive "
+          f"positions {agree[decisive].mean() * 100:.1f}% of {decisive.sum()}")
+    if not np.all(np.isfinite(ours)):
+        fails.append(f"{label}: non-finite logits")
+    if not quantized:
+        if total > 1e-5:
+            fails.append(f"{label}: NMSE {total:.3e} > 1e-5")
+        if agree.mean() < 0.99:
+            fails.append(f"{label}: argmax agreement {agree.mean():.3f} < 0.99")
+    else:
+        if np.median(per_pos) > 5e-4:
+            fails.append(f"{label}: median per-position NMSE {np.median(per_pos):.3e} > 5e-4")
+        if total > 5e-3:
+            fails.append(f"{label}: sequence NMSE {total:.3e} > 5e-3")
+        if decisive.mean() < 0.9:
+            fails.append(f"{label}: only {decisive.mean():.2f} of positions are decisive")
+        if agree[decisive].mean() < 0.99:
+            fails.append(f"{label}: argmax agreement on decisive positions {agree[decisive].mean():.3f} < 0.99")
+    return fails
+
+
+def run(arch):
+    f32 = scratch(f"{arch}-tiny-f32.gguf")
+    synth(arch, f32)
+    files = {"f32": f32}
+    for q in ("q8_0", "q4_k_m"):
+        files[q] = scratch(f"{arch}-tiny-{q}.gguf")
+        quantize(f32, files[q], q)
+
+    rng = np.random.default_rng(1234)
+    fails = []
+    vocab = None
+    for quant, path in files.items():
+        if vocab is None:
+            probe = llama_cpp.Llama(model_path=path, n_ctx=16, verbose=False)
+            vocab = probe.n_vocab()
+            del probe
+            tokens = [int(t) for t in rng.integers(0, vocab, N_TOKENS)]
+        ref = llama_logits(path, tokens)
+        ours = ferry_logits(path, tokens, tag=f"{arch}-{quant}")
+        fails += compare(f"{arch} {quant} vs llama.cpp", ours, ref, quant != "f32")
+
+    # Chunked prefill vs the recurrence, F32 caches so only the delta-rule forms differ.
+    long_tokens = [int(t) for t in rng.integers(0, vocab, max(DECODE_LENGTHS))]
+    for n in DECODE_LENGTHS:
+        toks = long_tokens[:n]
+        out_p, out_d = scratch(f"{arch}-p{n}.npy"), scratch(f"{arch}-d{n}.npy")
+        common_args = ["-m", f32, "--tokens", ",".join(map(str, toks)), "-t", "2", "-ctk", "f32", "-ctv", "f32"]
+        ferry("logits", *common_args, "-o", out_p)
+        ferry("logits", *common_args, "--decode", "-o", out_d)
+        e = nmse(np.load(out_d), np.load(out_p))
+        print(f"{arch} f32 prefill vs decode, {n} tokens: NMSE {e:.3e}")
+        if not e <= 1e-5:
+            fails.append(f"{arch} prefill vs decode at {n} tokens: NMSE {e:.3e} > 1e-5")
+
+    for f in fails:
+        print("FAIL:", f)
+    for path in files.values():
+        os.remove(path)
+    return 1 if fails else 0
+
+
+if __name__ == "__main__":
+    sys.exit(run("qwen35moe"))
