@@ -44,6 +44,7 @@ struct FloatKernel {
     for (int k = 0; k < NX; ++k) acc0[k] = acc1[k] = _mm256_setzero_ps();
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
+      prefetch_ahead<1>(w + i);  // 32 or 64 bytes per step
       const __m256 w0 = L::load(w + i), w1 = L::load(w + i + 8);
       for (int k = 0; k < NX; ++k) {
         acc0[k] = _mm256_fmadd_ps(w0, L::load(x[k] + i), acc0[k]);
@@ -71,9 +72,10 @@ struct Q8_0Kernel {
     const BlockQ8_0* x[NX];
     rows_of(xv, stride, x);
     const __m256i ones = _mm256_set1_epi16(1);
-    __m256 acc[NX];
-    for (int k = 0; k < NX; ++k) acc[k] = _mm256_setzero_ps();
+    __m256 acc[NX][2];  // two chains per row hide the FMA latency
+    for (int k = 0; k < NX; ++k) acc[k][0] = acc[k][1] = _mm256_setzero_ps();
     for (int64_t ib = 0; ib < n / kQK8_0; ++ib) {
+      prefetch_ahead<1>(w + ib);
       const __m256i qw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[ib].qs));
       const __m256i aw = _mm256_sign_epi8(qw, qw);
       const float dw = h2f(w[ib].d);
@@ -81,10 +83,10 @@ struct Q8_0Kernel {
         const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[k][ib].qs));
         const __m256i p16 = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(qx, qw));
         const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
-        acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(dw * h2f(x[k][ib].d)), p, acc[k]);
+        acc[k][ib & 1] = _mm256_fmadd_ps(_mm256_set1_ps(dw * h2f(x[k][ib].d)), p, acc[k][ib & 1]);
       }
     }
-    for (int k = 0; k < NX; ++k) out[k] = hsum8(acc[k]);
+    for (int k = 0; k < NX; ++k) out[k] = hsum8(_mm256_add_ps(acc[k][0], acc[k][1]));
   }
 };
 
@@ -110,15 +112,16 @@ struct Q45KKernel {
     }
     for (int64_t i = 0; i < n / kQK_K; ++i) {
       const Block& b = w[i];
-      alignas(16) uint8_t sm[16];
-      unpack_q4k_scales(b.scales, sm);
+      prefetch_ahead<3>(&b);  // 144 / 176 bytes
+      const __m128i sm = q4k_scales_mins(b.scales);
+      const __m256i scales = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));  // 8 × s16, twice
       __m256i hbits = _mm256_setzero_si256();
       if constexpr (kQ5) hbits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh));
       __m256i sumi[NX];
       for (int k = 0; k < NX; ++k) sumi[k] = _mm256_setzero_si256();
       for (int c = 0; c < 4; ++c) {
-        const __m256i sc_lo = _mm256_set1_epi16(sm[2 * c]);
-        const __m256i sc_hi = _mm256_set1_epi16(sm[2 * c + 1]);
+        const __m256i sc_lo = _mm256_shuffle_epi8(scales, _mm256_set1_epi16(static_cast<short>(0x0100 + 0x0202 * (2 * c))));
+        const __m256i sc_hi = _mm256_shuffle_epi8(scales, _mm256_set1_epi16(static_cast<short>(0x0100 + 0x0202 * (2 * c + 1))));
         const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * c));
         __m256i q_lo = _mm256_and_si256(bits, m4);
         __m256i q_hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
@@ -135,15 +138,11 @@ struct Q45KKernel {
           sumi[k] = _mm256_add_epi32(sumi[k], _mm256_add_epi32(p_lo, p_hi));
         }
       }
-      const __m128i mins = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sm + 8)));
+      const __m128i mins = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
       const float dw = h2f(b.d), dmw = h2f(b.dmin);
       for (int k = 0; k < NX; ++k) {
         const BlockQ8K& y = x[k][i];
-        const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.bsums));
-        // sums of 32 activations per sub-block: |·| ≤ 32·127, fits int16
-        const __m128i q8s = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
-        const __m128 pm = _mm_cvtepi32_ps(_mm_madd_epi16(mins, q8s));
-        accm[k] = _mm_fmadd_ps(_mm_set1_ps(dmw * y.d), pm, accm[k]);
+        accm[k] = _mm_fmadd_ps(_mm_set1_ps(dmw * y.d), q4k_mins_term(mins, y.bsums), accm[k]);
         acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(dw * y.d), _mm256_cvtepi32_ps(sumi[k]), acc[k]);
       }
     }
@@ -178,6 +177,7 @@ struct Q6KKernel {
     for (int k = 0; k < NX; ++k) acc[k] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / kQK_K; ++i) {
       const BlockQ6K& b = w[i];
+      prefetch_ahead<4>(&b);  // 210 bytes
       const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales));
       __m256i sumi[NX];
       for (int k = 0; k < NX; ++k) sumi[k] = _mm256_setzero_si256();

@@ -2,23 +2,12 @@
 // AVX-512 (F, BW, VL, DQ) dot-product kernels, included by dot_avx512.cpp (kVnni = false) and
 // dot_avx512vnni.cpp (kVnni = true); the two differ only in dot_u8s8 / dot_s16 below, where VNNI
 // fuses the multiply-add chain into one instruction. Each register covers 64 weight values:
-// one Q4_K/Q5_K chunk (low nibbles in the lower half, high nibbles in the upper half), half of a
-// Q6_K 128-value half-block, or two Q8_0 blocks.
+// one Q4_K/Q5_K chunk (low nibbles in the lower half, high nibbles in the upper half) or half of
+// a Q6_K 128-value half-block.
 #include "kernels/cpu/simd_common.hpp"
 
 namespace ferry::cpu {
 namespace {
-
-// acc + Σ over groups of 4 bytes of u (unsigned) · s (signed), per 32-bit lane.
-template <bool kVnni>
-inline __m512i dot_u8s8(__m512i acc, __m512i u, __m512i s) {
-  if constexpr (kVnni) {
-    return _mm512_dpbusd_epi32(acc, u, s);
-  } else {
-    const __m512i p16 = _mm512_maddubs_epi16(u, s);
-    return _mm512_add_epi32(acc, _mm512_madd_epi16(p16, _mm512_set1_epi16(1)));
-  }
-}
 
 // acc + pairwise products of signed 16-bit lanes, per 32-bit lane.
 template <bool kVnni>
@@ -30,11 +19,6 @@ inline __m512i dot_s16(__m512i acc, __m512i a, __m512i b) {
 // Horizontal sum (not _mm512_reduce_add_ps, which trips GCC 12's -Wmaybe-uninitialized).
 inline float hsum16(__m512 v) {
   return hsum8(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)));
-}
-
-inline __m512i load_2x256(const void* lo, const void* hi) {
-  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(static_cast<const __m256i*>(lo))),
-                            _mm256_loadu_si256(static_cast<const __m256i*>(hi)), 1);
 }
 
 inline __m512i join_256(__m256i lo, __m256i hi) {
@@ -74,6 +58,7 @@ struct Float512Kernel {
     for (int k = 0; k < NX; ++k) acc0[k] = acc1[k] = _mm512_setzero_ps();
     int64_t i = 0;
     for (; i + 32 <= n; i += 32) {
+      prefetch_ahead<sizeof(T) / 2>(w + i);  // 64 or 128 bytes per step
       const __m512 w0 = L::load(w + i), w1 = L::load(w + i + 16);
       for (int k = 0; k < NX; ++k) {
         acc0[k] = _mm512_fmadd_ps(w0, L::load(x[k] + i), acc0[k]);
@@ -90,7 +75,16 @@ struct Float512Kernel {
   }
 };
 
-// ---- Q8_0 × Q8_0, two blocks per register; |w| · sign(x, w) as in the AVX2 kernel.
+// ---- Q8_0 × Q8_0, one 32-value block per 256-bit step: a 512-bit register would hold two blocks
+// with two different scales, and the per-block scale handling then costs more than it saves
+// (measured). |w| · sign(x, w) turns s8×s8 into the u8×s8 form of maddubs / vpdpbusd; two
+// accumulators per row hide the FMA latency.
+
+template <bool kVnni>
+inline __m256i dot_u8s8_256(__m256i u, __m256i s) {
+  if constexpr (kVnni) return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
+  else return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
 
 template <bool kVnni>
 struct Q8_0Kernel512 {
@@ -99,33 +93,20 @@ struct Q8_0Kernel512 {
     const auto* w = static_cast<const BlockQ8_0*>(wv);
     const BlockQ8_0* x[NX];
     rows_of(xv, stride, x);
-    const int64_t nb = n / kQK8_0;
-    __m512 acc[NX];
-    for (int k = 0; k < NX; ++k) acc[k] = _mm512_setzero_ps();
-    int64_t ib = 0;
-    for (; ib + 2 <= nb; ib += 2) {
-      const __m512i qw = load_2x256(w[ib].qs, w[ib + 1].qs);
-      const __m512i aw = _mm512_abs_epi8(qw);
-      const __mmask64 neg = _mm512_movepi8_mask(qw);
-      const float dw0 = h2f(w[ib].d), dw1 = h2f(w[ib + 1].d);
+    __m256 acc[NX][2];
+    for (int k = 0; k < NX; ++k) acc[k][0] = acc[k][1] = _mm256_setzero_ps();
+    for (int64_t ib = 0; ib < n / kQK8_0; ++ib) {
+      prefetch_ahead<1>(w + ib);
+      const __m256i qw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[ib].qs));
+      const __m256i aw = _mm256_sign_epi8(qw, qw);
+      const float dw = h2f(w[ib].d);
       for (int k = 0; k < NX; ++k) {
-        const __m512i qx = load_2x256(x[k][ib].qs, x[k][ib + 1].qs);
-        const __m512i sx = _mm512_mask_sub_epi8(qx, neg, _mm512_setzero_si512(), qx);
-        const __m512i p = dot_u8s8<kVnni>(_mm512_setzero_si512(), aw, sx);
-        const __m512 d = _mm512_insertf32x8(_mm512_set1_ps(dw0 * h2f(x[k][ib].d)),
-                                            _mm256_set1_ps(dw1 * h2f(x[k][ib + 1].d)), 1);
-        acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), d, acc[k]);
+        const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[k][ib].qs));
+        const __m256 p = _mm256_cvtepi32_ps(dot_u8s8_256<kVnni>(aw, _mm256_sign_epi8(qx, qw)));
+        acc[k][ib & 1] = _mm256_fmadd_ps(_mm256_set1_ps(dw * h2f(x[k][ib].d)), p, acc[k][ib & 1]);
       }
     }
-    for (int k = 0; k < NX; ++k) {
-      float s = hsum16(acc[k]);
-      if (ib < nb) {  // odd block count: last block in scalar integer arithmetic
-        int sumi = 0;
-        for (int j = 0; j < kQK8_0; ++j) sumi += w[ib].qs[j] * x[k][ib].qs[j];
-        s += sumi * (h2f(w[ib].d) * h2f(x[k][ib].d));
-      }
-      out[k] = s;
-    }
+    for (int k = 0; k < NX; ++k) out[k] = hsum8(_mm256_add_ps(acc[k][0], acc[k][1]));
   }
 };
 
@@ -145,14 +126,6 @@ constexpr ScaleIndex kScaleIndex{};
 
 inline __m512i load_index(const uint16_t* p) { return _mm512_load_si512(p); }
 
-// Mins term of Q4_K/Q5_K (as in the AVX2 kernel): Σ_j m_j · (sum of the 32 activations of j).
-inline __m128 mins_term(const uint8_t* sm, const BlockQ8K& y) {
-  const __m128i mins = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sm + 8)));
-  const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.bsums));
-  const __m128i q8s = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
-  return _mm_cvtepi32_ps(_mm_madd_epi16(mins, q8s));
-}
-
 template <bool kVnni, bool kQ5>
 struct Q45KKernel512 {
   using Block = std::conditional_t<kQ5, BlockQ5K, BlockQ4K>;
@@ -171,9 +144,9 @@ struct Q45KKernel512 {
     }
     for (int64_t i = 0; i < n / kQK_K; ++i) {
       const Block& b = w[i];
-      alignas(16) uint8_t sm[16];
-      unpack_q4k_scales(b.scales, sm);
-      const __m512i sc8 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sm))));
+      prefetch_ahead<3>(&b);  // 144 / 176 bytes
+      const __m128i sm = q4k_scales_mins(b.scales);
+      const __m512i sc8 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(sm));  // 8 × s16 scales
       __m256i hbits = _mm256_setzero_si256();
       if constexpr (kQ5) hbits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh));
       __m512i sumi[NX];
@@ -191,10 +164,11 @@ struct Q45KKernel512 {
           sumi[k] = dot_s16<kVnni>(sumi[k], _mm512_maddubs_epi16(q, y), sc);
         }
       }
+      const __m128i mins = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
       const float dw = h2f(b.d), dmw = h2f(b.dmin);
       for (int k = 0; k < NX; ++k) {
         const BlockQ8K& y = x[k][i];
-        accm[k] = _mm_fmadd_ps(_mm_set1_ps(dmw * y.d), mins_term(sm, y), accm[k]);
+        accm[k] = _mm_fmadd_ps(_mm_set1_ps(dmw * y.d), q4k_mins_term(mins, y.bsums), accm[k]);
         acc[k] = _mm512_fmadd_ps(_mm512_set1_ps(dw * y.d), _mm512_cvtepi32_ps(sumi[k]), acc[k]);
       }
     }
@@ -215,6 +189,7 @@ struct Q6KKernel512 {
     for (int k = 0; k < NX; ++k) acc[k] = _mm512_setzero_ps();
     for (int64_t i = 0; i < n / kQK_K; ++i) {
       const BlockQ6K& b = w[i];
+      prefetch_ahead<4>(&b);  // 210 bytes
       const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)));
       const __m512i sc_all = _mm512_castsi256_si512(sc16);
       __m512i sumi[NX];
