@@ -9,6 +9,7 @@
 
 #include "kernels/cpu/matmul.hpp"
 #include "kernels/cpu/quants.hpp"
+#include "runtime/backend/cpu_ops_math.hpp"
 #include "runtime/core/error.hpp"
 
 namespace ferry {
@@ -17,8 +18,6 @@ namespace {
 // Rows per task in the decode path: 64 rows of a 2048-wide Q4_K matrix are ~72 KB, enough work to
 // amortise a task and small enough that 8 experts × 768 rows give ~100 tasks to balance.
 constexpr int64_t kDecodeRowBlock = 64;
-
-inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
 
 const uint8_t* expert_matrix(const ExpertTensor& t, int32_t e) {
   return t.base + static_cast<uint64_t>(e) * t.expert_stride_bytes;
@@ -87,7 +86,8 @@ void MoeCpuExecutor::run_decode(const MoeRequest& req, const MoeLayerWeights& L)
                     static_cast<int64_t>(gq_bytes), 1, g.data() + s * F + r0, F, false);
       cpu::matmul_q(L.up.type, expert_matrix(L.up, e) + r0 * up_row, nr, E, xq_up,
                     static_cast<int64_t>(uq_bytes), 1, u.data() + s * F + r0, F, false);
-      for (int64_t i = s * F + r0; i < s * F + r0 + nr; ++i) g[i] = silu(g[i]) * u[i];
+      // r0 is a multiple of 64: ggml's SiLU vector chunks line up with the row's.
+      cpu_math::swiglu(g.data() + s * F + r0, u.data() + s * F + r0, g.data() + s * F + r0, nr);
     }
   });
 
@@ -169,8 +169,7 @@ void MoeCpuExecutor::run_grouped(const MoeRequest& req, const MoeLayerWeights& L
       std::vector<uint8_t> hq(static_cast<size_t>(n_e) * hq_bytes);
       for (int64_t i = 0; i < n_e; ++i) {
         float* gi = g.data() + i * F;
-        const float* ui = u.data() + i * F;
-        for (int64_t j = 0; j < F; ++j) gi[j] = silu(gi[j]) * ui[j];
+        cpu_math::swiglu(gi, u.data() + i * F, gi, F);
         cpu::quantize_activation(L.down.type, gi, hq.data() + i * hq_bytes, F);
       }
       std::vector<float> ye(static_cast<size_t>(n_e * E));  // (n_e, E)

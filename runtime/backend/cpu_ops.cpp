@@ -14,6 +14,7 @@
 
 #include "kernels/cpu/matmul.hpp"
 #include "kernels/cpu/quants.hpp"
+#include "runtime/backend/cpu_ops_math.hpp"
 #include "runtime/core/error.hpp"
 
 namespace ferry {
@@ -22,7 +23,6 @@ namespace {
 // Rows per task for cheap row-wise ops: enough work per task to amortise scheduling.
 int64_t row_grain(int64_t n) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(n, 1)); }
 
-inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
 inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
 }  // namespace
@@ -83,9 +83,9 @@ void CpuOps::matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n,
 }
 
 void CpuOps::swiglu(const float* gate, const float* up, int64_t n_rows, int64_t n, float* dst) {
-  const int64_t total = n_rows * n;
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, total, 16384), [&](auto r) {
-    for (int64_t i = r.begin(); i < r.end(); ++i) dst[i] = silu(gate[i]) * up[i];
+  // Row by row: ggml's vector chunks start at each row's first element.
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, n_rows, row_grain(n)), [&](auto r) {
+    for (int64_t i = r.begin(); i < r.end(); ++i) cpu_math::swiglu(gate + i * n, up + i * n, dst + i * n, n);
   });
 }
 
@@ -101,11 +101,7 @@ void CpuOps::moe_route(const float* logits, int64_t n_tokens, int32_t n_expert, 
       // softmax as ggml_soft_max: exp(x - max) in float, sum in double, scaled by float(1/sum)
       float mx = -INFINITY;
       for (int32_t e = 0; e < n_expert; ++e) mx = std::max(mx, l[e]);
-      double sum = 0.0;
-      for (int32_t e = 0; e < n_expert; ++e) {
-        p[e] = std::exp(l[e] - mx);
-        sum += static_cast<double>(p[e]);
-      }
+      const double sum = cpu_math::exp_sum(l, p.data(), n_expert, mx);
       const float inv = static_cast<float>(1.0 / sum);
       for (int32_t e = 0; e < n_expert; ++e) p[e] *= inv;
       std::iota(order.begin(), order.end(), 0);

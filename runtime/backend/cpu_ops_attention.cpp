@@ -9,6 +9,7 @@
 #include "kernels/cpu/matmul.hpp"
 #include "kernels/cpu/quants.hpp"
 #include "runtime/backend/cpu_ops.hpp"
+#include "runtime/backend/cpu_ops_math.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/core/fp16.hpp"
 
@@ -100,7 +101,9 @@ void CpuOps::attention(const AttentionArgs& a) {
   const int64_t n_pairs = int64_t{a.n_tokens} * a.n_head;
 
   tbb::parallel_for(tbb::blocked_range<int64_t>(0, n_pairs, 1), [&](auto r) {
-    std::vector<float> scores(static_cast<size_t>(a.pos0 + a.n_tokens));
+    // Scores padded with -inf to a multiple of 16: llama.cpp's KV window is padded (masked), so its
+    // softmax runs whole vector chunks; padding keeps our exp bits identical to its.
+    std::vector<float> scores(static_cast<size_t>((a.pos0 + a.n_tokens + 15) / 16 * 16));
     std::vector<uint16_t> q16(static_cast<size_t>(dk));
     std::vector<float> acc(static_cast<size_t>(dv)), vrow(static_cast<size_t>(dv));
     for (int64_t pair = r.begin(); pair < r.end(); ++pair) {
@@ -122,11 +125,9 @@ void CpuOps::attention(const AttentionArgs& a) {
         scores[j] = s;
         mx = std::max(mx, s);
       }
-      double sum = 0.0;
-      for (int64_t j = 0; j < n_kv; ++j) {
-        scores[j] = std::exp(scores[j] - mx);
-        sum += static_cast<double>(scores[j]);
-      }
+      const int64_t n_pad = (n_kv + 15) / 16 * 16;
+      std::fill(scores.begin() + n_kv, scores.begin() + n_pad, -INFINITY);
+      const double sum = cpu_math::exp_sum(scores.data(), scores.data(), n_pad, mx);
       const float inv = static_cast<float>(1.0 / sum);
       std::fill(acc.begin(), acc.end(), 0.0f);
       for (int64_t j = 0; j < n_kv; ++j) {

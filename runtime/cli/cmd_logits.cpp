@@ -3,6 +3,9 @@
 // Tests and outside checks depend on exactly this interface.
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <map>
+#include <memory>
 
 #include "runtime/cli/command.hpp"
 #include "runtime/cli/common_args.hpp"
@@ -15,13 +18,16 @@ namespace {
 int logits_main(int argc, char** argv) {
   CLI::App app{"Write the logits of every position of a token sequence to a .npy file", "ferry logits"};
   ModelArgs ma;
-  std::string token_list, prompt, out;
+  std::string token_list, prompt, out, dump_names, dump_dir;
   bool decode = false;
   add_model_args(app, ma);
   app.add_option("--tokens", token_list, "token ids, e.g. 1,2,3");
   app.add_option("-p,--prompt", prompt, "text to tokenize instead of --tokens");
   app.add_flag("--decode", decode, "evaluate one token at a time through the KV cache");
   app.add_option("-o,--output", out, "output .npy (float32, shape (n_tokens, n_vocab))")->required();
+  app.add_option("--dump", dump_names,
+                 "intermediates to save, by llama.cpp name (e.g. attn_norm,ffn_moe_out,l_out; 'all' for every one)");
+  app.add_option("--dump-dir", dump_dir, "where --dump writes NAME-LAYER.npy (rows: tokens of the step)");
   bool stop = false;
   const int rc = parse(app, argc, argv, stop);
   if (stop) return rc;
@@ -37,6 +43,19 @@ int logits_main(int argc, char** argv) {
   if (so.n_ctx == 0) so.n_ctx = std::max<int64_t>(n, default_context(model->config()));
   if (!decode) so.n_batch = static_cast<int32_t>(std::max<int64_t>(n, 1));  // ONE prefill batch
   Session session(*model, so);
+  if (!dump_names.empty()) {
+    if (dump_dir.empty()) fail(ErrorKind::invalid_arg, "--dump needs --dump-dir");
+    std::filesystem::create_directories(dump_dir);
+    // One file per (name, layer, forward step): NAME-LAYER[-sSTEP].npy; steps only with --decode.
+    model->model().set_debug_hook([&, step = std::make_shared<std::map<std::string, int>>()](
+                                      std::string_view name, int32_t layer, const float* data, int64_t rows, int64_t cols) {
+      const std::string key = std::string(name) + "-" + std::to_string(layer);
+      if (dump_names != "all" && ("," + dump_names + ",").find("," + std::string(name) + ",") == std::string::npos) return;
+      const int k = (*step)[key]++;
+      const std::string file = dump_dir + "/" + key + (k ? "-s" + std::to_string(k) : "") + ".npy";
+      write_npy_f32(file, data, {rows, cols});  // the CPU backend's buffers are host memory
+    });
+  }
   if (n > session.n_ctx())
     fail(ErrorKind::context, "{} tokens do not fit in the context of {} (-c)", n, session.n_ctx());
 
