@@ -7,7 +7,8 @@
 #                                                    distribution of the version installed in .venv
 #                                                    (so the cases match the oracle's llama.cpp).
 #   FERRY_PYTHON   python whose pip does the download (default: .venv/bin/python, else python3)
-#   FERRY_LLAMA_CPP_PYTHON_VERSION   override the version (default: the one installed in that python)
+#   FERRY_LLAMA_CPP_PYTHON_VERSION   override the version (default: the one installed in that python,
+#                                    else 0.3.36, the release these tests were last checked against)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cache="$root/.cache"
@@ -31,7 +32,11 @@ if [[ -z "$version" ]]; then
   version="$("$py" -c 'import importlib.metadata as m; print(m.version("llama_cpp_python"))' 2>/dev/null || true)"
 fi
 if [[ -z "$version" ]]; then
-  echo "[fetch-test-data] llama-cpp-python is not installed in $py; set FERRY_LLAMA_CPP_PYTHON_VERSION" >&2
+  version=0.3.36
+  echo "[fetch-test-data] llama-cpp-python is not installed in $py; using the vocabularies of $version"
+fi
+if ! "$py" -m pip --version >/dev/null 2>&1; then
+  echo "[fetch-test-data] $py has no pip: run scripts/install-deps.sh (it makes the .venv) or set FERRY_PYTHON" >&2
   exit 1
 fi
 

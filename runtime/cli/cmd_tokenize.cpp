@@ -8,11 +8,10 @@
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "runtime/cli/command.hpp"
 #include "runtime/core/error.hpp"
@@ -39,12 +38,24 @@ std::string process_escapes(const std::string& s) {
     }
     const char e = s[++i];
     switch (e) {
-      case 'n': out += '\n'; break;
-      case 'r': out += '\r'; break;
-      case 't': out += '\t'; break;
-      case '\\': out += '\\'; break;
-      case '\'': out += '\''; break;
-      case '"': out += '"'; break;
+      case 'n':
+        out += '\n';
+        break;
+      case 'r':
+        out += '\r';
+        break;
+      case 't':
+        out += '\t';
+        break;
+      case '\\':
+        out += '\\';
+        break;
+      case '\'':
+        out += '\'';
+        break;
+      case '"':
+        out += '"';
+        break;
       case 'x':
         if (i + 2 < s.size() && std::isxdigit(static_cast<unsigned char>(s[i + 1])) &&
             std::isxdigit(static_cast<unsigned char>(s[i + 2]))) {
@@ -61,7 +72,8 @@ std::string process_escapes(const std::string& s) {
   return out;
 }
 
-int run_jsonl(const Tokenizer& tok, const std::string& path, bool add_bos, bool parse_special, bool escape) {
+int run_jsonl(const Tokenizer& tok, const std::string& path, bool add_bos, bool parse_special,
+              bool escape) {
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(ErrorKind::io, "cannot open {}", path);
   size_t line_no = 0;
@@ -74,7 +86,8 @@ int run_jsonl(const Tokenizer& tok, const std::string& path, bool add_bos, bool 
     } catch (const nlohmann::json::exception& e) {
       fail(ErrorKind::invalid_arg, "{}:{}: not JSON: {}", path, line_no, e.what());
     }
-    if (!j.is_string()) fail(ErrorKind::invalid_arg, "{}:{}: expected a JSON string", path, line_no);
+    if (!j.is_string())
+      fail(ErrorKind::invalid_arg, "{}:{}: expected a JSON string", path, line_no);
     std::string text = j.get<std::string>();
     if (escape) text = process_escapes(text);
     const nlohmann::json ids = tok.encode(text, add_bos, parse_special);
@@ -84,27 +97,32 @@ int run_jsonl(const Tokenizer& tok, const std::string& path, bool add_bos, bool 
 }
 
 int run_tokenize(int argc, char** argv) {
-  CLI::App app{"Print the token ids of a text under a GGUF's tokenizer (like llama.cpp's llama-tokenize). "
-               "The text is used byte for byte: no trailing newline is added or removed.",
-               "ferry tokenize"};
+  CLI::App app{
+      "Print the token ids of a text under a GGUF's tokenizer (like llama.cpp's llama-tokenize). "
+      "The text is used byte for byte: no trailing newline is added or removed.",
+      "ferry tokenize"};
   std::string model, prompt, file;
-  bool use_stdin = false, ids_only = false, no_parse_special = false, add_bos = false, show_count = false,
-       escape = false;
-  app.add_option("-m,--model", model, "GGUF file (only its tokenizer metadata is used)")->required();
+  bool use_stdin = false, ids_only = false, no_parse_special = false, add_bos = false,
+       show_count = false, escape = false;
+  app.add_option("-m,--model", model, "GGUF file (only its tokenizer metadata is used)")
+      ->required();
   auto* p_opt = app.add_option("-p,--prompt", prompt, "text to tokenize");
   auto* f_opt = app.add_option("-f,--file", file, "read the text from this file");
   auto* s_opt = app.add_flag("--stdin", use_stdin, "read the text from standard input");
   std::string jsonl;
-  auto* j_opt = app.add_option("--jsonl", jsonl,
-                               "tokenize every line of this file, a JSON string, and print one JSON array of ids per line");
+  auto* j_opt = app.add_option(
+      "--jsonl", jsonl,
+      "tokenize every line of this file, a JSON string, and print one JSON array of ids per line");
   p_opt->excludes(f_opt)->excludes(s_opt)->excludes(j_opt);
   f_opt->excludes(s_opt)->excludes(j_opt);
   s_opt->excludes(j_opt);
   app.add_flag("--ids", ids_only, "print only the ids, as a list [a, b, ...]");
   app.add_flag("--no-parse-special", no_parse_special,
-               "treat control-token text such as <|im_start|> as plain text (user-defined tokens still match)");
+               "treat control-token text such as <|im_start|> as plain text (user-defined tokens "
+               "still match)");
   app.add_flag("--add-bos", add_bos,
-               "add BOS (and EOS) when the vocabulary asks for them (tokenizer.ggml.add_bos_token / add_eos_token)");
+               "add BOS (and EOS) when the vocabulary asks for them (tokenizer.ggml.add_bos_token "
+               "/ add_eos_token)");
   app.add_flag("--show-count", show_count, "print the number of tokens at the end");
   app.add_flag("-e,--escape", escape, R"(process escapes (\n \r \t \\ \' \" \xHH) in the text)");
   try {

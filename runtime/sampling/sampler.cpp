@@ -29,7 +29,8 @@ uint64_t pick_seed(uint64_t seed) {
 }  // namespace
 
 Sampler::Sampler(const SamplingParams& p) : p_(p) {
-  if (std::isnan(p_.temp) || std::isnan(p_.top_p) || std::isnan(p_.min_p) || std::isnan(p_.repeat_penalty))
+  if (std::isnan(p_.temp) || std::isnan(p_.top_p) || std::isnan(p_.min_p) ||
+      std::isnan(p_.repeat_penalty))
     fail(ErrorKind::invalid_arg, "sampling parameters must not be NaN");
   if (!(p_.repeat_penalty > 0.0f))
     fail(ErrorKind::invalid_arg, "repeat penalty must be > 0 (1 = off), got {}", p_.repeat_penalty);
@@ -113,7 +114,8 @@ size_t Sampler::filter(std::span<const float> logits) {
     for (size_t i = 0; i < n; ++i) sum += std::exp(cand_[i].first - max_l);
     size_t sorted_upto = sorted_ ? n : 0;
     auto sort_prefix = [&](size_t m) {
-      std::partial_sort(cand_.begin(), cand_.begin() + static_cast<std::ptrdiff_t>(m), cand_.begin() + static_cast<std::ptrdiff_t>(n), before);
+      std::partial_sort(cand_.begin(), cand_.begin() + static_cast<std::ptrdiff_t>(m),
+                        cand_.begin() + static_cast<std::ptrdiff_t>(n), before);
       sorted_upto = m;
     };
     if (!sorted_) sort_prefix(std::min(kTopPFirstSort, n));

@@ -12,9 +12,9 @@ namespace ferry {
 
 struct SamplingParams {
   float temp = 0.8f;
-  int32_t top_k = 40;         // <= 0: off
-  float top_p = 0.95f;        // >= 1: off
-  float min_p = 0.05f;        // <= 0: off
+  int32_t top_k = 40;           // <= 0: off
+  float top_p = 0.95f;          // >= 1: off
+  float min_p = 0.05f;          // <= 0: off
   float repeat_penalty = 1.0f;  // 1: off
   int32_t repeat_last_n = 64;   // window of recent tokens the penalty looks at; 0: off,
                                 // < 0: every token accepted since reset (llama.cpp: the context)

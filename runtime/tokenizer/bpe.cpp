@@ -51,7 +51,8 @@ void Bpe::encode_word(std::string_view word, std::vector<int32_t>& out) const {
   if (cacheable) {
     std::lock_guard lock(cache_mu_);
     if (cache_.size() >= kCacheMaxWords) cache_.clear();
-    cache_.try_emplace(std::string(word), out.begin() + static_cast<std::ptrdiff_t>(first), out.end());
+    cache_.try_emplace(std::string(word), out.begin() + static_cast<std::ptrdiff_t>(first),
+                       out.end());
   }
 }
 
@@ -126,7 +127,8 @@ void Bpe::merge(std::string_view enc, std::vector<int32_t>& out) const {
       continue;
     }
     for (char c : piece) {
-      if (auto it = text_to_id_.find(std::string_view(&c, 1)); it != text_to_id_.end()) out.push_back(it->second);
+      if (auto it = text_to_id_.find(std::string_view(&c, 1)); it != text_to_id_.end())
+        out.push_back(it->second);
     }
   }
 }

@@ -1,12 +1,13 @@
 #include "runtime/tokenizer/pretokenizer.hpp"
 
-#define PCRE2_CODE_UNIT_WIDTH 8
+// clang-format off
+#define PCRE2_CODE_UNIT_WIDTH 8  // pcre2.h needs the code unit width before it is included
 #include <pcre2.h>
+// clang-format on
+#include <fmt/format.h>
 
 #include <cstdint>
 #include <span>
-
-#include <fmt/format.h>
 
 #include "runtime/core/error.hpp"
 #include "runtime/tokenizer/unicode.hpp"
@@ -29,8 +30,10 @@ constexpr uint32_t kSurrogateStandIn = 0xE000;
 
 void append_ranges(std::string& out, std::span<const CodepointRange> ranges) {
   for (const auto& r : ranges) {
-    if (r.first == r.last) out += fmt::format("\\x{{{:X}}}", r.first);
-    else out += fmt::format("\\x{{{:X}}}-\\x{{{:X}}}", r.first, r.last);
+    if (r.first == r.last)
+      out += fmt::format("\\x{{{:X}}}", r.first);
+    else
+      out += fmt::format("\\x{{{:X}}}-\\x{{{:X}}}", r.first, r.last);
   }
 }
 
@@ -41,10 +44,20 @@ std::string class_items(char what) {
     case 's':
       for (uint32_t cp : kLlamaWhitespace) s += fmt::format("\\x{{{:X}}}", cp);
       break;
-    case 'L': s = "\\p{L}"; append_ranges(s, kExtra_letter); break;
-    case 'N': s = "\\p{N}"; append_ranges(s, kExtra_number); break;
-    case 'M': s = "\\p{M}"; append_ranges(s, kExtra_mark); break;
-    default: fail(ErrorKind::internal, "pre-tokenizer: no class for '{}'", what);
+    case 'L':
+      s = "\\p{L}";
+      append_ranges(s, kExtra_letter);
+      break;
+    case 'N':
+      s = "\\p{N}";
+      append_ranges(s, kExtra_number);
+      break;
+    case 'M':
+      s = "\\p{M}";
+      append_ranges(s, kExtra_mark);
+      break;
+    default:
+      fail(ErrorKind::internal, "pre-tokenizer: no class for '{}'", what);
   }
   return s;
 }
@@ -60,8 +73,10 @@ std::string rewrite_classes(std::string_view re) {
       const char e = re[i + 1];
       if (e == 's' || e == 'S') {
         if (e == 'S' && in_class) fail(ErrorKind::internal, "pre-tokenizer: \\S inside a class");
-        if (in_class) out += class_items('s');
-        else out += (e == 's' ? "[" : "[^") + class_items('s') + "]";
+        if (in_class)
+          out += class_items('s');
+        else
+          out += (e == 's' ? "[" : "[^") + class_items('s') + "]";
         i += 1;
         continue;
       }
@@ -77,8 +92,10 @@ std::string rewrite_classes(std::string_view re) {
       i += 1;
       continue;
     }
-    if (c == '[' && !in_class) in_class = true;
-    else if (c == ']' && in_class) in_class = false;
+    if (c == '[' && !in_class)
+      in_class = true;
+    else if (c == ']' && in_class)
+      in_class = false;
     out += c;
   }
   if (in_class) fail(ErrorKind::internal, "pre-tokenizer: unterminated class in split regex");
@@ -90,13 +107,16 @@ std::string rewrite_classes(std::string_view re) {
 std::optional<PreKind> pre_kind_from_name(std::string_view pre) {
   // llama.cpp maps these names to LLAMA_VOCAB_PRE_TYPE_QWEN2 with clean_spaces = false (names
   // that also change detokenization, e.g. "megrez" or "stablelm2", are left out on purpose).
-  for (std::string_view alias : {"qwen2", "deepseek-r1-qwen", "kormo", "f2llmv2", "hunyuan", "solar-open"})
+  for (std::string_view alias :
+       {"qwen2", "deepseek-r1-qwen", "kormo", "f2llmv2", "hunyuan", "solar-open"})
     if (pre == alias) return PreKind::qwen2;
   if (pre == "qwen35") return PreKind::qwen35;
   return std::nullopt;
 }
 
-std::string_view pre_regex(PreKind kind) { return kind == PreKind::qwen2 ? kQwen2Regex : kQwen35Regex; }
+std::string_view pre_regex(PreKind kind) {
+  return kind == PreKind::qwen2 ? kQwen2Regex : kQwen35Regex;
+}
 
 struct PreTokenizer::Regex {
   pcre2_code* code = nullptr;
@@ -114,8 +134,8 @@ PreTokenizer::PreTokenizer(PreKind kind)
   if (!re_->code) {
     PCRE2_UCHAR msg[256];
     pcre2_get_error_message(err, msg, sizeof msg);
-    fail(ErrorKind::internal, "pre-tokenizer: PCRE2 rejects the split regex at offset {}: {}", err_off,
-         reinterpret_cast<const char*>(msg));
+    fail(ErrorKind::internal, "pre-tokenizer: PCRE2 rejects the split regex at offset {}: {}",
+         err_off, reinterpret_cast<const char*>(msg));
   }
   // Anchored at compile time (each word starts where the previous ended) because JIT code does
   // not honour PCRE2_ANCHORED passed at match time. JIT is an optimisation only: without it
@@ -141,7 +161,8 @@ void PreTokenizer::split(std::string_view text, std::vector<std::string>& out) c
   }
   if (has_surrogate) {
     subject.reserve(canon.size());
-    for (uint32_t cp : cps) append_utf8(subject, (cp >= 0xD800 && cp <= 0xDFFF) ? kSurrogateStandIn : cp);
+    for (uint32_t cp : cps)
+      append_utf8(subject, (cp >= 0xD800 && cp <= 0xDFFF) ? kSurrogateStandIn : cp);
   }
   const std::string& subj = has_surrogate ? subject : canon;
 

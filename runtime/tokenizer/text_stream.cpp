@@ -4,7 +4,9 @@
 namespace ferry {
 namespace {
 
-bool is_continuation(unsigned char c) { return (c & 0xC0) == 0x80; }
+bool is_continuation(unsigned char c) {
+  return (c & 0xC0) == 0x80;
+}
 
 // Bytes a UTF-8 sequence starting with c needs; 0 when c cannot start one.
 size_t sequence_length(unsigned char c) {
@@ -23,7 +25,9 @@ std::string TextStream::push(int32_t id) {
   // yet. Anything malformed is passed through: holding it would never resolve.
   const size_t n = pending_.size();
   size_t lead = n;
-  while (lead > 0 && n - lead < 4 && is_continuation(static_cast<unsigned char>(pending_[lead - 1]))) --lead;
+  while (lead > 0 && n - lead < 4 &&
+         is_continuation(static_cast<unsigned char>(pending_[lead - 1])))
+    --lead;
   size_t cut = n;
   if (lead > 0) {
     const size_t need = sequence_length(static_cast<unsigned char>(pending_[lead - 1]));
@@ -42,7 +46,8 @@ std::string TextStream::flush() {
 
 std::string format_chatml(const std::vector<ChatMessage>& msgs, bool add_generation_prompt) {
   std::string s;
-  for (const ChatMessage& m : msgs) s += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
+  for (const ChatMessage& m : msgs)
+    s += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
   if (add_generation_prompt) s += "<|im_start|>assistant\n";
   return s;
 }

@@ -27,13 +27,20 @@ enum Attr : uint8_t {
 
 uint8_t attr_of(int32_t type) {
   switch (static_cast<TokenType>(type)) {
-    case TokenType::normal: return kNormal;
-    case TokenType::unknown: return kUnknown;
-    case TokenType::control: return kControl;
-    case TokenType::user_defined: return kUserDefined;
-    case TokenType::unused: return kUnused;
-    case TokenType::byte: return kByte;
-    default: return 0;  // undefined or out-of-range types: never rendered, never matched
+    case TokenType::normal:
+      return kNormal;
+    case TokenType::unknown:
+      return kUnknown;
+    case TokenType::control:
+      return kControl;
+    case TokenType::user_defined:
+      return kUserDefined;
+    case TokenType::unused:
+      return kUnused;
+    case TokenType::byte:
+      return kByte;
+    default:
+      return 0;  // undefined or out-of-range types: never rendered, never matched
   }
 }
 
@@ -41,24 +48,47 @@ uint8_t attr_of(int32_t type) {
 // one id (EOT, EOM, FIM), it takes whichever candidate its hash map yields first; Ferry takes the
 // first in list order, which is the same whenever a vocabulary has one candidate (Qwen's do).
 constexpr std::string_view kEotTexts[] = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>",
-    "<EOT>", "_<EOT>", "[EOT]", "<｜end▁of▁sentence｜>", "<end_of_utterance>"};
+    "<|eot_id|>",        "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
+    "<|end_of_text|>",   "<EOT>",      "_<EOT>",  "[EOT]",         "<｜end▁of▁sentence｜>",
+    "<end_of_utterance>"};
 constexpr std::string_view kEomTexts[] = {"<|eom_id|>"};
-constexpr std::string_view kFimPreTexts[] = {
-    "<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>", "▁<PRE>", "<|code_prefix|>", "<|prefix|>"};
-constexpr std::string_view kFimSufTexts[] = {
-    "<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>", "<SUF>", "▁<SUF>", "<|code_suffix|>", "<|suffix|>"};
-constexpr std::string_view kFimMidTexts[] = {
-    "<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>", "▁<MID>", "<|code_middle|>", "<|middle|>"};
-constexpr std::string_view kFimPadTexts[] = {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"};
-constexpr std::string_view kFimRepTexts[] = {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"};
+constexpr std::string_view kFimPreTexts[] = {"<|fim_prefix|>",  "<fim-prefix>", "<fim_prefix>",
+                                             "<｜fim▁begin｜>", "<PRE>",        "▁<PRE>",
+                                             "<|code_prefix|>", "<|prefix|>"};
+constexpr std::string_view kFimSufTexts[] = {"<|fim_suffix|>",  "<fim-suffix>", "<fim_suffix>",
+                                             "<｜fim▁hole｜>",  "<SUF>",        "▁<SUF>",
+                                             "<|code_suffix|>", "<|suffix|>"};
+constexpr std::string_view kFimMidTexts[] = {"<|fim_middle|>",  "<fim-middle>", "<fim_middle>",
+                                             "<｜fim▁end｜>",   "<MID>",        "▁<MID>",
+                                             "<|code_middle|>", "<|middle|>"};
+constexpr std::string_view kFimPadTexts[] = {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>",
+                                             "[PAD]"};
+constexpr std::string_view kFimRepTexts[] = {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>",
+                                             "<REPO>", "<reponame>"};
 constexpr std::string_view kFimSepTexts[] = {"<|file_sep|>"};
 // Every token with one of these texts ends generation (and is made a control token).
-constexpr std::string_view kEogTexts[] = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
-    "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
-    "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
-    "<｜end▁of▁sentence｜>", "[e~["};
+constexpr std::string_view kEogTexts[] = {"<|eot_id|>",
+                                          "<|im_end|>",
+                                          "<|end|>",
+                                          "<|return|>",
+                                          "<|call|>",
+                                          "<|flush|>",
+                                          "<|calls|>",
+                                          "<end_of_turn>",
+                                          "<|endoftext|>",
+                                          "</s>",
+                                          "<|eom_id|>",
+                                          "<EOT>",
+                                          "_<EOT>",
+                                          "[EOT]",
+                                          "[EOS]",
+                                          "<|end_of_text|>",
+                                          "<end_of_utterance>",
+                                          "<eos>",
+                                          "<turn|>",
+                                          "<|tool_response>",
+                                          "<｜end▁of▁sentence｜>",
+                                          "[e~["};
 
 // Bytes of a normal token: each code point of its text is one byte of the GPT-2 alphabet. A code
 // point outside it is rendered the way llama.cpp's llama_decode_text renders it.
@@ -85,7 +115,10 @@ std::string byte_token(const std::string& text) {
   unsigned v = 0;
   for (size_t i = 3; i < std::min<size_t>(text.size(), 5); ++i) {
     const char c = text[i];
-    const int d = (c >= '0' && c <= '9') ? c - '0' : (c >= 'a' && c <= 'f') ? c - 'a' + 10 : (c >= 'A' && c <= 'F') ? c - 'A' + 10 : -1;
+    const int d = (c >= '0' && c <= '9')   ? c - '0'
+                  : (c >= 'a' && c <= 'f') ? c - 'a' + 10
+                  : (c >= 'A' && c <= 'F') ? c - 'A' + 10
+                                           : -1;
     if (d < 0) break;
     v = v * 16 + static_cast<unsigned>(d);
   }
@@ -107,7 +140,8 @@ struct Tokenizer::Impl {
   int32_t bos = -1, eos = -1, eot = -1, pad = -1;
   bool add_bos = false, add_eos = false;
 
-  Impl(TokenizerVocab& v, tok::PreKind kind) : source(v.source), pre_name(v.pre), pre(kind), bpe(v.tokens, v.merges) {}
+  Impl(TokenizerVocab& v, tok::PreKind kind)
+      : source(v.source), pre_name(v.pre), pre(kind), bpe(v.tokens, v.merges) {}
 
   std::optional<int32_t> find_text(std::span<const std::string_view> texts) const {
     for (std::string_view t : texts)
@@ -116,40 +150,54 @@ struct Tokenizer::Impl {
   }
   void check_id(int32_t id) const {
     if (id < 0 || id >= static_cast<int32_t>(text.size()))
-      fail(ErrorKind::invalid_arg, "token id {} out of range [0, {}) for the vocabulary of {}", id, text.size(), source);
+      fail(ErrorKind::invalid_arg, "token id {} out of range [0, {}) for the vocabulary of {}", id,
+           text.size(), source);
   }
 };
 
 Tokenizer Tokenizer::from_vocab(TokenizerVocab v) {
   if (v.model != "gpt2")
-    fail(ErrorKind::unsupported, "tokenizer model '{}' in {} is not supported (Ferry handles byte-level BPE, tokenizer.ggml.model = gpt2)",
+    fail(ErrorKind::unsupported,
+         "tokenizer model '{}' in {} is not supported (Ferry handles byte-level BPE, "
+         "tokenizer.ggml.model = gpt2)",
          v.model, v.source);
   const auto kind = tok::pre_kind_from_name(v.pre);
   if (!kind)
     fail(ErrorKind::unsupported,
-         "pre-tokenizer '{}' (tokenizer.ggml.pre) in {} is not supported; Ferry knows qwen2 (and its llama.cpp aliases "
+         "pre-tokenizer '{}' (tokenizer.ggml.pre) in {} is not supported; Ferry knows qwen2 (and "
+         "its llama.cpp aliases "
          "deepseek-r1-qwen, kormo, f2llmv2, hunyuan, solar-open) and qwen35",
          v.pre, v.source);
   if (v.tokens.empty()) fail(ErrorKind::format, "tokenizer.ggml.tokens in {} is empty", v.source);
   if (v.tokens.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max()))
-    fail(ErrorKind::format, "tokenizer.ggml.tokens in {} has {} entries, more than int32 ids can address", v.source, v.tokens.size());
-  if (!v.token_types.empty() && v.token_types.size() < v.tokens.size())
-    fail(ErrorKind::format, "tokenizer.ggml.token_type in {} has {} entries for {} tokens", v.source, v.token_types.size(),
+    fail(ErrorKind::format,
+         "tokenizer.ggml.tokens in {} has {} entries, more than int32 ids can address", v.source,
          v.tokens.size());
+  if (!v.token_types.empty() && v.token_types.size() < v.tokens.size())
+    fail(ErrorKind::format, "tokenizer.ggml.token_type in {} has {} entries for {} tokens",
+         v.source, v.token_types.size(), v.tokens.size());
   const auto n = static_cast<int32_t>(v.tokens.size());
   for (int32_t i = 0; i < n; ++i)
     if (v.tokens[i].empty()) v.tokens[i] = fmt::format("[EMPTY_{}]", i);  // as llama.cpp
   auto valid = [&](std::optional<int32_t>& id, const char* what) {
     if (id && (*id < 0 || *id >= n)) {
-      log::warn("{}: {} = {} is outside the vocabulary ({} tokens); ignored", v.source, what, *id, n);
+      log::warn("{}: {} = {} is outside the vocabulary ({} tokens); ignored", v.source, what, *id,
+                n);
       id.reset();
     }
   };
-  valid(v.bos, "bos_token_id"); valid(v.eos, "eos_token_id"); valid(v.eot, "eot_token_id");
-  valid(v.eom, "eom_token_id"); valid(v.pad, "padding_token_id"); valid(v.fim_pad, "fim_pad_token_id");
-  valid(v.fim_rep, "fim_rep_token_id"); valid(v.fim_sep, "fim_sep_token_id");
-  if (v.add_bos && !v.bos) fail(ErrorKind::format, "{} sets add_bos_token but has no valid bos_token_id", v.source);
-  if (v.add_eos && !v.eos) fail(ErrorKind::format, "{} sets add_eos_token but has no valid eos_token_id", v.source);
+  valid(v.bos, "bos_token_id");
+  valid(v.eos, "eos_token_id");
+  valid(v.eot, "eot_token_id");
+  valid(v.eom, "eom_token_id");
+  valid(v.pad, "padding_token_id");
+  valid(v.fim_pad, "fim_pad_token_id");
+  valid(v.fim_rep, "fim_rep_token_id");
+  valid(v.fim_sep, "fim_sep_token_id");
+  if (v.add_bos && !v.bos)
+    fail(ErrorKind::format, "{} sets add_bos_token but has no valid bos_token_id", v.source);
+  if (v.add_eos && !v.eos)
+    fail(ErrorKind::format, "{} sets add_eos_token but has no valid eos_token_id", v.source);
 
   auto impl = std::make_unique<Impl>(v, *kind);
   Impl& m = *impl;
@@ -170,9 +218,14 @@ Tokenizer Tokenizer::from_vocab(TokenizerVocab v) {
     if (id) m.attr[*id] |= kControl;
   };
   std::optional<int32_t> fim_pre, fim_suf, fim_mid;
-  detect(v.eot, kEotTexts); detect(v.eom, kEomTexts);
-  detect(fim_pre, kFimPreTexts); detect(fim_suf, kFimSufTexts); detect(fim_mid, kFimMidTexts);
-  detect(v.fim_pad, kFimPadTexts); detect(v.fim_rep, kFimRepTexts); detect(v.fim_sep, kFimSepTexts);
+  detect(v.eot, kEotTexts);
+  detect(v.eom, kEomTexts);
+  detect(fim_pre, kFimPreTexts);
+  detect(fim_suf, kFimSufTexts);
+  detect(fim_mid, kFimMidTexts);
+  detect(v.fim_pad, kFimPadTexts);
+  detect(v.fim_rep, kFimRepTexts);
+  detect(v.fim_sep, kFimSepTexts);
 
   m.eog.assign(n, 0);
   for (std::string_view t : kEogTexts)
@@ -192,9 +245,12 @@ Tokenizer Tokenizer::from_vocab(TokenizerVocab v) {
 
   m.piece.resize(n);
   for (int32_t i = 0; i < n; ++i) {
-    if (m.attr[i] & (kUnknown | kControl | kUserDefined)) m.piece[i] = m.text[i];
-    else if (m.attr[i] & kNormal) m.piece[i] = byte_decode(m.text[i]);
-    else if (m.attr[i] & kByte) m.piece[i] = byte_token(m.text[i]);
+    if (m.attr[i] & (kUnknown | kControl | kUserDefined))
+      m.piece[i] = m.text[i];
+    else if (m.attr[i] & kNormal)
+      m.piece[i] = byte_decode(m.text[i]);
+    else if (m.attr[i] & kByte)
+      m.piece[i] = byte_token(m.text[i]);
   }
   for (int32_t i = 0; i < n; ++i)
     if (m.attr[i] & (kControl | kUserDefined | kUnknown)) m.specials.push_back(i);
@@ -210,7 +266,8 @@ Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
-std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool parse_special) const {
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos,
+                                       bool parse_special) const {
   const Impl& m = *impl_;
   // Fragments of the text: a special token (id >= 0) or a raw byte range still to split. As
   // llama.cpp's tokenizer_st_partition: each special token, longest first, cuts every raw
@@ -272,12 +329,24 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool render_speci
   return out;
 }
 
-int32_t Tokenizer::n_vocab() const { return static_cast<int32_t>(impl_->text.size()); }
-int32_t Tokenizer::bos() const { return impl_->bos; }
-int32_t Tokenizer::eos() const { return impl_->eos; }
-int32_t Tokenizer::eot() const { return impl_->eot; }
-int32_t Tokenizer::pad() const { return impl_->pad; }
-bool Tokenizer::add_bos_token() const { return impl_->add_bos; }
+int32_t Tokenizer::n_vocab() const {
+  return static_cast<int32_t>(impl_->text.size());
+}
+int32_t Tokenizer::bos() const {
+  return impl_->bos;
+}
+int32_t Tokenizer::eos() const {
+  return impl_->eos;
+}
+int32_t Tokenizer::eot() const {
+  return impl_->eot;
+}
+int32_t Tokenizer::pad() const {
+  return impl_->pad;
+}
+bool Tokenizer::add_bos_token() const {
+  return impl_->add_bos;
+}
 bool Tokenizer::is_eog(int32_t id) const {
   return id >= 0 && id < n_vocab() && impl_->eog[id] != 0;
 }
@@ -293,7 +362,11 @@ const std::string& Tokenizer::token_text(int32_t id) const {
   impl_->check_id(id);
   return impl_->text[id];
 }
-std::optional<int32_t> Tokenizer::token_id(std::string_view text) const { return impl_->bpe.token_id(text); }
-const std::string& Tokenizer::pre() const { return impl_->pre_name; }
+std::optional<int32_t> Tokenizer::token_id(std::string_view text) const {
+  return impl_->bpe.token_id(text);
+}
+const std::string& Tokenizer::pre() const {
+  return impl_->pre_name;
+}
 
 }  // namespace ferry

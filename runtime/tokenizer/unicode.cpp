@@ -17,11 +17,13 @@ std::vector<uint32_t> decode_utf8_lossy(std::string_view s) {
       out.push_back((uint32_t(b & 0x1F) << 6) | (static_cast<uint8_t>(s[i + 1]) & 0x3F));
       i += 2;
     } else if ((b & 0xF0) == 0xE0 && cont(i + 1) && cont(i + 2)) {
-      out.push_back((uint32_t(b & 0x0F) << 12) | (uint32_t(static_cast<uint8_t>(s[i + 1]) & 0x3F) << 6) |
+      out.push_back((uint32_t(b & 0x0F) << 12) |
+                    (uint32_t(static_cast<uint8_t>(s[i + 1]) & 0x3F) << 6) |
                     (static_cast<uint8_t>(s[i + 2]) & 0x3F));
       i += 3;
     } else if ((b & 0xF8) == 0xF0 && cont(i + 1) && cont(i + 2) && cont(i + 3)) {
-      const uint32_t cp = (uint32_t(b & 0x07) << 18) | (uint32_t(static_cast<uint8_t>(s[i + 1]) & 0x3F) << 12) |
+      const uint32_t cp = (uint32_t(b & 0x07) << 18) |
+                          (uint32_t(static_cast<uint8_t>(s[i + 1]) & 0x3F) << 12) |
                           (uint32_t(static_cast<uint8_t>(s[i + 2]) & 0x3F) << 6) |
                           (static_cast<uint8_t>(s[i + 3]) & 0x3F);
       if (cp <= 0x10FFFF) {
@@ -64,7 +66,9 @@ const ByteLevel& ByteLevel::get() {
 
 ByteLevel::ByteLevel() {
   cp_to_byte_.fill(-1);
-  auto printable = [](int b) { return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF); };
+  auto printable = [](int b) {
+    return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+  };
   uint32_t next = 0x100;
   for (int b = 0; b < 256; ++b) {
     const uint32_t cp = printable(b) ? static_cast<uint32_t>(b) : next++;

@@ -11,10 +11,13 @@ TokenizerVocab Tokenizer::read_vocab(const gguf::File& f) {
   TokenizerVocab v;
   v.source = f.path();
   const auto model = f.get_string_opt("tokenizer.ggml.model");
-  if (!model) fail(ErrorKind::unsupported, "{} has no tokenizer (tokenizer.ggml.model is missing)", f.path());
+  if (!model)
+    fail(ErrorKind::unsupported, "{} has no tokenizer (tokenizer.ggml.model is missing)", f.path());
   v.model = *model;
   if (v.model != "gpt2")
-    fail(ErrorKind::unsupported, "tokenizer model '{}' in {} is not supported (Ferry handles byte-level BPE, tokenizer.ggml.model = gpt2)",
+    fail(ErrorKind::unsupported,
+         "tokenizer model '{}' in {} is not supported (Ferry handles byte-level BPE, "
+         "tokenizer.ggml.model = gpt2)",
          v.model, f.path());
   v.pre = f.get_string_opt("tokenizer.ggml.pre").value_or("");
   v.tokens = f.get_string_array("tokenizer.ggml.tokens");
@@ -22,8 +25,10 @@ TokenizerVocab Tokenizer::read_vocab(const gguf::File& f) {
     const std::vector<int64_t> types = f.get_int_array("tokenizer.ggml.token_type");
     v.token_types.reserve(types.size());
     for (size_t i = 0; i < types.size(); ++i) {
-      if (types[i] < std::numeric_limits<int32_t>::min() || types[i] > std::numeric_limits<int32_t>::max())
-        fail(ErrorKind::format, "tokenizer.ggml.token_type[{}] = {} in {} is out of range", i, types[i], f.path());
+      if (types[i] < std::numeric_limits<int32_t>::min() ||
+          types[i] > std::numeric_limits<int32_t>::max())
+        fail(ErrorKind::format, "tokenizer.ggml.token_type[{}] = {} in {} is out of range", i,
+             types[i], f.path());
       v.token_types.push_back(static_cast<int32_t>(types[i]));
     }
   }
@@ -35,8 +40,9 @@ TokenizerVocab Tokenizer::read_vocab(const gguf::File& f) {
     if (auto x = f.get_u32_opt(key)) {
       // An id beyond int32 is certainly outside the vocabulary; keep it negative-free and let
       // from_vocab's range check report and drop it.
-      out = *x > static_cast<uint32_t>(std::numeric_limits<int32_t>::max()) ? std::numeric_limits<int32_t>::max()
-                                                                            : static_cast<int32_t>(*x);
+      out = *x > static_cast<uint32_t>(std::numeric_limits<int32_t>::max())
+                ? std::numeric_limits<int32_t>::max()
+                : static_cast<int32_t>(*x);
     }
   };
   id("tokenizer.ggml.bos_token_id", v.bos);
@@ -52,6 +58,8 @@ TokenizerVocab Tokenizer::read_vocab(const gguf::File& f) {
   return v;
 }
 
-Tokenizer Tokenizer::from_gguf(const gguf::File& f) { return from_vocab(read_vocab(f)); }
+Tokenizer Tokenizer::from_gguf(const gguf::File& f) {
+  return from_vocab(read_vocab(f));
+}
 
 }  // namespace ferry

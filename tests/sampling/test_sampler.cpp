@@ -1,5 +1,5 @@
-// Sampler: llama.cpp's chain (penalty → top-k → top-p → min-p → temperature → draw) on hand-computed
-// examples, determinism, and empirical frequencies against the expected distribution.
+// Sampler: llama.cpp's chain (penalty → top-k → top-p → min-p → temperature → draw) on
+// hand-computed examples, determinism, and empirical frequencies against the expected distribution.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -38,7 +38,8 @@ const std::vector<int32_t> kIds = {3, 0, 4, 1, 2};
 const std::vector<float> kProbs = {0.5f, 0.2f, 0.15f, 0.1f, 0.05f};
 std::vector<float> five_logits() {
   std::vector<float> l(5);
-  for (size_t i = 0; i < 5; ++i) l[kIds[i]] = std::log(kProbs[i]) + 0.7f;  // shift: softmax-invariant
+  for (size_t i = 0; i < 5; ++i)
+    l[kIds[i]] = std::log(kProbs[i]) + 0.7f;  // shift: softmax-invariant
   return l;
 }
 std::vector<int32_t> ids_of(const std::vector<TokenProb>& c) {
@@ -118,14 +119,18 @@ TEST(Sampler, RandomSeedIsReportedAndReproducible) {
 TEST(Sampler, TopPKeepsSmallestSetReachingP) {
   // Cumulative: 0.5, 0.7, 0.85, 0.95, 1.0 (boundaries avoided: float sums).
   const auto l = five_logits();
-  struct Case { float top_p; size_t keep; };
-  for (const Case c : {Case{0.01f, 1}, Case{0.45f, 1}, Case{0.55f, 2}, Case{0.69f, 2}, Case{0.8f, 3},
-                       Case{0.86f, 4}, Case{0.97f, 5}}) {
+  struct Case {
+    float top_p;
+    size_t keep;
+  };
+  for (const Case c : {Case{0.01f, 1}, Case{0.45f, 1}, Case{0.55f, 2}, Case{0.69f, 2},
+                       Case{0.8f, 3}, Case{0.86f, 4}, Case{0.97f, 5}}) {
     auto p = plain();
     p.top_p = c.top_p;
     Sampler s(p);
     const auto cand = s.candidates(l);
-    EXPECT_EQ(ids_of(cand), std::vector<int32_t>(kIds.begin(), kIds.begin() + c.keep)) << "top_p " << c.top_p;
+    EXPECT_EQ(ids_of(cand), std::vector<int32_t>(kIds.begin(), kIds.begin() + c.keep))
+        << "top_p " << c.top_p;
     // Kept probabilities are renormalised.
     float kept = 0.0f;
     for (size_t i = 0; i < c.keep; ++i) kept += kProbs[i];
@@ -142,7 +147,8 @@ TEST(Sampler, TopPOnLargeUnsortedVocabularyMatchesFullSort) {
   const auto cand = s.candidates(l);
   std::vector<int32_t> order(l.size());
   std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); });
+  std::sort(order.begin(), order.end(),
+            [&](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); });
   const float mx = l[order[0]];
   double total = 0;
   for (float x : l) total += std::exp(x - mx);
@@ -154,15 +160,21 @@ TEST(Sampler, TopPOnLargeUnsortedVocabularyMatchesFullSort) {
     if (cum >= 0.9) break;
   }
   EXPECT_GT(keep, 1000u);
-  ASSERT_NEAR(static_cast<double>(cand.size()), static_cast<double>(keep), 2.0);  // float vs double sums
+  ASSERT_NEAR(static_cast<double>(cand.size()), static_cast<double>(keep),
+              2.0);  // float vs double sums
   for (size_t i = 0; i < std::min(cand.size(), keep); ++i) ASSERT_EQ(cand[i].id, order[i]) << i;
 }
 
 TEST(Sampler, MinPKeepsTokensAboveFractionOfMax) {
   const auto l = five_logits();
-  struct Case { float min_p; size_t keep; };
-  // Thresholds min_p · 0.5: 0.21 → 0.105 (3 kept), 0.41 → 0.205 (1), 0.19 → 0.095 (4), 0.09 → 0.045 (5).
-  for (const Case c : {Case{0.21f, 3}, Case{0.41f, 1}, Case{0.19f, 4}, Case{0.09f, 5}, Case{0.99f, 1}}) {
+  struct Case {
+    float min_p;
+    size_t keep;
+  };
+  // Thresholds min_p · 0.5: 0.21 → 0.105 (3 kept), 0.41 → 0.205 (1), 0.19 → 0.095 (4), 0.09 → 0.045
+  // (5).
+  for (const Case c :
+       {Case{0.21f, 3}, Case{0.41f, 1}, Case{0.19f, 4}, Case{0.09f, 5}, Case{0.99f, 1}}) {
     auto p = plain();
     p.min_p = c.min_p;
     Sampler s(p);
@@ -312,7 +324,8 @@ TEST(Sampler, LargeVocabularyIsFast) {
   Sampler s(p);
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < 20; ++i) s.sample(l);
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / 20;
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / 20;
   std::printf("sample() on 250k logits (defaults): %.2f ms\n", ms);
   EXPECT_LT(ms, 100.0);  // a full sort per call would still pass; this catches quadratic work
 }

@@ -22,7 +22,7 @@ std::vector<int32_t> enc(const Bpe& b, std::string_view w) {
 
 TEST(Bpe, ByteLevelAlphabet) {
   const ByteLevel& b = ByteLevel::get();
-  EXPECT_EQ(b.encode(' '), "\u0120");  // Ġ
+  EXPECT_EQ(b.encode(' '), "\u0120");   // Ġ
   EXPECT_EQ(b.encode('\n'), "\u010A");  // Ċ
   EXPECT_EQ(b.encode('a'), "a");
   EXPECT_EQ(b.encode(0xAD), "\u0143");  // the one gap inside Latin-1: U+0100 + 67
@@ -38,7 +38,7 @@ TEST(Bpe, ByteLevelAlphabet) {
 TEST(Bpe, MergesByRankNotPosition) {
   MemoryVocab m;
   const int32_t bc = m.merge("b", "c");  // rank 0
-  m.merge("a", "b");                      // rank 1: never applies to "abc"
+  m.merge("a", "b");                     // rank 1: never applies to "abc"
   const Bpe b(m.v.tokens, m.v.merges);
   EXPECT_EQ(enc(b, "abc"), (std::vector<int32_t>{'a', bc}));
   EXPECT_EQ(b.merge_rank(bl("b"), bl("c")), 0);
@@ -96,7 +96,7 @@ TEST(Bpe, MissingMergedPieceFallsBackToBytes) {
 TEST(Bpe, DuplicatesFollowLlamaCpp) {
   MemoryVocab m;
   const int32_t first = m.merge("a", "b");
-  m.v.merges.push_back(bl("a") + " " + bl("b"));  // again, later rank: ignored
+  m.v.merges.push_back(bl("a") + " " + bl("b"));           // again, later rank: ignored
   const int32_t dup = m.add(bl("ab"), TokenType::normal);  // same text again: the last id wins
   const Bpe b(m.v.tokens, m.v.merges);
   EXPECT_NE(first, dup);

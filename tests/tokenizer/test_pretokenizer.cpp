@@ -13,7 +13,9 @@ namespace {
 
 using Words = std::vector<std::string>;
 
-Words split(PreKind k, std::string_view s) { return PreTokenizer(k).split(s); }
+Words split(PreKind k, std::string_view s) {
+  return PreTokenizer(k).split(s);
+}
 
 TEST(PreTokenizer, KnownNames) {
   EXPECT_EQ(pre_kind_from_name("qwen2"), PreKind::qwen2);
@@ -47,7 +49,12 @@ TEST(PreTokenizer, LlamaCppWhitespaceSet) {
   EXPECT_EQ(split(k, "a\u3000\u3000b"), (Words{"a", "\u3000", "\u3000b"}));
   EXPECT_EQ(split(k, "a\u0085\u0085b"), (Words{"a", "\u0085", "\u0085b"}));
   // U+001C is whitespace to Python but not to llama.cpp: it is a prefix like punctuation.
-  EXPECT_EQ(split(k, "a\x1C" "b"), (Words{"a", "\x1C" "b"}));
+  EXPECT_EQ(split(k,
+                  "a\x1C"
+                  "b"),
+            (Words{"a",
+                   "\x1C"
+                   "b"}));
   // U+200B (format) is not whitespace either.
   EXPECT_EQ(split(k, "a\u200B\u200B"), (Words{"a", "\u200B\u200B"}));
 }
@@ -55,7 +62,8 @@ TEST(PreTokenizer, LlamaCppWhitespaceSet) {
 TEST(PreTokenizer, UnicodeTablesFollowLlamaCpp) {
   // Code points newer than PCRE2 10.42's Unicode 14 tables, which llama.cpp classifies.
   // U+1E4F0.. Nag Mundari digits (N): each digit is a word of its own.
-  EXPECT_EQ(split(PreKind::qwen2, "x\U0001E4F0\U0001E4F1"), (Words{"x", "\U0001E4F0", "\U0001E4F1"}));
+  EXPECT_EQ(split(PreKind::qwen2, "x\U0001E4F0\U0001E4F1"),
+            (Words{"x", "\U0001E4F0", "\U0001E4F1"}));
   // U+31350 CJK extension H (L): joins the letter run.
   EXPECT_EQ(split(PreKind::qwen2, "a\U00031350"), (Words{"a\U00031350"}));
   // U+0CF3 Kannada sign (M): part of a letter run only for qwen35.
@@ -65,7 +73,8 @@ TEST(PreTokenizer, UnicodeTablesFollowLlamaCpp) {
 }
 
 TEST(PreTokenizer, Qwen35KeepsCombiningMarksInWords) {
-  EXPECT_EQ(split(PreKind::qwen35, "e\u0301x r\u00E9sum\u00E9"), (Words{"e\u0301x", " r\u00E9sum\u00E9"}));
+  EXPECT_EQ(split(PreKind::qwen35, "e\u0301x r\u00E9sum\u00E9"),
+            (Words{"e\u0301x", " r\u00E9sum\u00E9"}));
   EXPECT_EQ(split(PreKind::qwen2, "e\u0301x"), (Words{"e", "\u0301x"}));
   // A mark after punctuation: the punctuation rule stops before it in qwen35.
   EXPECT_EQ(split(PreKind::qwen35, "!\u0301"), (Words{"!\u0301"}));  // prefix + mark run
@@ -74,11 +83,24 @@ TEST(PreTokenizer, Qwen35KeepsCombiningMarksInWords) {
 
 TEST(PreTokenizer, InvalidUtf8BecomesReplacementCharacters) {
   const auto k = PreKind::qwen2;
-  EXPECT_EQ(split(k, "a\xFF" "b"), (Words{"a", "\xEF\xBF\xBD" "b"}));
+  EXPECT_EQ(split(k,
+                  "a\xFF"
+                  "b"),
+            (Words{"a",
+                   "\xEF\xBF\xBD"
+                   "b"}));
   // A surrogate decodes (as in llama.cpp) and is kept as its 3 bytes.
-  EXPECT_EQ(split(k, "a\xED\xA0\x80" "b"), (Words{"a", "\xED\xA0\x80" "b"}));
+  EXPECT_EQ(split(k,
+                  "a\xED\xA0\x80"
+                  "b"),
+            (Words{"a",
+                   "\xED\xA0\x80"
+                   "b"}));
   // Overlong '/' decodes to '/'.
-  EXPECT_EQ(split(k, "a\xC0\xAF" "b"), (Words{"a", "/b"}));
+  EXPECT_EQ(split(k,
+                  "a\xC0\xAF"
+                  "b"),
+            (Words{"a", "/b"}));
   // Truncated sequence at the end.
   EXPECT_EQ(split(k, "ab\xE2\x82"), (Words{"ab", "\xEF\xBF\xBD\xEF\xBF\xBD"}));
 }
@@ -97,8 +119,9 @@ TEST(PreTokenizer, LongRunsDoNotExhaustTheMatcher) {
 
 std::string random_text(std::mt19937& g, size_t n_cps) {
   static const std::vector<uint32_t> pool = {
-      'a', 'Z', ' ', ' ', '\n', '\r', '\t', '0', '7', '\'', 's', '!', '.', ',', 0xA0, 0x3000, 0x4E2D,
-      0x0416, 0x0301, 0x0CF3, 0x1F600, 0x1F680, 0x200D, 0xFE0F, 0x1E4F0, 0x31350, 0x0E01, 0x05D0, 0x1C};
+      'a',     'Z',     ' ',    ' ',    '\n',    '\r',    '\t',   '0',    '7',    '\'',
+      's',     '!',     '.',    ',',    0xA0,    0x3000,  0x4E2D, 0x0416, 0x0301, 0x0CF3,
+      0x1F600, 0x1F680, 0x200D, 0xFE0F, 0x1E4F0, 0x31350, 0x0E01, 0x05D0, 0x1C};
   std::uniform_int_distribution<size_t> pick(0, pool.size() - 1);
   std::string s;
   for (size_t i = 0; i < n_cps; ++i) append_utf8(s, pool[pick(g)]);

@@ -56,7 +56,7 @@ TEST(TokenizerMemory, RenderingAndEndOfGeneration) {
   EXPECT_EQ(t.token_bytes(s.im_start), "");
   EXPECT_EQ(t.token_bytes(s.im_start, true), "<|im_start|>");
   EXPECT_EQ(t.token_bytes(s.ud), "<tool>");  // user-defined: always rendered
-  EXPECT_EQ(t.token_bytes(s.im_end), "");     // made control because of its text
+  EXPECT_EQ(t.token_bytes(s.im_end), "");    // made control because of its text
   EXPECT_TRUE(t.is_control(s.im_end));
   EXPECT_EQ(t.token_bytes(' '), " ");
   EXPECT_EQ(t.eos(), s.eot_text);
@@ -130,7 +130,9 @@ TEST(TokenizerMemory, RoundTripOnRandomBytes) {
   for (int i = 0; i < 300; ++i) {
     std::string text;
     // Valid UTF-8 only (invalid bytes are replaced by U+FFFD, as llama.cpp does).
-    for (int j = 0, n = len(g); j < n; ++j) tok::append_utf8(text, static_cast<uint32_t>(byte(g) < 200 ? byte(g) % 128 : 0x400 + byte(g)));
+    for (int j = 0, n = len(g); j < n; ++j)
+      tok::append_utf8(text,
+                       static_cast<uint32_t>(byte(g) < 200 ? byte(g) % 128 : 0x400 + byte(g)));
     ASSERT_EQ(t.decode(t.encode(text, false, false)), text);
   }
   EXPECT_EQ(t.decode(t.encode("a\xFF")), "a\xEF\xBF\xBD");
@@ -177,7 +179,8 @@ TEST(TextStream, StreamedEqualsDecoded) {
 
 TEST(ChatMl, Format) {
   EXPECT_EQ(format_chatml({{"system", "Be brief."}, {"user", "Hi"}}),
-            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+            "<|im_start|>system\nBe "
+            "brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
   EXPECT_EQ(format_chatml({{"user", "Hi"}}, false), "<|im_start|>user\nHi<|im_end|>\n");
 }
 

@@ -35,8 +35,9 @@ test::MemoryVocab sample_vocab() {
 }
 
 // Writes the vocabulary's metadata; edit may change or drop keys first.
-std::string write_vocab(const std::string& name, const test::MemoryVocab& m,
-                        const std::function<void(std::vector<std::pair<std::string, Value>>&)>& edit = {}) {
+std::string write_vocab(
+    const std::string& name, const test::MemoryVocab& m,
+    const std::function<void(std::vector<std::pair<std::string, Value>>&)>& edit = {}) {
   std::vector<std::pair<std::string, Value>> kv = {
       {"general.architecture", Value::str("qwen3moe")},
       {"tokenizer.ggml.model", Value::str("gpt2")},
@@ -71,7 +72,8 @@ TEST(VocabGguf, LoadsLikeTheInMemoryVocabulary) {
   EXPECT_TRUE(t.add_bos_token());
   EXPECT_EQ(t.pre(), "qwen2");
   const auto ids = t.encode("<|im_start|>hello world<|im_end|>", true);
-  EXPECT_EQ(ids, (std::vector<int32_t>{n - 3, n - 2, *t.token_id("hello"), *t.token_id(test::bl(" w")), 'o', 'r', 'l', 'd', n - 1}));
+  EXPECT_EQ(ids, (std::vector<int32_t>{n - 3, n - 2, *t.token_id("hello"),
+                                       *t.token_id(test::bl(" w")), 'o', 'r', 'l', 'd', n - 1}));
   EXPECT_EQ(t.token_type(n - 2), TokenType::control);
 }
 
@@ -85,7 +87,8 @@ void expect_error(const std::string& name, ErrorKind kind, const std::string& ne
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), kind) << name << ": " << e.what();
     EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << name << ": " << e.what();
-    EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << name << " not named: " << e.what();
+    EXPECT_NE(std::string(e.what()).find(name), std::string::npos)
+        << name << " not named: " << e.what();
   }
 }
 
@@ -100,9 +103,12 @@ TEST(VocabGguf, BadMetadataIsAClearError) {
     drop(kv, "tokenizer.ggml.pre");
     kv.emplace_back("tokenizer.ggml.pre", Value::str("gpt-4o"));
   });
-  expect_error("nopre.gguf", ErrorKind::unsupported, "tokenizer.ggml.pre", [](auto& kv) { drop(kv, "tokenizer.ggml.pre"); });
-  expect_error("nomerges.gguf", ErrorKind::format, "merges", [](auto& kv) { drop(kv, "tokenizer.ggml.merges"); });
-  expect_error("notokens.gguf", ErrorKind::format, "tokenizer.ggml.tokens", [](auto& kv) { drop(kv, "tokenizer.ggml.tokens"); });
+  expect_error("nopre.gguf", ErrorKind::unsupported, "tokenizer.ggml.pre",
+               [](auto& kv) { drop(kv, "tokenizer.ggml.pre"); });
+  expect_error("nomerges.gguf", ErrorKind::format, "merges",
+               [](auto& kv) { drop(kv, "tokenizer.ggml.merges"); });
+  expect_error("notokens.gguf", ErrorKind::format, "tokenizer.ggml.tokens",
+               [](auto& kv) { drop(kv, "tokenizer.ggml.tokens"); });
   expect_error("types_str.gguf", ErrorKind::format, "token_type", [](auto& kv) {
     drop(kv, "tokenizer.ggml.token_type");
     kv.emplace_back("tokenizer.ggml.token_type", Value::arr_str({"1", "2"}));
@@ -113,7 +119,8 @@ TEST(VocabGguf, BadMetadataIsAClearError) {
   });
   expect_error("bos_bad.gguf", ErrorKind::format, "bos", [](auto& kv) {
     drop(kv, "tokenizer.ggml.bos_token_id");
-    kv.emplace_back("tokenizer.ggml.bos_token_id", Value::u32(1u << 31));  // dropped → add_bos has no BOS
+    kv.emplace_back("tokenizer.ggml.bos_token_id",
+                    Value::u32(1u << 31));  // dropped → add_bos has no BOS
   });
 }
 

@@ -1,9 +1,8 @@
 // Ferry's tokenizer against llama.cpp's own test cases for the Qwen vocabularies
 // (models/ggml-vocab-qwen2.gguf and ggml-vocab-qwen35.gguf with their .inp/.out files from the
 // llama-cpp-python source distribution; run scripts/fetch-test-data.sh once).
-#include <gtest/gtest.h>
-
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 
 #include <chrono>
 #include <thread>
@@ -15,7 +14,9 @@
 namespace ferry {
 namespace {
 
-std::string show_ids(const std::vector<int32_t>& ids) { return fmt::format("[{}]", fmt::join(ids, ", ")); }
+std::string show_ids(const std::vector<int32_t>& ids) {
+  return fmt::format("[{}]", fmt::join(ids, ", "));
+}
 
 // Runs every case: encode with add_special = false, parse_special = false (test-tokenizer-0's
 // settings), and checks decoding gives the text back. Returns the number of cases.
@@ -26,8 +27,9 @@ size_t run_cases(const std::string& name, const std::string& expect_pre) {
   const auto out = dir / (name + ".gguf.out");
   for (const auto& p : {gguf_path, inp, out})
     if (!std::filesystem::exists(p)) {
-      ADD_FAILURE() << p << " is missing: run scripts/fetch-test-data.sh (it downloads llama.cpp's tokenizer "
-                    << "test vocabularies into .cache/vocab/)";
+      ADD_FAILURE()
+          << p << " is missing: run scripts/fetch-test-data.sh (it downloads llama.cpp's tokenizer "
+          << "test vocabularies into .cache/vocab/)";
       return 0;
     }
   const gguf::File f = gguf::File::open(gguf_path.string());
@@ -42,14 +44,17 @@ size_t run_cases(const std::string& name, const std::string& expect_pre) {
     if (got == c.ids) ++passed;
     EXPECT_EQ(show_ids(got), show_ids(c.ids)) << name << " case " << i << ": '" << c.text << "'";
     // None of the cases holds special-token text, so parse_special must not change anything.
-    EXPECT_EQ(tok.encode(c.text, false, true), c.ids) << name << " case " << i << " with parse_special";
+    EXPECT_EQ(tok.encode(c.text, false, true), c.ids)
+        << name << " case " << i << " with parse_special";
     EXPECT_EQ(tok.decode(got), c.text) << name << " case " << i << " does not decode back";
   }
   std::printf("%s: %zu/%zu llama.cpp cases match\n", name.c_str(), passed, cases.size());
   return cases.size();
 }
 
-TEST(VocabQwen2, AllLlamaCppCasesMatch) { run_cases("ggml-vocab-qwen2", "qwen2"); }
+TEST(VocabQwen2, AllLlamaCppCasesMatch) {
+  run_cases("ggml-vocab-qwen2", "qwen2");
+}
 
 TEST(VocabQwen35, AllLlamaCppCasesMatch) {
   // The qwen35 vocabulary is optional in scripts/fetch-test-data.sh (older llama.cpp releases
@@ -62,7 +67,8 @@ TEST(VocabQwen35, AllLlamaCppCasesMatch) {
 
 TEST(VocabQwen2, SpecialTokensAndIds) {
   const auto path = test::vocab_dir() / "ggml-vocab-qwen2.gguf";
-  if (!std::filesystem::exists(path)) FAIL() << path << " is missing: run scripts/fetch-test-data.sh";
+  if (!std::filesystem::exists(path))
+    FAIL() << path << " is missing: run scripts/fetch-test-data.sh";
   const gguf::File f = gguf::File::open(path.string());
   const Tokenizer tok = Tokenizer::from_gguf(f);
   EXPECT_EQ(tok.n_vocab(), 151936);
@@ -102,8 +108,10 @@ TEST(VocabQwen2, ConcurrentEncodeAndThroughput) {
   const auto t0 = std::chrono::steady_clock::now();
   const gguf::File f = gguf::File::open((dir / "ggml-vocab-qwen2.gguf").string());
   const Tokenizer tok = Tokenizer::from_gguf(f);
-  const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  const auto cases = test::read_vocab_cases(dir / "ggml-vocab-qwen2.gguf.inp", dir / "ggml-vocab-qwen2.gguf.out");
+  const double load_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const auto cases =
+      test::read_vocab_cases(dir / "ggml-vocab-qwen2.gguf.inp", dir / "ggml-vocab-qwen2.gguf.out");
   std::vector<std::string> texts;
   for (const auto& c : cases) texts.push_back(c.text + "<|im_end|>\n");
   std::vector<std::vector<int32_t>> serial;
@@ -114,7 +122,9 @@ TEST(VocabQwen2, ConcurrentEncodeAndThroughput) {
   for (int w = 0; w < 4; ++w)
     threads.emplace_back([&, w] {
       for (int rep = 0; rep < 20; ++rep)
-        for (size_t i = 0; i < texts.size(); ++i) bad[w] += tok.encode(texts[(i + w * 7) % texts.size()]) != serial[(i + w * 7) % texts.size()];
+        for (size_t i = 0; i < texts.size(); ++i)
+          bad[w] +=
+              tok.encode(texts[(i + w * 7) % texts.size()]) != serial[(i + w * 7) % texts.size()];
     });
   for (auto& t : threads) t.join();
   for (int w = 0; w < 4; ++w) EXPECT_EQ(bad[w], 0) << "thread " << w;

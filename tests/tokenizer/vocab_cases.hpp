@@ -12,7 +12,9 @@
 
 namespace ferry::test {
 
-inline std::filesystem::path vocab_dir() { return std::filesystem::path(FERRY_SOURCE_DIR) / ".cache" / "vocab"; }
+inline std::filesystem::path vocab_dir() {
+  return std::filesystem::path(FERRY_SOURCE_DIR) / ".cache" / "vocab";
+}
 
 struct VocabCase {
   std::string text;
@@ -27,7 +29,8 @@ inline std::string slurp(const std::filesystem::path& p) {
 // The .inp file holds the texts separated by "\n__ggml_vocab_test__\n" (the last one ends with
 // that separator too); the .out file one line of space-separated ids per text. Same parsing as
 // llama.cpp's tests/test-tokenizer-0.cpp.
-inline std::vector<VocabCase> read_vocab_cases(const std::filesystem::path& inp, const std::filesystem::path& out) {
+inline std::vector<VocabCase> read_vocab_cases(const std::filesystem::path& inp,
+                                               const std::filesystem::path& out) {
   const std::string raw = slurp(inp);
   const std::string sep = "\n__ggml_vocab_test__\n";
   std::vector<std::string> texts;
@@ -43,7 +46,8 @@ inline std::vector<VocabCase> read_vocab_cases(const std::filesystem::path& inp,
   std::vector<std::string> lines;
   std::istringstream os(slurp(out));
   for (std::string line; std::getline(os, line);) lines.push_back(line);
-  EXPECT_EQ(texts.size(), lines.size()) << inp << " and " << out << " disagree on the number of cases";
+  EXPECT_EQ(texts.size(), lines.size())
+      << inp << " and " << out << " disagree on the number of cases";
   std::vector<VocabCase> cases;
   for (size_t i = 0; i < std::min(texts.size(), lines.size()); ++i) {
     VocabCase c{texts[i], {}};
