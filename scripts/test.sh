@@ -2,7 +2,7 @@
 # scripts/test.sh — install dependencies, build, and run the whole test suite (what CI runs).
 #   scripts/test.sh [ctest args...]   e.g. scripts/test.sh -L unit   or   -R gguf
 # Labels: unit, model, oracle (against llama.cpp through the project venv), gpu (skips without GPU).
-# The AddressSanitizer/UBSan build of the GGUF parser tests also runs (hostile-file corpus).
+# The AddressSanitizer/UBSan build of the GGUF parser and tokenizer tests also runs (hostile files).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -12,7 +12,11 @@ bash scripts/build.sh release
 ctest --test-dir build --output-on-failure -j"$(nproc)" --timeout 900 "$@"
 if [[ $# -eq 0 ]]; then
   # Sanitizer pass over the parser of untrusted files (the GGUF malformed-file corpus).
-  gguf_targets=$(cd tests/gguf && ls test_*.cpp | sed 's/^/gguf_/; s/\.cpp$//' | tr '\n' ' ')
-  FERRY_TARGETS="$gguf_targets" bash scripts/build.sh asan -DFERRY_BENCH=OFF >/dev/null
-  ctest --test-dir build-asan --output-on-failure -j"$(nproc)" -R '^gguf\.' --no-tests=error
+  # The GGUF reader and the tokenizer's vocabulary loader both parse untrusted files.
+  asan_targets=""
+  for d in gguf tokenizer; do
+    asan_targets+=" $(cd tests/$d && ls test_*.cpp | sed "s/^/${d}_/; s/\.cpp$//" | tr '\n' ' ')"
+  done
+  FERRY_TARGETS="$asan_targets" bash scripts/build.sh asan -DFERRY_BENCH=OFF >/dev/null
+  ctest --test-dir build-asan --output-on-failure -j"$(nproc)" -R '^(gguf|tokenizer)\.' --no-tests=error
 fi
