@@ -101,7 +101,7 @@ std::string default_model_path() {
   return path.string();
 }
 
-std::unique_ptr<LoadedModel> load_model_verbose(std::string path, bool allow_default) {
+std::unique_ptr<LoadedModel> load_model_verbose(std::string path, bool allow_default, const MoeExecutorWrap& wrap) {
   if (path.empty()) {
     if (!allow_default) fail(ErrorKind::invalid_arg, "no model given (-m FILE)");
     path = default_model_path();
@@ -116,7 +116,7 @@ std::unique_ptr<LoadedModel> load_model_verbose(std::string path, bool allow_def
                  pct == 100 ? "\n" : "");
     std::fflush(stderr);
   };
-  auto m = LoadedModel::load(path, progress);
+  auto m = LoadedModel::load(path, progress, wrap);
   const ModelConfig& c = m->config();
   std::fprintf(stderr,
                "ferry: %s: %d layers, n_embd %d, %d heads (%d kv), %d experts (top %d), vocab %d, "

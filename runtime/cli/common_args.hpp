@@ -37,7 +37,9 @@ GgmlType parse_cache_type(const std::string& s, const char* flag);
 
 // Loads with a progress line on stderr. An empty path (when allow_default) means the built-in
 // synthetic model: made once in the cache directory ($XDG_CACHE_HOME/ferry or ~/.cache/ferry).
-std::unique_ptr<LoadedModel> load_model_verbose(std::string path, bool allow_default);
+// wrap: decorates the MoE executor (observe_args.hpp), may be empty.
+std::unique_ptr<LoadedModel> load_model_verbose(std::string path, bool allow_default,
+                                                const MoeExecutorWrap& wrap = {});
 std::string default_model_path();  // creates it when missing
 
 // "1,2,3" → ids; ErrorKind::invalid_arg on junk.

@@ -8,12 +8,14 @@
 
 namespace ferry {
 
-std::unique_ptr<LoadedModel> LoadedModel::load(const std::string& path, const LoadProgress& progress) {
+std::unique_ptr<LoadedModel> LoadedModel::load(const std::string& path, const LoadProgress& progress,
+                                               const MoeExecutorWrap& wrap) {
   const auto t0 = std::chrono::steady_clock::now();
   std::unique_ptr<LoadedModel> m(new LoadedModel(gguf::File::open(path)));
   m->ops_ = std::make_unique<CpuOps>();
-  const MoeExecutorFactory cpu_moe = [](const std::vector<MoeLayerWeights>& layers) {
-    return std::make_unique<MoeCpuExecutor>(layers);
+  const MoeExecutorFactory cpu_moe = [&](const std::vector<MoeLayerWeights>& layers) -> std::unique_ptr<MoeExecutor> {
+    std::unique_ptr<MoeExecutor> e = std::make_unique<MoeCpuExecutor>(layers);
+    return wrap ? wrap(std::move(e), m->file_) : std::move(e);
   };
   m->model_ = load_model(m->file_, *m->ops_, cpu_moe, progress);
   try {

@@ -3,6 +3,7 @@
 // A Session owns one conversation's state (KV cache, positions, the tokens evaluated so far) and
 // can be reset or continued; several sessions may share one LoadedModel (one at a time).
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -16,12 +17,18 @@
 
 namespace ferry {
 
+// Decorates the MoE executor the engine builds (routing overrides, prediction, tracing); called
+// once during load with the open GGUF. Empty: the executor as built.
+using MoeExecutorWrap =
+    std::function<std::unique_ptr<MoeExecutor>(std::unique_ptr<MoeExecutor> inner, const gguf::File& f)>;
+
 class LoadedModel {
  public:
   // mmaps the GGUF, validates config and tensors, builds the CPU backend and the CPU MoE executor.
   // The tokenizer is optional here (ferry logits --tokens needs none); tokenizer() reports why it
   // is missing. progress: fraction in [0, 1].
-  static std::unique_ptr<LoadedModel> load(const std::string& path, const LoadProgress& progress = {});
+  static std::unique_ptr<LoadedModel> load(const std::string& path, const LoadProgress& progress = {},
+                                           const MoeExecutorWrap& wrap = {});
   ~LoadedModel();
 
   const gguf::File& file() const { return file_; }
