@@ -165,6 +165,11 @@ void RoutingExecutor::weights_from_router(const MoeRequest& req) {
     routing_softmax(p, o_.n_expert, p);
     const int32_t* row = ids_.data() + t * k;
     float* w = weights_.data() + t * k;
+    if (std::equal(row, row + k, req.expert_ids + t * k)) {
+      // The model's own choice (e.g. a replay of its recorded routing): its weights, exactly.
+      std::copy_n(req.expert_weights + t * k, k, w);
+      continue;
+    }
     // Σ of the model's own weights keeps its scale: 1 when it renormalises, the kept probability
     // mass otherwise, times expert_weights_scale where the architecture has one.
     float model_sum = 0.0f, sum = 0.0f;
@@ -173,7 +178,10 @@ void RoutingExecutor::weights_from_router(const MoeRequest& req) {
       sum += p[row[j]];
     }
     sum = std::max(sum, 6.103515625e-5f);  // as llama.cpp clamps its renormalisation
-    for (size_t j = 0; j < k; ++j) w[j] = p[row[j]] / sum * model_sum;
+    // A renormalising model's weights sum to 1 up to rounding: then divide only, as moe_route
+    // does, so replaying a model's own routing reproduces its weights bit for bit.
+    const bool scaled = std::fabs(model_sum - 1.0f) > 1e-3f;
+    for (size_t j = 0; j < k; ++j) w[j] = scaled ? p[row[j]] / sum * model_sum : p[row[j]] / sum;
   }
 }
 

@@ -1,0 +1,59 @@
+#pragma once
+// Statistics of the routing a run actually used, per layer — the three figures the locality
+// generator targets (docs/routing.md):
+//   repeat-next    share of a token's experts that the previous token also used
+//   recur-in-W     share used by at least one of the previous W tokens (counted from token W on)
+//   top-half       share of all selections that fall on the more-used half of the experts
+// Fed token by token (prefill batches row by row); not thread-safe (one model, one step at a time).
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "offload/moe.hpp"
+
+namespace ferry {
+
+class RoutingLocalityStats {
+ public:
+  RoutingLocalityStats(int32_t n_layer, int32_t n_expert, int32_t window = 8);
+  // ids: (n_tokens, top_k) of one MoE step of `layer`. Out-of-range ids/layers are ignored.
+  void observe(int32_t layer, const int32_t* ids, int32_t n_tokens, int32_t top_k);
+
+  struct Layer {
+    int64_t tokens = 0;
+    double repeat_next = 0, recur_window = 0, top_half_share = 0;
+    int32_t distinct = 0;  // experts used at least once
+  };
+  Layer layer(int32_t l) const;
+  Layer all() const;  // pooled over layers
+  std::string table() const;
+  int32_t window() const { return window_; }
+
+ private:
+  struct Acc {
+    int64_t tokens = 0, rep = 0, rep_n = 0, win = 0, win_n = 0;
+    std::vector<int64_t> last_use, count;  // (n_expert)
+  };
+  Layer summarize(const Acc& a) const;
+  int32_t n_expert_, window_;
+  std::vector<Acc> acc_;  // (n_layer)
+};
+
+// Calls `before` with every request, then the wrapped executor.
+class RequestTap final : public MoeExecutor {
+ public:
+  using Fn = std::function<void(const MoeRequest&)>;
+  RequestTap(std::unique_ptr<MoeExecutor> inner, Fn before) : inner_(std::move(inner)), before_(std::move(before)) {}
+  void run(const MoeRequest& req) override {
+    before_(req);
+    inner_->run(req);
+  }
+
+ private:
+  std::unique_ptr<MoeExecutor> inner_;
+  Fn before_;
+};
+
+}  // namespace ferry
