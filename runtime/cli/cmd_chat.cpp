@@ -9,6 +9,7 @@
 
 #include "runtime/cli/command.hpp"
 #include "runtime/cli/common_args.hpp"
+#include "runtime/cli/observe_args.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/engine/chat.hpp"
 #include "runtime/engine/threads.hpp"
@@ -25,6 +26,8 @@ int chat_main(int argc, char** argv) {
   bool timings = false;
   add_model_args(app, ma);
   add_sampling_args(app, sp);
+  ObserveArgs oa;
+  add_observe_args(app, oa);
   app.add_option("-n,--n-predict", n_predict, "tokens per reply at most (-1: until end of turn)")->capture_default_str();
   app.add_option("--system-prompt", system_prompt, "system message (-sys)");
   app.add_flag("--timings", timings, "print timings after each reply");
@@ -34,7 +37,9 @@ int chat_main(int argc, char** argv) {
   if (n_predict < -1) fail(ErrorKind::invalid_arg, "-n {}: must be >= -1", n_predict);
 
   ThreadLimit threads(ma.threads);
-  auto model = load_model_verbose(ma.model, /*allow_default=*/true);
+  Observability obs(oa);
+  auto model = load_model_verbose(ma.model, /*allow_default=*/true, obs.wrap());
+  obs.attach(*model);
   const Tokenizer& tok = model->tokenizer();
   Session session(*model, session_options(ma));
   Sampler sampler(sp);
@@ -98,6 +103,7 @@ int chat_main(int argc, char** argv) {
                    static_cast<long long>(session.n_past()));
     }
   }
+  obs.finish();
   return 0;
 }
 

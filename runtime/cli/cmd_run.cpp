@@ -5,6 +5,7 @@
 
 #include "runtime/cli/command.hpp"
 #include "runtime/cli/common_args.hpp"
+#include "runtime/cli/observe_args.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/engine/generate.hpp"
 #include "runtime/engine/threads.hpp"
@@ -36,6 +37,8 @@ int run_main(int argc, char** argv) {
   app.add_option("-n,--n-predict", n_predict, "tokens to generate (-1: until end of generation or a full context)")
       ->capture_default_str();
   add_sampling_args(app, sp);
+  ObserveArgs oa;
+  add_observe_args(app, oa);
   app.add_flag("--chat", chat, "wrap the prompt in the ChatML template (user turn + assistant header)");
   app.add_flag("--no-chat-template", no_chat, "use the prompt as raw text (default)");
   app.add_option("--system-prompt", system_prompt, "system message for --chat (-sys)");
@@ -51,7 +54,9 @@ int run_main(int argc, char** argv) {
 
   const auto t_start = std::chrono::steady_clock::now();
   ThreadLimit threads(ma.threads);
-  auto model = load_model_verbose(ma.model, /*allow_default=*/true);
+  Observability obs(oa);
+  auto model = load_model_verbose(ma.model, /*allow_default=*/true, obs.wrap());
+  obs.attach(*model);
   const Tokenizer& tok = model->tokenizer();
   Session session(*model, session_options(ma));
 
@@ -119,6 +124,7 @@ int run_main(int argc, char** argv) {
   }
   const double total_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_start).count();
   std::fputs(format_timings(session.timings(), model->load_ms(), total_ms).c_str(), stderr);
+  obs.finish();
   return 0;
 }
 
