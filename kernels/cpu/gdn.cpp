@@ -17,10 +17,9 @@ namespace ferry::cpu {
 namespace gdn_detail {
 
 int64_t chunk_scratch_floats(int32_t head_dim) {
-  // kq (2C·S) + kt, vb, kb, w, d (5·C·S) + kkq (2C²) + tinv, dec (2C²) + cum (C); see
-  // ChunkScratch.
+  // kt, w, d (3·C·S) + kkq (2C²) + tinv, tb, tk, dec (4C²) + cum (C); see ChunkScratch.
   const int64_t C = kGdnChunk;
-  return 7 * C * head_dim + 4 * C * C + C;
+  return 3 * C * head_dim + 6 * C * C + C;
 }
 
 }  // namespace gdn_detail

@@ -174,35 +174,35 @@ void gemm(int64_t M, int64_t N, int64_t P, const float* A, int64_t lda, const fl
 
 // ---- Chunked form ----------------------------------------------------------------------------
 // Within a chunk of n ≤ 64 tokens starting from state S0, with c_t = Σ_{s≤t} g_s and Γ_t = e^{c_t}:
-//   δ = T (βV) − T (βΓK) S0,   T = (I + L)⁻¹,   L[t][s] = β_t e^{c_t − c_s} k_t·k_s  (s < t)
-//   O = diag(Γ) Q S0 + (QKᵀ ⊙ e^{c_t − c_s}, s ≤ t) δ
-//   S ← Γ_{n−1} S0 + Σ_s e^{c_{n−1} − c_s} k_s δ_sᵀ
-// Decay ratios are always formed as e^{difference} ≤ 1, never as quotients of Γ (which underflow).
+//   δ = T·diag(β)·V − T·diag(βΓ)·K·S0,   T = (I + L)⁻¹,   L[t][s] = β_t e^{c_t − c_s} k_t·k_s (s < t)
+//   O = scale·(diag(Γ)·Q·S0 + (QKᵀ ⊙ e^{c_t − c_s}, s ≤ t)·δ)
+//   S ← Γ_{n−1}·S0 + Σ_s e^{c_{n−1} − c_s} k_s δ_sᵀ
+// The diagonal factors go into the small (n × n) matrices, so q, k and v are read in place from
+// the caller's rows. Decay ratios are always formed as e^{difference} ≤ 1, never as quotients of
+// Γ (which underflow for strong decay).
 struct ChunkScratch {
-  float* kq;   // (2C, S): rows 0..n−1 keys, rows n..2n−1 scaled queries
-  float* kt;   // (S, C): keys transposed, columns ≥ n zero; later the decayed keys for the update
-  float* vb;   // (C, S): β_t v_t
-  float* kb;   // (C, S): −β_t Γ_t k_t
-  float* w;    // (C, S): T·kb
-  float* d;    // (C, S): δ
-  float* kkq;  // (2C, C): K·Kᵀ (rows 0..n−1), then Q·Kᵀ masked and decayed (rows n..2n−1)
-  float* tinv; // (C, C): T
-  float* dec;  // (C, C): e^{c_t − c_s} for s ≤ t
-  float* cum;  // (C): c_t
+  float* kt;    // (S, C): keys transposed, columns ≥ n zero; later the decayed keys of the update
+  float* w;     // (C, S): T·diag(−βΓ)·K
+  float* d;     // (C, S): δ
+  float* kkq;   // (2C, C): K·Kᵀ (rows 0..n−1), then Q·Kᵀ masked, decayed, scaled (rows n..2n−1)
+  float* tinv;  // (C, C): T
+  float* tb;    // (C, C): T·diag(β)
+  float* tk;    // (C, C): T·diag(−βΓ)
+  float* dec;   // (C, C): e^{c_t − c_s} for s ≤ t
+  float* cum;   // (C): c_t
 };
 
 ChunkScratch carve(float* p, int32_t S) {
   ChunkScratch s{};
-  const int64_t cs = int64_t(kChunk) * S;
-  s.kq = p;            p += 2 * cs;
-  s.kt = p;            p += cs;
-  s.vb = p;            p += cs;
-  s.kb = p;            p += cs;
-  s.w = p;             p += cs;
-  s.d = p;             p += cs;
-  s.kkq = p;           p += 2 * kChunk * kChunk;
-  s.tinv = p;          p += kChunk * kChunk;
-  s.dec = p;           p += kChunk * kChunk;
+  const int64_t cs = int64_t(kChunk) * S, cc = int64_t(kChunk) * kChunk;
+  s.kt = p;    p += cs;
+  s.w = p;     p += cs;
+  s.d = p;     p += cs;
+  s.kkq = p;   p += 2 * cc;
+  s.tinv = p;  p += cc;
+  s.tb = p;    p += cc;
+  s.tk = p;    p += cc;
+  s.dec = p;   p += cc;
   s.cum = p;
   return s;
 }
@@ -212,82 +212,71 @@ void chunk(const HeadArgs& a, int64_t t0, int64_t n, const ChunkScratch& s) {
   const int64_t C = kChunk;
   const int64_t n_pad = (n + VW - 1) / VW * VW;  // GEMM widths over tokens are whole vectors
   float* const S0 = a.state;
+  const float* q = a.q + t0 * a.ldq;  // (n, S) rows of this chunk, read in place
+  const float* k = a.k + t0 * a.ldk;
+  const float* v = a.v + t0 * a.ldv;
 
-  // Gather the chunk: cumulative log decay, keys, scaled queries, β-weighted values and keys.
-  float gamma[kChunk];
+  float gamma[kChunk], beta[kChunk];
   for (int64_t t = 0; t < n; ++t) {
     s.cum[t] = (t ? s.cum[t - 1] : 0.0f) + a.g[(t0 + t) * a.ldgb];
     gamma[t] = expf(s.cum[t]);
+    beta[t] = a.beta[(t0 + t) * a.ldgb];
     float* dr = s.dec + t * C;
     for (int64_t x = 0; x <= t; ++x) dr[x] = expf(s.cum[t] - s.cum[x]);
-  }
-  const vf qscale = splat(a.scale);
-  for (int64_t t = 0; t < n; ++t) {
-    const int64_t tt = t0 + t;
-    const float beta = a.beta[tt * a.ldgb];
-    const vf vbeta = splat(beta), kbeta = splat(-beta * gamma[t]);
-    const float* k = a.k + tt * a.ldk;
-    const float* q = a.q + tt * a.ldq;
-    const float* v = a.v + tt * a.ldv;
-    float* kr = s.kq + t * S;
-    float* qr = s.kq + (n + t) * S;
-    float* vb = s.vb + t * S;
-    float* kb = s.kb + t * S;
-    for (int32_t i = 0; i < S; i += VW) {
-      const vf kv = load(k + i);
-      store(kr + i, kv);
-      store(qr + i, load(q + i) * qscale);
-      store(vb + i, load(v + i) * vbeta);
-      store(kb + i, kv * kbeta);
-    }
   }
   // Keys transposed (strided reads, contiguous writes), zero-padded to whole vectors.
   for (int32_t i = 0; i < S; ++i) {
     float* row = s.kt + i * C;
-    for (int64_t t = 0; t < n; ++t) row[t] = s.kq[t * S + i];
+    for (int64_t t = 0; t < n; ++t) row[t] = k[t * a.ldk + i];
     for (int64_t t = n; t < n_pad; ++t) row[t] = 0.0f;
   }
 
-  // K·Kᵀ and Q·Kᵀ in one product: (2n × S)·(S × n).
-  gemm(2 * n, n_pad, S, s.kq, S, s.kt, C, s.kkq, C, false, false);
+  // K·Kᵀ and Q·Kᵀ: (n × S)·(S × n) each.
+  gemm(n, n_pad, S, k, a.ldk, s.kt, C, s.kkq, C, false, false);
+  gemm(n, n_pad, S, q, a.ldq, s.kt, C, s.kkq + n * C, C, false, false);
 
-  // T = (I + L)⁻¹ by forward substitution: T[t] = e_t − Σ_{m<t} L[t][m] T[m].
+  // T = (I + L)⁻¹ by forward substitution: T[t] = e_t − Σ_{m<t} L[t][m] T[m]; then its two
+  // column-scaled copies.
   for (int64_t t = 0; t < n; ++t) {
     float* tr = s.tinv + t * C;
     for (int64_t x = 0; x < n; ++x) tr[x] = 0.0f;
     const float* kk = s.kkq + t * C;
     const float* dr = s.dec + t * C;
-    const float beta = a.beta[(t0 + t) * a.ldgb];
     for (int64_t m = 0; m < t; ++m) {
-      const float l = beta * dr[m] * kk[m];
+      const float l = beta[t] * dr[m] * kk[m];
       const float* tm = s.tinv + m * C;
       for (int64_t x = 0; x <= m; ++x) tr[x] -= l * tm[x];
     }
     tr[t] = 1.0f;
+    float* tb = s.tb + t * C;
+    float* tk = s.tk + t * C;
+    for (int64_t x = 0; x < n; ++x) {
+      tb[x] = tr[x] * beta[x];
+      tk[x] = tr[x] * (-beta[x] * gamma[x]);
+    }
   }
 
-  // δ = T·(βV) + (T·(−βΓK))·S0.
-  gemm(n, S, n, s.tinv, C, s.vb, S, s.d, S, false, true);
-  gemm(n, S, n, s.tinv, C, s.kb, S, s.w, S, false, true);
+  // δ = T·diag(β)·V + (T·diag(−βΓ)·K)·S0.
+  gemm(n, S, n, s.tb, C, v, a.ldv, s.d, S, false, true);
+  gemm(n, S, n, s.tk, C, k, a.ldk, s.w, S, false, true);
   gemm(n, S, S, s.w, S, S0, S, s.d, S, true, false);
 
-  // O = diag(Γ)·Q·S0 + P·δ with P = Q·Kᵀ masked to s ≤ t and decayed.
+  // O = scale·diag(Γ)·Q·S0 + P·δ with P = scale·(Q·Kᵀ masked to s ≤ t and decayed).
   float* out = a.out + t0 * a.ldo;
-  gemm(n, S, S, s.kq + n * S, S, S0, S, out, a.ldo, false, false);
+  gemm(n, S, S, q, a.ldq, S0, S, out, a.ldo, false, false);
   for (int64_t t = 0; t < n; ++t) {
     float* orow = out + t * a.ldo;
-    const vf gv = splat(gamma[t]);
+    const vf gv = splat(gamma[t] * a.scale);
     for (int32_t j = 0; j < S; j += VW) store(orow + j, load(orow + j) * gv);
     float* pr = s.kkq + (n + t) * C;
     const float* dr = s.dec + t * C;
-    for (int64_t x = 0; x <= t; ++x) pr[x] *= dr[x];
+    for (int64_t x = 0; x <= t; ++x) pr[x] *= dr[x] * a.scale;
     for (int64_t x = t + 1; x < n; ++x) pr[x] = 0.0f;
   }
   gemm(n, S, n, s.kkq + n * C, C, s.d, S, out, a.ldo, true, true);
 
   // S ← Γ_{n−1}·S0 + Kdᵀ·δ with Kd[s] = e^{c_{n−1} − c_s} k_s (kt reused, columns scaled).
-  float decay_to_end[kChunk];
-  for (int64_t t = 0; t < n; ++t) decay_to_end[t] = expf(s.cum[n - 1] - s.cum[t]);
+  const float* decay_to_end = s.dec + (n - 1) * C;
   for (int32_t i = 0; i < S; ++i) {
     float* row = s.kt + i * C;
     for (int64_t t = 0; t < n; ++t) row[t] *= decay_to_end[t];
