@@ -14,8 +14,10 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kTileQ = 16;   // queries per tiled block (4 per warp)
 constexpr int kTileKV = 16;  // keys per shared-memory tile
-constexpr int kKeysPerSplit = 256;
-constexpr int kMaxSplits = 64;
+// Decode is latency-bound (one warp walks its keys one after another), so long contexts are split
+// finely: ≥ 128 keys per block, up to 128 blocks per (token, head), merged by a second kernel.
+constexpr int kKeysPerSplit = 128;
+constexpr int kMaxSplits = 128;
 
 template <typename KV>
 __device__ __forceinline__ float load_kv(const KV* p, int64_t i) {
@@ -56,7 +58,29 @@ __global__ void __launch_bounds__(32 * kWarps)
     acc[m] = 0.f;
   }
   float mx = -INFINITY, l = 0.f;
-  for (int64_t j = begin + warp; j < end; j += kWarps) {
+  // Two keys per step: their loads and warp reductions are independent, which keeps twice as many
+  // memory requests in flight per warp.
+  int64_t j = begin + warp;
+  for (; j + kWarps < end; j += 2 * kWarps) {
+    const int64_t b0 = (j * a.n_head_kv + g) * HD, b1 = ((j + kWarps) * a.n_head_kv + g) * HD;
+    float s0 = 0.f, s1 = 0.f;
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      s0 += q[m] * load_kv(kc, b0 + lane + 32 * m);
+      s1 += q[m] * load_kv(kc, b1 + lane + 32 * m);
+    }
+    s0 = detail::warp_sum(s0);
+    s1 = detail::warp_sum(s1);
+    const float m_new = fmaxf(mx, fmaxf(s0, s1));
+    const float corr = expf(mx - m_new);
+    const float p0 = expf(s0 - m_new), p1 = expf(s1 - m_new);
+    l = l * corr + p0 + p1;
+#pragma unroll
+    for (int m = 0; m < M; ++m)
+      acc[m] = acc[m] * corr + p0 * load_kv(vc, b0 + lane + 32 * m) + p1 * load_kv(vc, b1 + lane + 32 * m);
+    mx = m_new;
+  }
+  if (j < end) {
     const int64_t base = (j * a.n_head_kv + g) * HD;
     float s = 0.f;
 #pragma unroll

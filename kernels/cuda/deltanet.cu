@@ -7,51 +7,71 @@
 namespace ferry::cuda {
 namespace {
 
-// grid (H_v, ⌈S/32⌉), one warp. Lane owns value column j; s[i] = S[i][j] stays in registers.
-// Per token the warp stages k and q of its key head in shared memory (read as broadcasts).
+// grid (H_v, ⌈S/32⌉), block of kRowWarps warps. Lane owns value column j; warp w owns key rows
+// [w·S/kRowWarps, (w+1)·S/kRowWarps) of that column in registers, so a head's state is spread
+// over 4·⌈S/32⌉ warps (enough of them in flight to hide memory latency at decode) and stays in
+// registers across all tokens of the call. Per token the two reductions over key rows (Sᵀk and
+// Sᵀq) combine the warps' partial sums through shared memory.
+constexpr int kRowWarps = 4;
+
 template <int S>
-__global__ void __launch_bounds__(32) gdn_rule_kernel(GdnArgs a) {
+__global__ void __launch_bounds__(32 * kRowWarps) gdn_rule_kernel(GdnArgs a) {
+  constexpr int R = S / kRowWarps;  // key rows per warp
   __shared__ float ks[S], qs[S];
-  const int lane = threadIdx.x;
+  __shared__ float part[kRowWarps][32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int h = blockIdx.x;
   const int j = blockIdx.y * 32 + lane;
   const bool active = j < S;
+  const int i0 = warp * R;
   const int kh = a.key_head_tiled ? h % a.n_k_heads : h / (a.n_v_heads / a.n_k_heads);
   float* st = a.state + int64_t{h} * S * S;
-  float s[S];
+  float s[R];
 #pragma unroll
-  for (int i = 0; i < S; ++i) s[i] = active ? st[int64_t{i} * S + j] : 0.f;
+  for (int r = 0; r < R; ++r) s[r] = active ? st[int64_t{i0 + r} * S + j] : 0.f;
 
   for (int64_t t = 0; t < a.n_tokens; ++t) {
     const float* kt = a.k + t * a.ldk + int64_t{kh} * S;
     const float* qt = a.q + t * a.ldq + int64_t{kh} * S;
-    for (int i = lane; i < S; i += 32) {
+    for (int i = threadIdx.x; i < S; i += blockDim.x) {
       ks[i] = kt[i];
       qs[i] = qt[i];
     }
-    __syncwarp();
     const float decay = expf(a.g[t * a.n_v_heads + h]);
     const float b = a.beta[t * a.n_v_heads + h];
     const float vj = active ? a.v[t * a.ldv + int64_t{h} * S + j] : 0.f;
+    __syncthreads();  // ks/qs ready; previous token's part[] reads done
     float sk = 0.f;
 #pragma unroll
-    for (int i = 0; i < S; ++i) {
-      s[i] *= decay;
-      sk += s[i] * ks[i];
+    for (int r = 0; r < R; ++r) {
+      s[r] *= decay;
+      sk += s[r] * ks[i0 + r];
     }
+    part[warp][lane] = sk;
+    __syncthreads();
+    sk = 0.f;
+#pragma unroll
+    for (int w = 0; w < kRowWarps; ++w) sk += part[w][lane];
     const float delta = b * (vj - sk);
     float o = 0.f;
 #pragma unroll
-    for (int i = 0; i < S; ++i) {
-      s[i] += ks[i] * delta;
-      o += s[i] * qs[i];
+    for (int r = 0; r < R; ++r) {
+      s[r] += ks[i0 + r] * delta;
+      o += s[r] * qs[i0 + r];
     }
-    if (active) a.out[t * a.ldo + int64_t{h} * S + j] = o * a.scale;
-    __syncwarp();  // ks/qs are rewritten for the next token
+    __syncthreads();  // everyone has read part[] (sk) before it is reused for o
+    part[warp][lane] = o;
+    __syncthreads();
+    if (warp == 0 && active) {
+      float out = 0.f;
+#pragma unroll
+      for (int w = 0; w < kRowWarps; ++w) out += part[w][lane];
+      a.out[t * a.ldo + int64_t{h} * S + j] = out * a.scale;
+    }
   }
 #pragma unroll
-  for (int i = 0; i < S; ++i)
-    if (active) st[int64_t{i} * S + j] = s[i];
+  for (int r = 0; r < R; ++r)
+    if (active) st[int64_t{i0 + r} * S + j] = s[r];
 }
 
 // One thread per channel walks the tokens with the window in registers.
@@ -82,15 +102,15 @@ __global__ void conv_silu_kernel(const float* __restrict__ x, int64_t ldx, const
 
 __global__ void gates_kernel(const float* b_raw, int64_t ldb, const float* a_raw, int64_t lda,
                              const float* dt_bias, const float* ssm_a, float* beta, float* g,
-                             int64_t n_tokens, int n_v_heads) {
+                             int64_t ld_out, int64_t n_tokens, int n_heads) {
   const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
-  if (i >= n_tokens * n_v_heads) return;
-  const int64_t t = i / n_v_heads;
-  const int h = static_cast<int>(i % n_v_heads);
-  beta[i] = 1.f / (1.f + expf(-b_raw[t * ldb + h]));
+  if (i >= n_tokens * n_heads) return;
+  const int64_t t = i / n_heads;
+  const int h = static_cast<int>(i % n_heads);
+  beta[t * ld_out + h] = 1.f / (1.f + expf(-b_raw[t * ldb + h]));
   const float x = a_raw[t * lda + h] + dt_bias[h];
   const float sp = x > 20.f ? x : logf(1.f + expf(x));
-  g[i] = ssm_a[h] * sp;
+  g[t * ld_out + h] = ssm_a[h] * sp;
 }
 
 }  // namespace
@@ -106,10 +126,10 @@ void gdn_delta_rule(const GdnArgs& a, cudaStream_t stream) {
   if (a.n_tokens <= 0) return;
   const dim3 grid(static_cast<unsigned>(a.n_v_heads), static_cast<unsigned>((a.head_dim + 31) / 32));
   switch (a.head_dim) {
-    case 16: gdn_rule_kernel<16><<<grid, 32, 0, stream>>>(a); break;
-    case 32: gdn_rule_kernel<32><<<grid, 32, 0, stream>>>(a); break;
-    case 64: gdn_rule_kernel<64><<<grid, 32, 0, stream>>>(a); break;
-    case 128: gdn_rule_kernel<128><<<grid, 32, 0, stream>>>(a); break;
+    case 16: gdn_rule_kernel<16><<<grid, 32 * kRowWarps, 0, stream>>>(a); break;
+    case 32: gdn_rule_kernel<32><<<grid, 32 * kRowWarps, 0, stream>>>(a); break;
+    case 64: gdn_rule_kernel<64><<<grid, 32 * kRowWarps, 0, stream>>>(a); break;
+    case 128: gdn_rule_kernel<128><<<grid, 32 * kRowWarps, 0, stream>>>(a); break;
     default:
       throw_unsupported(std::string(op) + ": head_dim " + std::to_string(a.head_dim) + " (supported: 16, 32, 64, 128)");
   }
@@ -135,14 +155,16 @@ void gdn_conv_silu(const float* x, int64_t ldx, const float* w, int kernel, floa
 }
 
 void gdn_gates(const float* b_raw, int64_t ldb, const float* a_raw, int64_t lda,
-               const float* dt_bias, const float* ssm_a, float* beta, float* g, int64_t n_tokens,
-               int n_v_heads, cudaStream_t stream) {
-  require(b_raw && a_raw && dt_bias && ssm_a && beta && g && n_v_heads >= 1 && ldb >= n_v_heads && lda >= n_v_heads,
+               const float* dt_bias, const float* ssm_a, float* beta, float* g, int64_t ld_out,
+               int64_t n_tokens, int n_heads, cudaStream_t stream) {
+  require(b_raw && a_raw && dt_bias && ssm_a && beta && g && n_heads >= 1 && ldb >= n_heads && lda >= n_heads &&
+              ld_out >= n_heads,
           "gdn_gates", "bad arguments");
-  const int64_t n = n_tokens * n_v_heads;
+  const int64_t n = n_tokens * n_heads;
   if (n <= 0) return;
+  require((n + 255) / 256 < (1ll << 31), "gdn_gates", "too many tokens");
   gates_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(b_raw, ldb, a_raw, lda, dt_bias, ssm_a,
-                                                                           beta, g, n_tokens, n_v_heads);
+                                                                           beta, g, ld_out, n_tokens, n_heads);
   FERRY_CUDA_CHECK_LAUNCH("gates_kernel");
 }
 

@@ -30,9 +30,9 @@ struct GdnArgs {
   float scale = 1.f;
 };
 
-// The delta rule token by token (decode and prefill). A warp owns 32 value columns of one head,
-// each lane keeps its state column (S floats) in registers across all tokens of the call, so the
-// state is read and written once per call, not once per token.
+// The delta rule token by token (decode and prefill). A block owns 32 value columns of one head;
+// its 4 warps split the key rows, and each lane keeps its S/4 state entries in registers across
+// all tokens of the call, so the state is read and written once per call, not once per token.
 void gdn_delta_rule(const GdnArgs& a, cudaStream_t stream);
 
 // Causal depthwise conv (kernel K ≤ 8, no bias) + SiLU with a rolling state (ggml_ssm_conv):
@@ -42,10 +42,11 @@ void gdn_conv_silu(const float* x, int64_t ldx, const float* w, int kernel, floa
                    int64_t ldy, int64_t n_tokens, int64_t n_ch, cudaStream_t stream);
 
 // beta = sigmoid(b_raw); g = ssm_a[h] · softplus(a_raw + dt_bias[h]) (softplus(x) = x for x > 20,
-// as ggml). b_raw, a_raw (n_tokens, H_v) strides ldb, lda; beta, g contiguous (n_tokens, H_v).
+// as ggml). b_raw, a_raw (n_tokens, n_heads) token strides ldb, lda; beta, g (n_tokens, n_heads)
+// token stride ld_out.
 void gdn_gates(const float* b_raw, int64_t ldb, const float* a_raw, int64_t lda,
-               const float* dt_bias, const float* ssm_a, float* beta, float* g, int64_t n_tokens,
-               int n_v_heads, cudaStream_t stream);
+               const float* dt_bias, const float* ssm_a, float* beta, float* g, int64_t ld_out,
+               int64_t n_tokens, int n_heads, cudaStream_t stream);
 
 // In place, per head vector: x ← x / max(‖x‖₂, eps). x (n_tokens, n_heads, dim), token stride ld.
 void l2norm_heads(float* x, int64_t ld, int64_t n_tokens, int n_heads, int dim, float eps,

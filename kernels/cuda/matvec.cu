@@ -21,6 +21,7 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock)
     matmul_direct_kernel(const uint8_t* __restrict__ W, int64_t rows, int64_t cols,
                          const float* __restrict__ X, int64_t ldx, int64_t n_batch,
                          float* __restrict__ Y, int64_t ldy) {
+  static_assert(NB > 1, "single vectors use matvec_rows_kernel");
   using U = Unit<T>;
   const int lane = threadIdx.x & 31;
   const int64_t row = int64_t{blockIdx.x} * kWarpsPerBlock + (threadIdx.x >> 5);
@@ -34,20 +35,23 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock)
   float acc[NB];
 #pragma unroll
   for (int b = 0; b < NB; ++b) acc[b] = 0.f;
-  for (int64_t u = lane; u < n_units; u += 32) {
-    float w[U::kValues];
-    U::decode(wrow, u, w);
+  {
+    // Several activation rows: decode each unit once and reuse it for all of them.
+    for (int64_t u = lane; u < n_units; u += 32) {
+      float w[U::kValues];
+      U::decode(wrow, u, w);
 #pragma unroll
-    for (int b = 0; b < NB; ++b) {
-      if (b < nb) {
+      for (int b = 0; b < NB; ++b) {
+        if (b < nb) {
 #pragma unroll
-        for (int r = 0; r < U::kRuns; ++r) {
-          const float4* xr = reinterpret_cast<const float4*>(x0 + b * ldx + U::run_start(u, r));
+          for (int r = 0; r < U::kRuns; ++r) {
+            const float4* xr = reinterpret_cast<const float4*>(x0 + b * ldx + U::run_start(u, r));
 #pragma unroll
-          for (int q = 0; q < U::kRunLen / 4; ++q) {
-            const float4 xv = xr[q];
-            const float* wv = w + r * U::kRunLen + 4 * q;
-            acc[b] += wv[0] * xv.x + wv[1] * xv.y + wv[2] * xv.z + wv[3] * xv.w;
+            for (int q = 0; q < U::kRunLen / 4; ++q) {
+              const float4 xv = xr[q];
+              const float* wv = w + r * U::kRunLen + 4 * q;
+              acc[b] += wv[0] * xv.x + wv[1] * xv.y + wv[2] * xv.z + wv[3] * xv.w;
+            }
           }
         }
       }
@@ -59,6 +63,38 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock)
     if (lane == 0 && b < nb) Y[(b0 + b) * ldy + row] = s;
   }
 }
+
+// Single vector, RPW weight rows per warp. Every weight value costs 4 bytes of activation reads
+// from L1; with one row per warp that L1 traffic, not HBM, bounds large matvecs, so big matrices
+// give each warp 4 rows that share each activation load (the compiler reuses the loads of the
+// inlined unit dots). Small matrices keep 1 row per warp for parallelism.
+template <GgmlType T, int RPW>
+__global__ void __launch_bounds__(32 * kWarpsPerBlock)
+    matvec_rows_kernel(const uint8_t* __restrict__ W, int64_t rows, int64_t cols,
+                       const float* __restrict__ x, float* __restrict__ y) {
+  const int lane = threadIdx.x & 31;
+  const int64_t row0 = (int64_t{blockIdx.x} * kWarpsPerBlock + (threadIdx.x >> 5)) * RPW;
+  if (row0 >= rows) return;
+  const int64_t rb = detail::row_bytes_of<T>(cols);
+  const int64_t n_units = cols / Unit<T>::kValues;
+  const uint8_t* wr[RPW];
+#pragma unroll
+  for (int r = 0; r < RPW; ++r) wr[r] = W + (row0 + r < rows ? row0 + r : row0) * rb;  // clamp: stay in bounds
+  float acc[RPW];
+#pragma unroll
+  for (int r = 0; r < RPW; ++r) acc[r] = 0.f;
+  for (int64_t u = lane; u < n_units; u += 32) {
+#pragma unroll
+    for (int r = 0; r < RPW; ++r) acc[r] += detail::unit_dot<T>(wr[r], u, x);
+  }
+#pragma unroll
+  for (int r = 0; r < RPW; ++r) {
+    const float s = detail::warp_sum(acc[r]);
+    if (lane == 0 && row0 + r < rows) y[row0 + r] = s;
+  }
+}
+
+constexpr int64_t kMultiRowMinRows = 8192;
 
 // One block per row; threads walk the row's units.
 template <GgmlType T, typename Out>
@@ -122,9 +158,11 @@ void matmul_direct(GgmlType w, const void* W, int64_t rows, int64_t cols, const 
   require(grid_x < (1u << 31), op, "too many rows");
   const auto* w8 = static_cast<const uint8_t*>(W);
   FERRY_DISPATCH_WEIGHT_TYPE(w, op, {
-    if (n_batch == 1) {
-      matmul_direct_kernel<kT, 1><<<dim3(grid_x, 1), 32 * kWarpsPerBlock, 0, stream>>>(
-          w8, rows, cols, X, ldx, n_batch, Y, ldy);
+    if (n_batch == 1 && rows >= kMultiRowMinRows) {
+      const auto g4 = static_cast<unsigned>((rows + 4 * kWarpsPerBlock - 1) / (4 * kWarpsPerBlock));
+      matvec_rows_kernel<kT, 4><<<g4, 32 * kWarpsPerBlock, 0, stream>>>(w8, rows, cols, X, Y);
+    } else if (n_batch == 1) {
+      matvec_rows_kernel<kT, 1><<<grid_x, 32 * kWarpsPerBlock, 0, stream>>>(w8, rows, cols, X, Y);
     } else {
       const auto chunks = static_cast<unsigned>((n_batch + 7) / 8);
       require(chunks <= 65535, op, "n_batch too large for the direct path");

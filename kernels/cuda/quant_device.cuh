@@ -208,7 +208,8 @@ __host__ __device__ constexpr int64_t row_bytes_of(int64_t cols) {
   return cols / Unit<T>::kBlockValues * Unit<T>::kBlockBytes;
 }
 
-// Dot of unit u of a weight row with activation vector x (float, 16-byte aligned).
+// Dot of unit u of a weight row with activation vector x (float, 16-byte aligned): the generic
+// form decodes the unit, then dots. The quantized types specialise it below.
 template <GgmlType T>
 __device__ __forceinline__ float unit_dot(const uint8_t* row, int64_t u, const float* x) {
   using U = Unit<T>;
@@ -226,6 +227,117 @@ __device__ __forceinline__ float unit_dot(const uint8_t* row, int64_t u, const f
     }
   }
   return acc;
+}
+
+// The specialised dots are bound by instructions, not bytes, so they (1) factor the block scales
+// out of the sums — Σ(d·q − m)·x = d·Σq·x − m·Σx — and (2) turn each quant byte into a float with
+// one byte-permute and one add instead of a quarter-rate int→float conversion: the byte is placed
+// under the exponent of 2^23 (0x4B0000qq == 2^23 + qq exactly), then 2^23 (+ the type's offset)
+// is subtracted. Results differ from decode-then-dot only by float rounding.
+__device__ __forceinline__ float byte_to_float(uint32_t w, int k, float bias) {
+  return __uint_as_float(__byte_perm(w, 0x4B000000u, 0x7540u | static_cast<uint32_t>(k))) - bias;
+}
+
+// Σ_k byte_k(w)·x_k over the 4 bytes of w (values biased by `bias`), and Σ x_k into sx.
+__device__ __forceinline__ float dot4(uint32_t w, float4 x, float bias) {
+  return byte_to_float(w, 0, bias) * x.x + byte_to_float(w, 1, bias) * x.y + byte_to_float(w, 2, bias) * x.z +
+         byte_to_float(w, 3, bias) * x.w;
+}
+__device__ __forceinline__ float sum4(float4 x) { return (x.x + x.y) + (x.z + x.w); }
+
+__device__ __forceinline__ uint32_t ld_u32_a2(const uint8_t* p) {  // 2-byte aligned 32-bit load
+  return uint32_t{ld_u16(p)} | (uint32_t{ld_u16(p + 2)} << 16);
+}
+
+constexpr float kMagic = 8388608.0f;  // 2^23
+
+template <>
+__device__ __forceinline__ float unit_dot<GgmlType::Q8_0>(const uint8_t* row, int64_t u, const float* x) {
+  const uint8_t* b = row + (u >> 1) * Unit<GgmlType::Q8_0>::kBlockBytes;
+  const float d = fp16_bits(ld_u16(b));
+  const uint8_t* q = b + 2 + 16 * (u & 1);
+  const float4* xr = reinterpret_cast<const float4*>(x + u * 16);
+  float s = 0.f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) s += dot4(ld_u32_a2(q + 4 * i) ^ 0x80808080u, xr[i], kMagic + 128.f);  // int8 = byte − 128 after the flip
+  return d * s;
+}
+
+template <>
+__device__ __forceinline__ float unit_dot<GgmlType::Q4_K>(const uint8_t* row, int64_t u, const float* x) {
+  using U = Unit<GgmlType::Q4_K>;
+  const uint8_t* b = row + (u >> 4) * U::kBlockBytes;
+  const int t = static_cast<int>(u & 15), c = t >> 2, p = t & 3;
+  const float d = fp16_bits(ld_u16(b)), dmin = fp16_bits(ld_u16(b + 2));
+  int sc1, m1, sc2, m2;
+  scale_min_k4(2 * c, b + 4, sc1, m1);
+  scale_min_k4(2 * c + 1, b + 4, sc2, m2);
+  const uint2 raw = *reinterpret_cast<const uint2*>(b + 16 + 32 * c + 8 * p);
+  const float4* xa = reinterpret_cast<const float4*>(x + U::run_start(u, 0));
+  const float4* xb = reinterpret_cast<const float4*>(x + U::run_start(u, 1));
+  const uint32_t w[2] = {raw.x, raw.y};
+  float s1 = 0.f, s2 = 0.f, sx1 = 0.f, sx2 = 0.f;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const float4 a = xa[i], bb = xb[i];
+    s1 += dot4(w[i] & 0x0F0F0F0Fu, a, kMagic);
+    s2 += dot4((w[i] >> 4) & 0x0F0F0F0Fu, bb, kMagic);
+    sx1 += sum4(a);
+    sx2 += sum4(bb);
+  }
+  return d * (static_cast<float>(sc1) * s1 + static_cast<float>(sc2) * s2) -
+         dmin * (static_cast<float>(m1) * sx1 + static_cast<float>(m2) * sx2);
+}
+
+template <>
+__device__ __forceinline__ float unit_dot<GgmlType::Q5_K>(const uint8_t* row, int64_t u, const float* x) {
+  using U = Unit<GgmlType::Q5_K>;
+  const uint8_t* b = row + (u >> 4) * U::kBlockBytes;
+  const int t = static_cast<int>(u & 15), c = t >> 2, p = t & 3;
+  const float d = fp16_bits(ld_u16(b)), dmin = fp16_bits(ld_u16(b + 2));
+  int sc1, m1, sc2, m2;
+  scale_min_k4(2 * c, b + 4, sc1, m1);
+  scale_min_k4(2 * c + 1, b + 4, sc2, m2);
+  const uint2 rh = *reinterpret_cast<const uint2*>(b + 16 + 8 * p);
+  const uint2 rl = *reinterpret_cast<const uint2*>(b + 48 + 32 * c + 8 * p);
+  const float4* xa = reinterpret_cast<const float4*>(x + U::run_start(u, 0));
+  const float4* xb = reinterpret_cast<const float4*>(x + U::run_start(u, 1));
+  const uint32_t wl[2] = {rl.x, rl.y}, wh[2] = {rh.x, rh.y};
+  float s1 = 0.f, s2 = 0.f, sx1 = 0.f, sx2 = 0.f;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const float4 a = xa[i], bb = xb[i];
+    const uint32_t lo = (wl[i] & 0x0F0F0F0Fu) | (((wh[i] >> (2 * c)) & 0x01010101u) << 4);
+    const uint32_t hi = ((wl[i] >> 4) & 0x0F0F0F0Fu) | (((wh[i] >> (2 * c + 1)) & 0x01010101u) << 4);
+    s1 += dot4(lo, a, kMagic);
+    s2 += dot4(hi, bb, kMagic);
+    sx1 += sum4(a);
+    sx2 += sum4(bb);
+  }
+  return d * (static_cast<float>(sc1) * s1 + static_cast<float>(sc2) * s2) -
+         dmin * (static_cast<float>(m1) * sx1 + static_cast<float>(m2) * sx2);
+}
+
+template <>
+__device__ __forceinline__ float unit_dot<GgmlType::Q6_K>(const uint8_t* row, int64_t u, const float* x) {
+  using U = Unit<GgmlType::Q6_K>;
+  const uint8_t* b = row + (u >> 4) * U::kBlockBytes;
+  const int t = static_cast<int>(u & 15), n = t >> 3, l0 = 4 * (t & 7);
+  const uint8_t* ql = b + 64 * n + l0;
+  const uint32_t a = ld_u32_a2(ql), c = ld_u32_a2(ql + 32), h = ld_u32_a2(b + 128 + 32 * n + l0);
+  const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192) + 8 * n + l0 / 16;
+  const float d = fp16_bits(ld_u16(b + 208));
+  const uint32_t q[4] = {(a & 0x0F0F0F0Fu) | ((h & 0x03030303u) << 4),
+                         (c & 0x0F0F0F0Fu) | (((h >> 2) & 0x03030303u) << 4),
+                         ((a >> 4) & 0x0F0F0F0Fu) | (((h >> 4) & 0x03030303u) << 4),
+                         ((c >> 4) & 0x0F0F0F0Fu) | (((h >> 6) & 0x03030303u) << 4)};
+  float acc = 0.f;
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const float4 xv = *reinterpret_cast<const float4*>(x + U::run_start(u, r));
+    acc += static_cast<float>(sc[2 * r]) * dot4(q[r], xv, kMagic + 32.f);  // q − 32
+  }
+  return d * acc;
 }
 
 // Writes the values of unit u into out (a float or half row of `cols` values).

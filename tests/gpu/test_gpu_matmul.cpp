@@ -99,6 +99,20 @@ TEST(GpuMatmul, DirectMatchesReference) {
   }
 }
 
+// Large matrices take the 4-rows-per-warp matvec; 8195 rows leaves a partial last warp.
+TEST(GpuMatmul, MatvecManyRows) {
+  FERRY_REQUIRE_GPU();
+  const int64_t rows = 8195, cols = 256;
+  for (GgmlType t : kTypes) {
+    const auto m = make_matrix(t, rows, cols, 71 + static_cast<uint32_t>(t));
+    const auto x = random_floats(cols, 72, -2.f, 2.f);
+    DevBuf<uint8_t> dW(m.bytes);
+    DevBuf<float> dx(x), dy(rows);
+    cuda::matvec(t, dW.get(), rows, cols, dx.get(), dy.get(), nullptr);
+    report("matvec(4 rows/warp)", shape_str(t, rows, cols, 1), nmse(ref_matmul(m.deq, rows, cols, x, cols, 1), dy.download()), 1e-9);
+  }
+}
+
 TEST(GpuMatmul, TiledMatchesReference) {
   FERRY_REQUIRE_GPU();
   const int64_t rows = 77, cols = 768, n = 45;

@@ -1,0 +1,233 @@
+#include "runtime/backend/cuda_ops.hpp"
+
+#include "runtime/core/error.hpp"
+
+#if FERRY_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include <mutex>
+#include <unordered_map>
+
+#include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/blas.hpp"
+#include "kernels/cuda/check.cuh"
+#include "kernels/cuda/matmul.cuh"
+#include "kernels/cuda/ops.cuh"
+#include "runtime/core/log.hpp"
+
+namespace ferry {
+namespace {
+
+class CudaOps final : public Ops {
+ public:
+  CudaOps(Device& dev, const CudaOpsOptions& o) : dev_(dev), stream_(dev.create_stream()) {
+    s_ = static_cast<cudaStream_t>(stream_->native_handle());
+    if (o.use_cublas) {
+      std::string why;
+      blas_ = cuda::Blas::try_load(&why);
+      if (!blas_) log::warn("cuda ops: {}; large-batch matmuls use the tiled kernel", why);
+    }
+    if (o.matmul_workspace_bytes) matmul_ws_ = dev_.alloc(o.matmul_workspace_bytes, "matmul workspace");
+    if (o.attention_workspace_bytes) attn_ws_ = dev_.alloc(o.attention_workspace_bytes, "attention workspace");
+    if (blas_) {
+      // cuBLAS's own scratch comes out of the budget too (4 MiB covers its Hopper GEMMs).
+      blas_ws_ = dev_.alloc(4ull << 20, "cuBLAS workspace");
+      blas_->set_workspace(blas_ws_.data(), blas_ws_.bytes());
+    }
+  }
+
+  const char* name() const override { return "cuda"; }
+  cudaStream_t stream() const { return s_; }
+  Device& device() const { return dev_; }
+  uint64_t calls() const { return calls_; }
+
+  DeviceBuffer alloc(size_t bytes) override { return dev_.alloc(bytes, "activations"); }
+  void to_device(void* dst, const void* src_host, size_t bytes) override { ++calls_; stream_->copy_h2d(dst, src_host, bytes); }
+  void to_host(void* dst_host, const void* src, size_t bytes) override {
+    ++calls_;
+    stream_->copy_d2h(dst_host, src, bytes);
+    stream_->synchronize();
+  }
+  void fill_zero(void* dst, size_t bytes) override { ++calls_; stream_->memset(dst, 0, bytes); }
+  void sync() override { stream_->synchronize(); }
+
+  WeightView resident(const WeightView& host) override {
+    std::lock_guard lock(mu_);
+    // Keyed by the whole view, not only the pointer: a view of other bytes at a reused address
+    // (or the same bytes read as another type/shape) must not get a stale copy.
+    const ResidentKey key{host.data, host.type, host.rows, host.cols};
+    auto it = resident_.find(key);
+    if (it == resident_.end()) {
+      const uint64_t bytes = row_bytes(host.type, static_cast<uint64_t>(host.cols)) * static_cast<uint64_t>(host.rows);
+      DeviceBuffer buf = dev_.alloc(bytes, "weights");
+      // Synchronous: the source is an mmapped file page range the caller may unmap later.
+      FERRY_CUDA_CHECK(cudaMemcpyAsync(buf.data(), host.data, bytes, cudaMemcpyHostToDevice, s_));
+      FERRY_CUDA_CHECK(cudaStreamSynchronize(s_));
+      it = resident_.emplace(key, std::move(buf)).first;
+    }
+    WeightView w = host;
+    w.data = it->second.data();
+    return w;
+  }
+
+  void embed(const WeightView& table, const int32_t* ids, int64_t n, float* dst) override {
+    ++calls_;
+    cuda::embed_rows(table.type, table.data, table.rows, table.cols, ids, n, dst, s_);
+  }
+
+  void rmsnorm(const float* x, const float* w, int64_t n_rows, int64_t n, int64_t ld, float eps,
+               float* dst) override {
+    ++calls_;
+    cuda::rmsnorm(x, ld, w, dst, ld, n_rows, n, eps, s_);
+  }
+
+  void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy) override {
+    ++calls_;
+    if (n <= 0) return;
+    // The kernels read activations with 16-byte vector loads; a view at an odd offset is packed
+    // into the workspace first.
+    if (!cuda::aligned(x, 16) || ldx % 4 != 0) {
+      const size_t bytes = static_cast<size_t>(n) * static_cast<size_t>(w.cols) * sizeof(float);
+      DeviceBuffer packed = dev_.alloc(bytes, "matmul packed activations");
+      FERRY_CUDA_CHECK(cudaMemcpy2DAsync(packed.data(), w.cols * sizeof(float), x, ldx * sizeof(float),
+                                         w.cols * sizeof(float), n, cudaMemcpyDeviceToDevice, s_));
+      matmul(w, packed.f32(), w.cols, n, y, ldy);
+      FERRY_CUDA_CHECK(cudaStreamSynchronize(s_));  // `packed` is freed on return
+      return;
+    }
+    // F32 weights keep f32 GEMM inputs (they cost no dequantization and match the CPU to ~1e-14);
+    // everything else runs the tensor-core f16 path for large batches.
+    const auto prec = w.type == GgmlType::F32 ? cuda::GemmPrecision::f32 : cuda::GemmPrecision::f16;
+    cuda::matmul(w.type, w.data, w.rows, w.cols, x, ldx, n, y, ldy, blas_.get(), matmul_ws_.data(),
+                 matmul_ws_.bytes(), s_, prec);
+  }
+
+  void rope_neox(float* x, int64_t n_tokens, int64_t n_head, int64_t token_stride, int64_t head_stride,
+                 int32_t n_rot, const int32_t* pos, float freq_base) override {
+    ++calls_;
+    cuda::rope_neox(x, n_tokens, static_cast<int>(n_head), n_rot, n_rot, token_stride, head_stride, pos, freq_base, s_);
+  }
+
+  void kv_store(const KvLayerView& kv, int64_t pos0, int64_t n_tokens, const float* k, const float* v) override {
+    ++calls_;
+    if (pos0 < 0 || pos0 + n_tokens > kv.n_ctx)
+      fail(ErrorKind::context, "kv_store: rows [{}, {}) outside the cache of {} positions", pos0, pos0 + n_tokens, kv.n_ctx);
+    const int64_t kw = int64_t{kv.n_head_kv} * kv.head_dim_k, vw = int64_t{kv.n_head_kv} * kv.head_dim_v;
+    cuda::kv_store(k, kw, kv.k, kv.type_k, pos0, n_tokens, kw, s_);
+    cuda::kv_store(v, vw, kv.v, kv.type_v, pos0, n_tokens, vw, s_);
+  }
+
+  void attention(const AttentionArgs& a) override {
+    ++calls_;
+    if (a.kv.head_dim_k != a.kv.head_dim_v)
+      fail(ErrorKind::unsupported, "cuda attention: K and V head sizes differ ({} vs {})", a.kv.head_dim_k, a.kv.head_dim_v);
+    if (a.kv.type_k != a.kv.type_v)
+      fail(ErrorKind::unsupported, "cuda attention: K and V caches of different types ({} / {}) are not supported",
+           type_name(a.kv.type_k), type_name(a.kv.type_v));
+    cuda::AttentionArgs c;
+    c.q = a.q;
+    c.q_ld_token = a.q_token_stride;
+    c.q_ld_head = a.q_head_stride;
+    c.k_cache = a.kv.k;
+    c.v_cache = a.kv.v;
+    c.kv_type = a.kv.type_k;
+    c.gate = a.gate;
+    c.gate_ld_token = a.q_token_stride;
+    c.gate_ld_head = a.q_head_stride;
+    c.out = a.out;
+    c.out_ld_token = int64_t{a.n_head} * a.kv.head_dim_v;
+    c.n_tokens = a.n_tokens;
+    c.p0 = a.pos0;
+    c.n_head = a.n_head;
+    c.n_head_kv = a.kv.n_head_kv;
+    c.head_dim = a.kv.head_dim_k;
+    c.scale = a.scale;
+    c.workspace = attn_ws_.data();
+    c.workspace_bytes = attn_ws_.bytes();
+    cuda::attention(c, s_);
+  }
+
+  void swiglu(const float* gate, const float* up, int64_t n_rows, int64_t n, float* dst) override {
+    ++calls_;
+    cuda::swiglu(gate, up, dst, n_rows * n, s_);
+  }
+
+  void moe_route(const float* logits, int64_t n_tokens, int32_t n_expert, int32_t top_k, bool renormalize,
+                 float scale, int32_t* ids, float* weights) override {
+    ++calls_;
+    cuda::route_topk(logits, n_tokens, n_expert, top_k, ids, weights, renormalize, scale, s_);
+  }
+
+  void add(const float* a, const float* b, int64_t n, float* dst) override { ++calls_; cuda::add(a, b, dst, n, s_); }
+  void scale(float* x, int64_t n, float s) override { ++calls_; cuda::scale(x, s, x, n, s_); }
+  void sigmoid_gated_add(const float* x, const float* gate_logit, int64_t n_tokens, int64_t n, float* dst) override {
+    ++calls_;
+    cuda::sigmoid_gate_add(dst, x, gate_logit, n_tokens, n, s_);
+  }
+  void argmax(const float* x, int64_t n_rows, int64_t n, int32_t* out) override {
+    ++calls_;
+    cuda::argmax_rows(x, n, n_rows, n, out, s_);
+  }
+
+ private:
+  Device& dev_;
+  std::unique_ptr<Stream> stream_;
+  cudaStream_t s_ = nullptr;
+  std::unique_ptr<cuda::Blas> blas_;
+  DeviceBuffer matmul_ws_, attn_ws_, blas_ws_;
+  struct ResidentKey {
+    const void* data;
+    GgmlType type;
+    int64_t rows, cols;
+    bool operator==(const ResidentKey&) const = default;
+  };
+  struct ResidentHash {
+    size_t operator()(const ResidentKey& k) const {
+      return std::hash<const void*>()(k.data) ^ (std::hash<int64_t>()(k.rows * 1000003 + k.cols) << 1) ^
+             static_cast<size_t>(k.type);
+    }
+  };
+  uint64_t calls_ = 0;
+  std::mutex mu_;
+  std::unordered_map<ResidentKey, DeviceBuffer, ResidentHash> resident_;
+};
+
+}  // namespace
+
+std::unique_ptr<Ops> make_cuda_ops(Device& device, const CudaOpsOptions& options) {
+  if (device.kind() != DeviceKind::cuda)
+    fail(ErrorKind::invalid_arg, "cuda ops need a cuda device, got '{}'", device_kind_name(device.kind()));
+  return std::make_unique<CudaOps>(device, options);
+}
+
+namespace {
+CudaOps& as_cuda(Ops& ops) {
+  auto* c = dynamic_cast<CudaOps*>(&ops);
+  if (!c) fail(ErrorKind::invalid_arg, "expected the cuda ops backend, got '{}'", ops.name());
+  return *c;
+}
+}  // namespace
+
+void* cuda_ops_stream(Ops& ops) { return as_cuda(ops).stream(); }
+Device& cuda_ops_device(Ops& ops) { return as_cuda(ops).device(); }
+uint64_t cuda_ops_calls(const Ops& ops) {
+  const auto* c = dynamic_cast<const CudaOps*>(&ops);
+  return c ? c->calls() : 0;
+}
+
+}  // namespace ferry
+
+#else
+
+namespace ferry {
+
+std::unique_ptr<Ops> make_cuda_ops(Device&, const CudaOpsOptions&) {
+  fail(ErrorKind::unsupported, "this Ferry was built without CUDA (configure with -DFERRY_CUDA=ON)");
+}
+void* cuda_ops_stream(Ops& ops) { fail(ErrorKind::invalid_arg, "expected the cuda ops backend, got '{}'", ops.name()); }
+Device& cuda_ops_device(Ops& ops) { fail(ErrorKind::invalid_arg, "expected the cuda ops backend, got '{}'", ops.name()); }
+uint64_t cuda_ops_calls(const Ops&) { return 0; }
+
+}  // namespace ferry
+
+#endif

@@ -1,0 +1,37 @@
+#pragma once
+// CudaOps: the Ops interface (ops.hpp) on a CUDA Device, with the kernels of kernels/cuda. All
+// ops are enqueued on one compute stream in call order; memory comes from the device's budgeted
+// pool. Numerics differ from CpuOps where the GPU kernels do better than ggml's CPU shortcuts:
+// activations stay float in quantized products (no Q8 activation quantization), the attention
+// query and probabilities stay float with an F16 cache. tests/gpu/test_gpu_cuda_ops.cpp bounds
+// the differences.
+#include <cstdint>
+#include <memory>
+
+#include "runtime/backend/device.hpp"
+#include "runtime/backend/ops.hpp"
+
+namespace ferry {
+
+struct CudaOpsOptions {
+  // Scratch for the cuBLAS prefill path (dequantized weight chunks + half activations) and
+  // split-K attention; charged to the device budget once, at construction.
+  size_t matmul_workspace_bytes = 64ull << 20;
+  size_t attention_workspace_bytes = 16ull << 20;
+  bool use_cublas = true;  // false: tiled kernel for large batches
+};
+
+// `device` must be a cuda Device and outlive the returned Ops.
+std::unique_ptr<Ops> make_cuda_ops(Device& device, const CudaOpsOptions& options = {});
+
+// For the code that pairs other work with a CudaOps (the DeltaNet ops, the resident MoE executor):
+// the cudaStream_t it enqueues on (as void*) and its device. ErrorKind::invalid_arg when `ops` is
+// not a CudaOps.
+void* cuda_ops_stream(Ops& ops);
+Device& cuda_ops_device(Ops& ops);
+
+// Ops calls enqueued so far (every call launches at least one kernel or copy): the benchmark
+// reports calls per decoded token. 0 for other backends.
+uint64_t cuda_ops_calls(const Ops& ops);
+
+}  // namespace ferry
