@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "offload/stats.hpp"
+#include "offload/stats_routing.hpp"
 #include "offload/trace.hpp"
 #include "runtime/core/error.hpp"
 
@@ -200,4 +201,21 @@ TEST(Trace, UnwritablePathIsAnIoError) {
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::io);
   }
+}
+
+TEST(Stats, RoutingLocalityHandMade) {
+  RoutingLocalityStats s(2, 4, /*window=*/2);
+  // layer 0, tokens {0,1} {1,2} | {2,3} {0,1} (a batch of two, then another)
+  const int32_t a[4] = {0, 1, 1, 2}, b[4] = {2, 3, 0, 1};
+  s.observe(0, a, 2, 2);
+  s.observe(0, b, 2, 2);
+  s.observe(5, a, 2, 2);  // unknown layer: ignored
+  const auto l = s.layer(0);
+  EXPECT_EQ(l.tokens, 4);
+  EXPECT_DOUBLE_EQ(l.repeat_next, 2.0 / 6.0);
+  EXPECT_DOUBLE_EQ(l.recur_window, 2.0 / 4.0);
+  EXPECT_DOUBLE_EQ(l.top_half_share, 5.0 / 8.0);
+  EXPECT_EQ(l.distinct, 4);
+  EXPECT_EQ(s.layer(1).tokens, 0);
+  EXPECT_NE(s.table().find("recur-in-2%"), std::string::npos);
 }
