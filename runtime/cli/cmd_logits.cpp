@@ -9,6 +9,7 @@
 
 #include "runtime/cli/command.hpp"
 #include "runtime/cli/common_args.hpp"
+#include "runtime/cli/observe_args.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/engine/threads.hpp"
 
@@ -28,6 +29,8 @@ int logits_main(int argc, char** argv) {
   app.add_option("--dump", dump_names,
                  "intermediates to save, by llama.cpp name (e.g. attn_norm,ffn_moe_out,l_out; 'all' for every one)");
   app.add_option("--dump-dir", dump_dir, "where --dump writes NAME-LAYER.npy (rows: tokens of the step)");
+  ObserveArgs oa;
+  add_observe_args(app, oa);
   bool stop = false;
   const int rc = parse(app, argc, argv, stop);
   if (stop) return rc;
@@ -35,7 +38,8 @@ int logits_main(int argc, char** argv) {
   if (ma.model.empty()) fail(ErrorKind::invalid_arg, "no model given (-m FILE)");
 
   ThreadLimit threads(ma.threads);
-  auto model = LoadedModel::load(ma.model);
+  Observability obs(oa);
+  auto model = LoadedModel::load(ma.model, {}, obs.wrap());
   const std::vector<int32_t> tokens =
       !token_list.empty() ? parse_token_list(token_list) : model->tokenizer().encode(prompt, true, true);
   const int64_t n = static_cast<int64_t>(tokens.size());
@@ -43,19 +47,22 @@ int logits_main(int argc, char** argv) {
   if (so.n_ctx == 0) so.n_ctx = std::max<int64_t>(n, default_context(model->config()));
   if (!decode) so.n_batch = static_cast<int32_t>(std::max<int64_t>(n, 1));  // ONE prefill batch
   Session session(*model, so);
+  DebugHook dump;
   if (!dump_names.empty()) {
     if (dump_dir.empty()) fail(ErrorKind::invalid_arg, "--dump needs --dump-dir");
     std::filesystem::create_directories(dump_dir);
     // One file per (name, layer, forward step): NAME-LAYER[-sSTEP].npy; steps only with --decode.
-    model->model().set_debug_hook([&, step = std::make_shared<std::map<std::string, int>>()](
-                                      std::string_view name, int32_t layer, const float* data, int64_t rows, int64_t cols) {
+    dump = [&, step = std::make_shared<std::map<std::string, int>>()](
+               std::string_view name, int32_t layer, const float* data, int64_t rows, int64_t cols) {
       const std::string key = std::string(name) + "-" + std::to_string(layer);
       if (dump_names != "all" && ("," + dump_names + ",").find("," + std::string(name) + ",") == std::string::npos) return;
       const int k = (*step)[key]++;
       const std::string file = dump_dir + "/" + key + (k ? "-s" + std::to_string(k) : "") + ".npy";
       write_npy_f32(file, data, {rows, cols});  // the CPU backend's buffers are host memory
-    });
+    };
+    model->model().set_debug_hook(dump);
   }
+  obs.attach(*model, dump);  // --trace: op spans, then the dump hook
   if (n > session.n_ctx())
     fail(ErrorKind::context, "{} tokens do not fit in the context of {} (-c)", n, session.n_ctx());
 
@@ -75,6 +82,7 @@ int logits_main(int argc, char** argv) {
   std::fprintf(stderr, "ferry logits: %lld tokens (%s) in %.1f ms, %d threads -> %s (%lld x %lld)\n",
                static_cast<long long>(n), decode ? "decode" : "one prefill batch", ms, threads.threads(),
                out.c_str(), static_cast<long long>(n), static_cast<long long>(V));
+  obs.finish();
   return 0;
 }
 
