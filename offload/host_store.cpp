@@ -117,6 +117,7 @@ int run_reads(int fd, const std::vector<ReadJob>& jobs, const std::string& path,
     ++done_jobs;
     if (progress) progress(std::min(1.0, static_cast<double>(done_bytes) / static_cast<double>(total)));
   }
+  if (progress) progress(1.0);  // the last aligned chunk may stop short at the end of the file
   return 0;
 }
 

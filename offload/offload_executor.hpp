@@ -1,0 +1,130 @@
+#pragma once
+// The offload MoE executor: an MoeExecutor over a Device whose memory holds only part of the routed
+// experts (the plan's slots). Per MoE step and used expert:
+//   resident (a ready slot)      → computed from the slot
+//   prefetch in flight           → wait for its event, or compute on the CPU (cost model)
+//   cold                         → compute on the CPU from the host store, or copy into a slot now
+// Prefill streams the step's cold experts through two staging slots (copy of expert i+1 overlaps
+// the compute of expert i) when the cost model says copy + device beats the CPU for their groups.
+// After the current experts are pinned, the predictor's guesses for later layers are prefetched.
+//
+// Devices: sim only for now — "device kernels" are the CPU kernels reading the sim arena, so every
+// path (slot, host store, staging) runs the same code and the logits are bit-identical to
+// MoeCpuExecutor's whatever the budget. The CUDA path (kernels/cuda/moe.cuh over a device slot
+// table) is not written yet: constructing with a cuda device throws ErrorKind::unsupported.
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "offload/cost_model.hpp"
+#include "offload/cpu_experts.hpp"
+#include "offload/expert_cache.hpp"
+#include "offload/host_store.hpp"
+#include "offload/moe.hpp"
+#include "offload/placement.hpp"
+#include "offload/placement_profile.hpp"
+#include "offload/prefetcher.hpp"
+#include "runtime/backend/device.hpp"
+
+namespace ferry {
+
+enum class ColdMode { auto_, cpu, copy };  // auto_: the cost model decides; others force a path
+ColdMode parse_cold_mode(std::string_view s);  // "auto" | "cpu" | "copy"
+
+struct OffloadOptions {
+  Plan plan;
+  std::string gguf_path;
+  // (n_layer) absolute file offsets of ffn_gate_exps, ffn_up_exps, ffn_down_exps (uring/mmap load).
+  std::vector<std::array<uint64_t, 3>> file_offsets;
+  HostLoad host_load = HostLoad::alias;
+  EvictionPolicy policy = EvictionPolicy::lrfu;
+  SlotPartition partition = SlotPartition::pool;
+  ColdMode cold = ColdMode::auto_;
+  std::optional<HardwareRates> rates;  // nullopt: calibrate at start-up
+  int32_t prefetch_in_flight = 8;
+  ExpertPredictor* predictor = nullptr;  // not owned; may be null
+  ExpertProfile* record = nullptr;       // not owned; counts every step's routing when set
+  // Charge the plan's dense/KV/state/workspace to the device as reservations, so the pool's
+  // accounting covers the whole budget (sim: the forward's own buffers live elsewhere).
+  bool reserve_fixed = true;
+  StoreProgress progress;
+};
+
+struct OffloadStats {
+  uint64_t steps = 0, tokens = 0;
+  uint64_t uses = 0;          // (step, distinct expert) pairs
+  uint64_t hits = 0;          // ready slot
+  uint64_t inflight = 0;      // prefetch still in flight when needed
+  uint64_t waited = 0;        // ... and waited for
+  uint64_t misses = 0;        // not in the cache
+  uint64_t cpu_experts = 0, copy_now = 0, streamed = 0;
+  uint64_t h2d_bytes = 0;     // demand and streaming copies (prefetch bytes: prefetch.bytes)
+  uint64_t init_bytes = 0;    // the initial hot set
+  double wait_ms = 0;         // host time blocked on copies (demand, stream, prefetch waits)
+  double cpu_ms = 0, compute_ms = 0;
+  std::vector<uint64_t> layer_uses, layer_hits;  // (n_layer)
+  PrefetchCounters prefetch;
+  CacheCounters cache;
+  MemoryStats memory;
+  HardwareRates rates;
+  HostStoreStats store;
+  int32_t n_slots = 0;
+};
+std::string offload_stats_text(const OffloadStats& s);
+
+class OffloadExecutor final : public MoeExecutor {
+ public:
+  // layers: the experts as the model sees them (views into the GGUF mapping).
+  OffloadExecutor(std::unique_ptr<Device> device, std::vector<MoeLayerWeights> layers, OffloadOptions options);
+  ~OffloadExecutor() override;
+  void run(const MoeRequest& req) override;
+
+  // Waits for every copy in flight (prefetches included) and settles their slots.
+  void drain();
+  OffloadStats stats() const;
+  void reset_stats();
+  Device& device() { return *device_; }
+  const ExpertCache& cache() const { return *cache_; }
+  const Plan& plan() const { return o_.plan; }
+  void set_predictor(ExpertPredictor* p) { o_.predictor = p; }
+
+ private:
+  struct Resolved {
+    int32_t expert = -1;
+    ExpertPtrs3 w;
+    int32_t pinned_slot = -1;  // unpinned after the step
+    bool stream = false;       // prefill: through the staging slots
+  };
+  ExpertPtrs3 slot_ptrs(int32_t slot, int32_t layer) const;
+  ExpertPtrs3 host_ptrs(int32_t layer, int32_t expert) const;
+  void fill_slot(int32_t slot, int32_t layer, int32_t expert, Stream& s);
+  Resolved resolve(int32_t layer, int32_t expert, int64_t n_tokens, uint64_t now);
+  void run_decode(const MoeRequest& req, std::vector<Resolved>& r);
+  void run_prefill(const MoeRequest& req);
+  void predict_and_prefetch(const MoeRequest& req);
+
+  OffloadOptions o_;
+  std::unique_ptr<Device> device_;
+  std::vector<MoeLayerWeights> layers_;     // host views (host store)
+  std::vector<ExpertShape> shapes_;         // (n_layer)
+  std::unique_ptr<HostStore> store_;
+  std::vector<DeviceBuffer> reserved_;      // dense/KV/state/workspace reservations
+  DeviceBuffer slots_, staging_, table_;
+  std::vector<ExpertPtrs3> table_host_;     // (n_slots) mirror of the device slot table
+  std::unique_ptr<ExpertCache> cache_;
+  std::unique_ptr<Prefetcher> prefetcher_;
+  std::unique_ptr<Stream> demand_;          // copy-now and prefill streaming
+  std::unique_ptr<Event> demand_done_;
+  std::array<std::unique_ptr<Event>, 2> staging_done_;
+  CostModel cost_;
+  uint64_t tick_ = 0;
+  int32_t last_layer_ = -1;
+  std::vector<float> y_;                    // (n_tokens, top_k, n_embd) per-slot expert outputs
+  std::vector<PredictedExpert> predicted_;
+  OffloadStats st_;
+};
+
+}  // namespace ferry

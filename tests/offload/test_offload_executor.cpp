@@ -1,0 +1,212 @@
+// The offload executor on the sim device against the CPU executor: with budgets that leave about
+// half of the experts off the device, every cold path (CPU, copy-now, prefill streaming, waited
+// prefetch) and every host-store mode must give bit-identical logits, and device memory must stay
+// inside the budget.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "offload/moe_cpu.hpp"
+#include "offload_test_util.hpp"
+#include "runtime/core/error.hpp"
+
+namespace ferry {
+namespace {
+
+// Predicts, for layer l+1, the experts layer l+1 used at the previous step plus a few random ones:
+// enough to exercise issue / wait / waste / stale paths with a deterministic schedule.
+class TestPredictor final : public ExpertPredictor {
+ public:
+  TestPredictor(int32_t n_layer, int32_t n_expert) : last_(static_cast<size_t>(n_layer)), n_expert_(n_expert) {}
+  void predict(int32_t layer, const float*, int32_t n_tokens, const int32_t* ids, int32_t top_k,
+               std::vector<PredictedExpert>& out) override {
+    last_[static_cast<size_t>(layer)].assign(ids + (n_tokens - 1) * top_k, ids + n_tokens * top_k);
+    if (static_cast<size_t>(layer + 1) < last_.size())
+      for (int32_t e : last_[static_cast<size_t>(layer + 1)]) out.push_back({layer + 1, e, 1.0f});
+    for (int i = 0; i < 2; ++i)
+      out.push_back({layer + 1 + i, static_cast<int32_t>(rng_() % static_cast<uint32_t>(n_expert_)), 0.5f});
+    out.push_back({layer, 0, 2.0f});  // stale: must be dropped
+  }
+
+ private:
+  std::vector<std::vector<int32_t>> last_;
+  int32_t n_expert_;
+  std::mt19937 rng_{3};
+};
+
+struct Variant {
+  HostLoad load = HostLoad::alias;
+  ColdMode cold = ColdMode::auto_;
+  bool predictor = false;
+  double resident = 0.5;
+  EvictionPolicy policy = EvictionPolicy::lrfu;
+};
+
+class OffloadExecutorTest : public ::testing::Test {
+ protected:
+  static void TearDownTestSuite() { test::remove_scratch(); }
+
+  static std::vector<float> reference(const std::string& path, const std::vector<int32_t>& toks, size_t prefill) {
+    const gguf::File f = gguf::File::open(path);
+    CpuOps ops;
+    auto m = load_model(f, ops, [](const std::vector<MoeLayerWeights>& l) { return std::make_unique<MoeCpuExecutor>(l); });
+    return test::run_logits(*m, toks, prefill);
+  }
+
+  // Runs with the offload executor; returns logits and leaves its stats in `stats`.
+  static std::vector<float> offloaded(const std::string& path, const std::vector<int32_t>& toks, size_t prefill,
+                                      const Variant& v, OffloadStats& stats) {
+    const gguf::File f = gguf::File::open(path);
+    CpuOps ops;
+    OffloadExecutor* ex = nullptr;
+    std::unique_ptr<TestPredictor> pred;
+    auto m = load_model(f, ops, [&](const std::vector<MoeLayerWeights>& layers) {
+      const int32_t top_k = static_cast<int32_t>(f.get_u32(f.architecture() + ".expert_used_count"));
+      const int64_t total = int64_t{layers[0].n_expert} * static_cast<int64_t>(layers.size());
+      const auto slots = static_cast<int64_t>(static_cast<double>(total) * v.resident);
+      OffloadOptions o;
+      o.plan = make_plan(test::input_for_slots(layers, top_k, slots));
+      EXPECT_EQ(o.plan.n_slots, slots);
+      o.gguf_path = path;
+      o.file_offsets = test::expert_file_offsets(f, static_cast<int32_t>(layers.size()));
+      o.host_load = v.load;
+      o.cold = v.cold;
+      o.policy = v.policy;
+      o.prefetch_in_flight = 4;
+      if (v.predictor) {
+        pred = std::make_unique<TestPredictor>(static_cast<int32_t>(layers.size()), layers[0].n_expert);
+        o.predictor = pred.get();
+      }
+      DeviceOptions d;
+      d.budget_bytes = o.plan.in.budget_bytes;
+      d.sim_link = SimLinkModel{20.0, 20.0, 5.0};
+      auto e = std::make_unique<OffloadExecutor>(make_sim_device(d), layers, std::move(o));
+      ex = e.get();
+      return e;
+    });
+    auto out = test::run_logits(*m, toks, prefill);
+    ex->drain();
+    stats = ex->stats();
+    EXPECT_LE(stats.memory.peak_bytes, stats.memory.budget_bytes);
+    for (int32_t s = 0; s < ex->cache().n_slots(); ++s) EXPECT_EQ(ex->cache().pins(s), 0) << "slot " << s;
+    return out;
+  }
+
+  static void expect_identical(const std::vector<float>& a, const std::vector<float>& b, const char* what) {
+    ASSERT_EQ(a.size(), b.size());
+    size_t first = a.size();
+    for (size_t i = 0; i < a.size() && first == a.size(); ++i)
+      if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) first = i;
+    EXPECT_EQ(first, a.size()) << what << ": first difference at " << first << ": " << a[first] << " vs " << b[first];
+  }
+};
+
+synth::Options tiny(synth::QuantMix q) {
+  synth::Options o;
+  o.arch = synth::Arch::qwen3moe;
+  o.preset = synth::Preset::tiny;
+  o.quant = q;
+  o.seed = 11;
+  return o;
+}
+
+TEST_F(OffloadExecutorTest, TinyF32EveryColdPathIsBitIdentical) {
+  const std::string path = test::write_model(tiny(synth::QuantMix::f32), "tiny-f32");
+  const auto toks = test::random_tokens(24, 768, 5);
+  const auto ref = reference(path, toks, 8);
+  expect_identical(reference(path, toks, 8), ref, "reference twice");
+  {
+    OffloadStats st;
+    expect_identical(offloaded(path, toks, 8, Variant{HostLoad::alias, ColdMode::cpu, false, 1.0}, st), ref, "all resident");
+  }
+  for (ColdMode cold : {ColdMode::cpu, ColdMode::copy, ColdMode::auto_}) {
+    for (bool pred : {false, true}) {
+      OffloadStats st;
+      const auto got = offloaded(path, toks, 8, Variant{HostLoad::alias, cold, pred}, st);
+      const std::string what = fmt::format("cold {} predictor {}", static_cast<int>(cold), pred);
+      expect_identical(got, ref, what.c_str());
+      EXPECT_EQ(st.hits + st.inflight + st.misses, st.uses) << what;
+      EXPECT_GT(st.misses, 0u) << what;  // half the experts are off-device: some must miss
+      EXPECT_GT(st.hits, 0u) << what;
+      if (cold == ColdMode::cpu) {
+        EXPECT_EQ(st.cpu_experts, st.misses + st.inflight) << what;
+      }
+      if (cold == ColdMode::copy) {
+        EXPECT_GT(st.copy_now, 0u) << what;
+        EXPECT_GT(st.streamed, 0u) << what;  // the 8-token prefill streamed its cold experts
+        EXPECT_EQ(st.cpu_experts, 0u) << what;
+      }
+      if (pred) {
+        EXPECT_GT(st.prefetch.issued, 0u) << what;
+        EXPECT_GT(st.prefetch.dropped_stale, 0u) << what;
+      }
+    }
+  }
+}
+
+TEST_F(OffloadExecutorTest, QuantizedWiderModelWithUringAndMmapStores) {
+  synth::Options o = tiny(synth::QuantMix::q4_k_m);
+  o.n_expert = 32;
+  o.n_expert_used = 4;
+  const std::string path = test::write_model(o, "tiny-q4km-32x4");
+  const auto toks = test::random_tokens(20, 768, 9);
+  const auto ref = reference(path, toks, 12);
+  for (HostLoad load : {HostLoad::uring, HostLoad::mmap, HostLoad::alias}) {
+    for (ColdMode cold : {ColdMode::copy, ColdMode::cpu}) {
+      OffloadStats st;
+      const auto got = offloaded(path, toks, 12, Variant{load, cold, true, 0.5, EvictionPolicy::lru}, st);
+      const std::string what = fmt::format("load {} cold {}", host_load_name(load), static_cast<int>(cold));
+      expect_identical(got, ref, what.c_str());
+      EXPECT_EQ(st.store.mode, load);
+      if (load != HostLoad::alias) {
+        EXPECT_GT(st.store.load_gbps, 0.0) << what;
+      }
+    }
+  }
+}
+
+TEST_F(OffloadExecutorTest, MinimalSlotsStillCorrect) {
+  // top_k slots only: nearly every use misses and copy-now must evict constantly.
+  const std::string path = test::write_model(tiny(synth::QuantMix::q8_0), "tiny-q8");
+  const auto toks = test::random_tokens(12, 768, 21);
+  const auto ref = reference(path, toks, 4);
+  OffloadStats st;
+  const auto got = offloaded(path, toks, 4, Variant{HostLoad::alias, ColdMode::copy, true, 2.0 / 32.0}, st);
+  expect_identical(got, ref, "2 slots");
+  EXPECT_GT(st.cache.evictions, 0u);
+}
+
+TEST_F(OffloadExecutorTest, BudgetIsChargedAndEnforced) {
+  const std::string path = test::write_model(tiny(synth::QuantMix::f32), "tiny-f32");
+  const gguf::File f = gguf::File::open(path);
+  CpuOps ops;
+  std::vector<MoeLayerWeights> layers;
+  auto m = load_model(f, ops, [&](const std::vector<MoeLayerWeights>& l) {
+    layers = l;
+    return std::make_unique<MoeCpuExecutor>(l);
+  });
+  OffloadOptions o;
+  o.plan = make_plan(test::input_for_slots(layers, 2, 10));
+  o.rates = HardwareRates{};
+  DeviceOptions d;
+  d.budget_bytes = o.plan.in.budget_bytes;
+  const uint64_t budget = d.budget_bytes;
+  OffloadExecutor ex(make_sim_device(d), layers, o);
+  const MemoryStats mem = ex.device().memory();
+  EXPECT_EQ(mem.used_bytes, o.plan.total_bytes());  // dense reservation + staging + table + slots
+  EXPECT_LE(mem.used_bytes, budget);
+  // The budget is full: any further device allocation is refused.
+  EXPECT_THROW((void)ex.device().alloc(budget - mem.used_bytes + 256, "extra"), Error);
+  // A device budget smaller than the plan: construction fails with a budget error.
+  DeviceOptions small;
+  small.budget_bytes = budget - o.plan.slot_bytes;
+  try {
+    OffloadExecutor bad(make_sim_device(small), layers, o);
+    FAIL() << "expected a budget error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::budget);
+  }
+}
+
+}  // namespace
+}  // namespace ferry
