@@ -48,6 +48,9 @@ class Observability {
   // End of the run: renames the recorded routing into place, writes the trace, prints the stats
   // tables to stderr. ErrorKind::io when a file cannot be written.
   void finish();
+  // For other components (the offload executor): null when the flag is off. The tracer exists from
+  // construction; the counters and predictor once wrap() has run.
+  Tracer* tracer() { return tracer_.get(); }
   StatsCounters* counters() { return counters_.get(); }
   RouterPredictor* predictor() { return predictor_.get(); }
 
