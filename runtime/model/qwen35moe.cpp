@@ -179,13 +179,15 @@ class Hybrid final : public Model {
     } else {
       const GdnDims& d = dims_;
       DeltaNetWeights& g = L.gdn;
-      if (!w.has(name("attn_qkv")) && w.has(name("ssm_in")))
-        fail(ErrorKind::unsupported,
-             "{}: layer {} stores its DeltaNet input projection as the legacy fused ssm_in; Ferry "
-             "reads attn_qkv + attn_gate (reconvert the model with a recent llama.cpp)",
-             f.path(), il);
-      g.qkv = mat(w, name("attn_qkv"), E, d.conv_dim());
-      g.z = mat(w, name("attn_gate"), E, d.value_dim());
+      if (!w.has(name("attn_qkv")) && w.has(name("ssm_in"))) {
+        if (gates_ != GateLayout::grouped)
+          fail(ErrorKind::format, "{}: layer {} has ssm_in but no attn_qkv; only qwen3next files use "
+               "the fused legacy projection", f.path(), il);
+        split_legacy_ssm_in(w.matrix(name("ssm_in"), E, d.conv_dim() + d.value_dim()), g);
+      } else {
+        g.qkv = mat(w, name("attn_qkv"), E, d.conv_dim());
+        g.z = mat(w, name("attn_gate"), E, d.value_dim());
+      }
       if (gates_ == GateLayout::split) {
         g.beta = mat(w, name("ssm_beta"), E, d.n_v_heads);
         g.alpha = mat(w, name("ssm_alpha"), E, d.n_v_heads);
@@ -214,6 +216,38 @@ class Hybrid final : public Model {
     m.n_expert = c.n_expert;
     moe_layers_.push_back(m);
     return L;
+  }
+
+  // Older qwen3next GGUFs fuse the DeltaNet input projections into ssm_in, whose rows are grouped
+  // per key head g: [q_g (S) | k_g (S) | v of heads g·r.. (r·S) | z of the same (r·S)]. Its rows
+  // are copied once, regrouped, into attn_qkv order ([all q | all k | all v]) and attn_gate order,
+  // so the forward is the same for both layouts (rows are whole quant blocks: a byte copy).
+  void split_legacy_ssm_in(const WeightView& in, DeltaNetWeights& g) {
+    const GdnDims& d = dims_;
+    const int64_t S = d.head_dim, r = d.n_v_heads / d.n_k_heads, group = 2 * S + 2 * r * S;
+    const size_t rb = static_cast<size_t>(row_bytes(in.type, static_cast<uint64_t>(in.cols)));
+    const auto* src = static_cast<const uint8_t*>(in.data);
+    std::vector<uint8_t> qkv(static_cast<size_t>(d.conv_dim()) * rb), z(static_cast<size_t>(d.value_dim()) * rb);
+    auto copy = [&](std::vector<uint8_t>& dst, int64_t dst_row, int64_t src_row, int64_t n_rows) {
+      std::copy_n(src + static_cast<size_t>(src_row) * rb, static_cast<size_t>(n_rows) * rb,
+                  dst.data() + static_cast<size_t>(dst_row) * rb);
+    };
+    for (int64_t k = 0; k < d.n_k_heads; ++k) {
+      const int64_t base = k * group;
+      copy(qkv, k * S, base, S);                                // q of key head k
+      copy(qkv, d.key_dim() + k * S, base + S, S);              // k
+      copy(qkv, 2 * d.key_dim() + k * r * S, base + 2 * S, r * S);  // v of its r value heads
+      copy(z, k * r * S, base + 2 * S + r * S, r * S);          // z of the same heads
+    }
+    auto upload = [&](const std::vector<uint8_t>& host, int64_t rows) {
+      DeviceBuffer b = ops_.alloc(host.size());
+      ops_.to_device(b.data(), host.data(), host.size());
+      const WeightView v{b.data(), in.type, rows, in.cols};
+      owned_.push_back(std::move(b));
+      return v;
+    };
+    g.qkv = upload(qkv, d.conv_dim());
+    g.z = upload(z, d.value_dim());
   }
 
   // Runs all blocks for nb tokens at positions [n_past, n_past + nb); leaves the residual in x.
@@ -352,6 +386,7 @@ class Hybrid final : public Model {
   const float* output_norm_ = nullptr;  // (n_embd)
   WeightView output_;                 // (n_vocab, n_embd)
   std::vector<Layer> layers_;
+  std::vector<DeviceBuffer> owned_;  // weights Ferry rearranged at load (legacy ssm_in)
   std::unique_ptr<MoeExecutor> moe_;
 };
 

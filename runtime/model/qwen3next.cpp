@@ -3,6 +3,8 @@
 //   - β and α come from one fused projection ssm_ba whose rows are grouped per key head g:
 //     [β of value heads g·r .. g·r+r−1 | α of the same heads], r = H_v / H_k;
 //   - value head h reads key head h / r (torch repeat_interleave), where qwen35moe uses h mod H_k.
+// Older files fuse the DeltaNet input projections into one ssm_in grouped per key head; the loader
+// regroups its rows into the attn_qkv / attn_gate layout (qwen35moe.cpp, split_legacy_ssm_in).
 // Its attention blocks use plain NEOX RoPE on the first n_rot dims, which is what qwen35moe's
 // multi-section RoPE reduces to for text positions: the forward is shared.
 #include "runtime/model/qwen35moe.hpp"
