@@ -1,0 +1,72 @@
+#pragma once
+// The offload flags of run / chat / logits and the object that builds the offload executor:
+//   --device cpu|sim|cuda|auto  where routed experts run (sim: the offload engine on the host)
+//   --vram SIZE                 device budget (K/M/G suffix); none: every expert resident
+//   --print-plan, --plan-json FILE     the placement (bytes per component, slots, per layer)
+//   --profile FILE, --record-profile FILE   activation profile in / out (placement_profile.hpp)
+//   --host-load uring|mmap|alias       how the host store is filled (sim default: alias)
+//   --cold auto|cpu|copy        force the cold-expert path (default: the cost model decides)
+//   --evict lrfu|lru            cache eviction policy
+//   --prefetch N                predictor depth (layers ahead), 0 = no prefetch
+//   --sim-link GBPS[:LAT_US]    sim device's host→device link model (default 13:10, PCIe 4.0 x8)
+//   --hw-profile FILE           cost model rates from profiles/hardware/*.json (default: calibrate)
+//   --offload-stats             print the executor's counters at the end
+// The engine builds its CPU executor; wrap() replaces it by the offload executor when --device is
+// sim or cuda (the model's own views of the expert tensors are rebuilt from the GGUF: the same
+// mapping, so nothing is copied twice).
+#include <memory>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "offload/offload_executor.hpp"
+#include "offload/predictor.hpp"
+#include "runtime/engine/engine.hpp"
+
+namespace ferry::cli {
+
+struct OffloadArgs {
+  std::string device = "cpu";
+  std::string vram;
+  bool print_plan = false;
+  std::string plan_json;
+  std::string profile, record_profile;
+  std::string host_load;  // "" = the device's default
+  std::string cold = "auto";
+  std::string evict = "lrfu";
+  int32_t prefetch = 1;
+  std::string sim_link = "13:10";
+  std::string hw_profile;
+  bool stats = false;
+};
+
+void add_offload_args(CLI::App& app, OffloadArgs& a);
+
+class Offload {
+ public:
+  // ctx / type_k / type_v / n_batch: the session the plan must hold (0 ctx: the model's default).
+  Offload(OffloadArgs a, int64_t n_ctx, GgmlType type_k, GgmlType type_v, int32_t n_batch);
+  ~Offload();
+  bool active() const;  // --device sim or cuda
+  // For LoadedModel::load: replaces the engine's executor; `then` (may be empty) wraps the result.
+  MoeExecutorWrap wrap(MoeExecutorWrap then = {});
+  // End of the run: --record-profile, --offload-stats. ErrorKind::io when a file cannot be written.
+  void finish();
+  OffloadExecutor* executor() { return executor_; }
+
+ private:
+  OffloadArgs a_;
+  int64_t n_ctx_;
+  GgmlType type_k_, type_v_;
+  int32_t n_batch_;
+  OffloadExecutor* executor_ = nullptr;  // owned by the model's executor chain
+  std::unique_ptr<RouterPredictor> predictor_;
+  std::unique_ptr<ExpertProfile> record_;
+};
+
+// The placement input of a model: dense bytes from the tensor table, KV and recurrent state for the
+// context, a workspace estimate for n_batch tokens.
+PlacementInput placement_input(const gguf::File& f, const ModelConfig& c, int64_t n_ctx, GgmlType type_k,
+                               GgmlType type_v, int32_t n_batch, uint64_t budget_bytes);
+
+}  // namespace ferry::cli
