@@ -10,6 +10,7 @@
 #include "runtime/cli/command.hpp"
 #include "runtime/cli/common_args.hpp"
 #include "runtime/cli/observe_args.hpp"
+#include "runtime/cli/offload_args.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/engine/chat.hpp"
 #include "runtime/engine/threads.hpp"
@@ -28,6 +29,8 @@ int chat_main(int argc, char** argv) {
   add_sampling_args(app, sp);
   ObserveArgs oa;
   add_observe_args(app, oa);
+  OffloadArgs offa;
+  add_offload_args(app, offa);
   app.add_option("-n,--n-predict", n_predict, "tokens per reply at most (-1: until end of turn)")->capture_default_str();
   app.add_option("--system-prompt", system_prompt, "system message (-sys)");
   app.add_flag("--timings", timings, "print timings after each reply");
@@ -38,7 +41,9 @@ int chat_main(int argc, char** argv) {
 
   ThreadLimit threads(ma.threads);
   Observability obs(oa);
-  auto model = load_model_verbose(ma.model, /*allow_default=*/true, obs.wrap());
+  const SessionOptions offload_so = session_options(ma);
+  Offload offload(offa, offload_so.n_ctx, offload_so.type_k, offload_so.type_v, offload_so.n_batch);
+  auto model = load_model_verbose(ma.model, /*allow_default=*/true, offload.wrap(obs.wrap()));
   obs.attach(*model);
   const Tokenizer& tok = model->tokenizer();
   Session session(*model, session_options(ma));
@@ -103,6 +108,7 @@ int chat_main(int argc, char** argv) {
                    static_cast<long long>(session.n_past()));
     }
   }
+  offload.finish();
   obs.finish();
   return 0;
 }

@@ -6,6 +6,7 @@
 #include "runtime/cli/command.hpp"
 #include "runtime/cli/common_args.hpp"
 #include "runtime/cli/observe_args.hpp"
+#include "runtime/cli/offload_args.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/engine/generate.hpp"
 #include "runtime/engine/threads.hpp"
@@ -39,6 +40,8 @@ int run_main(int argc, char** argv) {
   add_sampling_args(app, sp);
   ObserveArgs oa;
   add_observe_args(app, oa);
+  OffloadArgs offa;
+  add_offload_args(app, offa);
   app.add_flag("--chat", chat, "wrap the prompt in the ChatML template (user turn + assistant header)");
   app.add_flag("--no-chat-template", no_chat, "use the prompt as raw text (default)");
   app.add_option("--system-prompt", system_prompt, "system message for --chat (-sys)");
@@ -55,7 +58,9 @@ int run_main(int argc, char** argv) {
   const auto t_start = std::chrono::steady_clock::now();
   ThreadLimit threads(ma.threads);
   Observability obs(oa);
-  auto model = load_model_verbose(ma.model, /*allow_default=*/true, obs.wrap());
+  const SessionOptions offload_so = session_options(ma);
+  Offload offload(offa, offload_so.n_ctx, offload_so.type_k, offload_so.type_v, offload_so.n_batch);
+  auto model = load_model_verbose(ma.model, /*allow_default=*/true, offload.wrap(obs.wrap()));
   obs.attach(*model);
   const Tokenizer& tok = model->tokenizer();
   Session session(*model, session_options(ma));
@@ -124,6 +129,7 @@ int run_main(int argc, char** argv) {
   }
   const double total_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_start).count();
   std::fputs(format_timings(session.timings(), model->load_ms(), total_ms).c_str(), stderr);
+  offload.finish();
   obs.finish();
   return 0;
 }
