@@ -1,20 +1,21 @@
 #!/usr/bin/env bash
 # bench/gpu-bundle.sh [BUILD_DIR] [OUT_DIR] — collect what the GPU test machine needs into one
-# folder (default gpu-bundle/, gitignored) of at most 64 MiB: the ferry binary, the GPU and backend
-# test programs, the GPU benchmark, and the shared libraries they load that a stock Ubuntu 24.04
+# folder (default BUILD_DIR/gpu-bundle, inside the ignored build tree) of at most 64 MiB: the ferry
+# binary, the GPU and backend test programs, the GPU benchmarks (bench_gpu_*), and the shared
+# libraries they load that a stock Ubuntu 24.04
 # lacks (oneTBB, mimalloc, liburing, fmt, ...). libcudart is linked statically; libcuda comes with
 # the driver there; cuBLAS is loaded at run time from the CUDA toolkit there when present.
 #
 # Build first (on this machine):
 #   cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DFERRY_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90
-#   ninja -C build-gpu ferry bench_gpu_kernels $(cd tests/gpu && ls test_*.cpp | sed 's/^/gpu_/; s/\.cpp$//') \
+#   ninja -C build-gpu ferry bench_gpu_kernels bench_gpu_e2e $(cd tests/gpu && ls test_*.cpp | sed 's/^/gpu_/; s/\.cpp$//') \
 #         $(cd tests/backend && ls test_*.cpp | sed 's/^/backend_/; s/\.cpp$//')
 #   bash bench/gpu-bundle.sh build-gpu gpu-bundle
 # Then on the GPU machine, from the repository root: bash bench/gpu-check.sh gpu-bundle
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${1:-$root/build-gpu}"
-out="${2:-$root/gpu-bundle}"
+out="${2:-$build/gpu-bundle}"
 limit_bytes=$((64 * 1024 * 1024))
 
 [[ -d "$build" ]] || { echo "gpu-bundle: no build directory $build" >&2; exit 2; }
@@ -22,7 +23,7 @@ rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib"
 
 bins=()
-for f in "$build"/ferry "$build"/bench/bench_gpu_kernels "$build"/tests/gpu_test_* "$build"/tests/backend_test_*; do
+for f in "$build"/ferry "$build"/bench/bench_gpu_kernels "$build"/bench/bench_gpu_e2e "$build"/tests/gpu_test_* "$build"/tests/backend_test_*; do
   [[ -f "$f" && -x "$f" ]] && bins+=("$f")
 done
 [[ ${#bins[@]} -gt 0 ]] || { echo "gpu-bundle: nothing built in $build" >&2; exit 2; }

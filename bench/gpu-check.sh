@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # bench/gpu-check.sh [BUNDLE_DIR] — the one script run on the GPU test machine (see
-# bench/gpu-bundle.sh for how the bundle is made). Prints nvidia-smi, runs every backend and GPU
-# test program, a compute-sanitizer memcheck pass over the kernel tests when the tool exists and
-# time allows, then the GPU kernel benchmark, and prints a summary table LAST. Logs go to $OUT
-# (when set, e.g. by the device runner) or gpu-check-out/. Total time stays under 8 minutes.
+# bench/gpu-bundle.sh for how the bundle is made; default bundle build-gpu/gpu-bundle). Prints
+# nvidia-smi, runs every backend and GPU test program, a compute-sanitizer memcheck pass over the
+# kernel tests when the tool exists and time allows, then the GPU benchmarks (bench_gpu_kernels
+# first, then any other bench_gpu_* with the time left), and prints a summary table LAST. Logs go
+# to $OUT (when set, e.g. by the device runner) or BUNDLE_DIR/../gpu-check-out. The whole run stays
+# within GPU_CHECK_BUDGET_S (default 450 s, under the 8-minute limit).
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-bundle="${1:-$root/gpu-bundle}"
-logs="${OUT:-$root/gpu-check-out}"
+bundle="${1:-$root/build-gpu/gpu-bundle}"
+[[ -d "$bundle/bin" ]] || { echo "gpu-check: no bundle at $bundle (make one with bench/gpu-bundle.sh)" >&2; exit 2; }
+logs="${OUT:-$bundle/../gpu-check-out}"
 mkdir -p "$logs"
 budget_s=${GPU_CHECK_BUDGET_S:-450}
 t_start=$SECONDS
@@ -51,6 +54,36 @@ done
 
 run_prog "ferry-help" 20 "$bundle/bin/ferry" --help
 
+# End-to-end benchmark: a synthetic model made here (GPU_E2E_PRESET, default the full 35b-a3b at
+# Q4_K_M, ~21 GB; written to local disk, never under $OUT), fully resident, pp512 and decode. If
+# the synth run does not finish in GPU_E2E_SYNTH_S (or the time left), the small preset is used.
+e2e_summary=""
+if [[ -x "$bundle/bin/bench_gpu_e2e" ]]; then
+  e2e_dir="${GPU_E2E_DIR:-${TMPDIR:-/tmp}/ferry-e2e}"
+  mkdir -p "$e2e_dir"
+  for preset in "${GPU_E2E_PRESET:-35b-a3b}" small; do
+    left=$((budget_s - (SECONDS - t_start)))
+    ((left < 60)) && { echo "== e2e: skipped $preset (time)"; break; }
+    synth_s=${GPU_E2E_SYNTH_S:-150}; ((synth_s > left - 45)) && synth_s=$((left - 45))
+    model="$e2e_dir/qwen35moe-$preset-q4_k_m.gguf"
+    t0=$SECONDS
+    if [[ -f "$model" ]] || timeout "$synth_s" "$bundle/bin/ferry" synth --arch qwen35moe --preset "$preset" \
+        --quant q4_k_m -q -o "$model" > "$logs/synth-$preset.log" 2>&1; then
+      echo "== e2e: synth qwen35moe $preset q4_k_m: $((SECONDS - t0))s, $(du -h "$model" | cut -f1)"
+      rows+=("$(printf '| %-28s | %-12s | %6s | %6s | %7s | %5ss |' "synth-$preset" PASS - - - $((SECONDS - t0)))")
+      left=$((budget_s - (SECONDS - t_start)))
+      run_prog "bench_gpu_e2e-$preset" $((left > 150 ? 150 : left - 5)) "$bundle/bin/bench_gpu_e2e" "$model" \
+        --prompt 512 --decode 128 --reps 3
+      e2e_summary="$e2e_summary$(grep -A2 '^| model' "$logs/bench_gpu_e2e-$preset.log")"$'\n'
+      [[ -n "${GPU_E2E_KEEP:-}" ]] || rm -f "$model"
+      break
+    fi
+    echo "== e2e: synth $preset did not finish in ${synth_s}s (see $logs/synth-$preset.log)"
+    rows+=("$(printf '| %-28s | %-12s | %6s | %6s | %7s | %5ss |' "synth-$preset" TIMEOUT - - - $((SECONDS - t0)))")
+    rm -f "$model"
+  done
+fi
+
 # Memcheck over the kernel tests (slow: only while time is left).
 if command -v compute-sanitizer >/dev/null || [[ -x /usr/local/cuda/bin/compute-sanitizer ]]; then
   cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
@@ -72,10 +105,22 @@ if ((left > 30)); then
 else
   echo "== bench_gpu_kernels: skipped (time)"
 fi
+for b in "$bundle"/bin/bench_gpu_*; do
+  [[ -x "$b" && "$(basename "$b")" != bench_gpu_kernels ]] || continue
+  left=$((budget_s - (SECONDS - t_start)))
+  ((left < 30)) && { echo "== $(basename "$b"): skipped (time)"; continue; }
+  run_prog "$(basename "$b")" $((left - 10)) "$b"
+  echo; tail -40 "$logs/$(basename "$b").log"
+done
 
 echo
 echo "== kernel checks: $(grep -h '^\[gpu-op\]' "$logs"/gpu_test_*.log 2>/dev/null | grep -c '| PASS$') PASS, $(grep -h '^\[gpu-op\]' "$logs"/gpu_test_*.log 2>/dev/null | grep -c '| FAIL$') FAIL"
 grep -h '^\[gpu-op\].*| FAIL$' "$logs"/gpu_test_*.log 2>/dev/null | head -20
+if [[ -n "$e2e_summary" ]]; then
+  echo
+  echo "== end-to-end (bench_gpu_e2e)"
+  printf '%s' "$e2e_summary"
+fi
 echo
 echo "| program                      | result       | passed | failed | skipped |  time |"
 echo "|------------------------------|--------------|--------|--------|---------|-------|"
