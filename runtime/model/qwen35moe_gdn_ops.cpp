@@ -3,6 +3,7 @@
 
 #include <string_view>
 
+#include "runtime/backend/gdn_cuda.hpp"
 #include "runtime/core/error.hpp"
 
 namespace ferry {
@@ -38,6 +39,7 @@ class CpuGdnOps final : public GdnOps {
 
 std::unique_ptr<GdnOps> make_gdn_ops(Ops& ops) {
   if (std::string_view(ops.name()) == "cpu") return std::make_unique<CpuGdnOps>();
+  if (std::string_view(ops.name()) == "cuda") return make_cuda_gdn_ops(ops);
   fail(ErrorKind::unsupported,
        "the '{}' backend has no Gated DeltaNet ops yet (qwen35moe/qwen3next run on the cpu backend)",
        ops.name());

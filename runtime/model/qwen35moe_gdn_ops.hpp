@@ -3,9 +3,10 @@
 // (runtime/backend/ops.hpp): pointer based, buffers in the backend's memory, owned by the caller,
 // executed in call order with the backend's other ops, ggml CPU semantics.
 //
-// They sit next to the model rather than in Ops because the CUDA backend does not implement them
-// yet; make_gdn_ops() pairs a backend with its implementation and fails clearly for a backend
-// without one. When every backend has them they belong in Ops (docs/qwen35moe.md).
+// They sit next to the model rather than in Ops because they came after it (cpu: below, cuda:
+// runtime/backend/gdn_cuda.cpp); make_gdn_ops() pairs a backend with its implementation and
+// fails clearly for a backend without one. When every backend has them they belong in Ops
+// (docs/qwen35moe.md).
 #include <cstdint>
 #include <memory>
 

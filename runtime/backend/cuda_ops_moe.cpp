@@ -1,0 +1,123 @@
+#include "runtime/backend/cuda_ops_moe.hpp"
+
+#include "runtime/core/error.hpp"
+
+#if FERRY_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "kernels/cuda/check.cuh"
+#include "kernels/cuda/moe.cuh"
+#include "runtime/backend/cuda_ops.hpp"
+
+namespace ferry {
+namespace {
+
+struct ResidentLayer {
+  GgmlType t_gate_up = GgmlType::F32, t_down = GgmlType::F32;
+  int64_t n_embd = 0, n_ff = 0;
+  int32_t n_expert = 0;
+  DeviceBuffer table;  // (n_expert) cuda::ExpertPtrs into the resident copies
+};
+
+class CudaMoeExecutor final : public MoeExecutor {
+ public:
+  CudaMoeExecutor(Ops& ops, const std::vector<MoeLayerWeights>& layers)
+      : ops_(ops), dev_(cuda_ops_device(ops)), s_(static_cast<cudaStream_t>(cuda_ops_stream(ops))) {
+    layers_.reserve(layers.size());
+    for (size_t l = 0; l < layers.size(); ++l) layers_.push_back(upload(layers[l], static_cast<int32_t>(l)));
+  }
+
+  void run(const MoeRequest& req) override {
+    if (req.layer < 0 || static_cast<size_t>(req.layer) >= layers_.size())
+      fail(ErrorKind::invalid_arg, "cuda moe: layer {} of {}", req.layer, layers_.size());
+    const ResidentLayer& L = layers_[static_cast<size_t>(req.layer)];
+    if (req.n_embd != L.n_embd)
+      fail(ErrorKind::invalid_arg, "cuda moe: layer {}: n_embd {} but the experts take {}", req.layer, req.n_embd,
+           L.n_embd);
+    if (req.n_tokens <= 0) return;
+    // h: (n_tokens, top_k, n_ff) — grown when a larger step comes; the stream is drained first
+    // because queued kernels may still read the old buffer.
+    const size_t h_bytes = static_cast<size_t>(req.n_tokens) * static_cast<size_t>(req.top_k) *
+                           static_cast<size_t>(L.n_ff) * sizeof(float);
+    if (h_bytes > h_.bytes()) {
+      FERRY_CUDA_CHECK(cudaStreamSynchronize(s_));
+      h_ = DeviceBuffer();
+      h_ = dev_.alloc(h_bytes, "moe scratch");
+    }
+    const auto* table = static_cast<const cuda::ExpertPtrs*>(L.table.data());
+    cuda::moe_gate_up_swiglu(L.t_gate_up, table, req.expert_ids, req.n_tokens, req.top_k, L.n_embd, L.n_ff, req.x,
+                             h_.f32(), s_);
+    cuda::moe_down(L.t_down, table, req.expert_ids, req.expert_weights, req.n_tokens, req.top_k, L.n_embd, L.n_ff,
+                   h_.f32(), req.out, /*accumulate=*/false, s_);
+  }
+
+ private:
+  // One 3-D tensor {n_in, n_out, n_expert} as a single (n_out·n_expert, n_in) weight: the experts
+  // are back to back in the GGUF, so one resident copy holds them all.
+  WeightView upload_tensor(const ExpertTensor& t, int32_t n_expert, int32_t layer, const char* what) {
+    const uint64_t expert_bytes = row_bytes(t.type, static_cast<uint64_t>(t.n_in)) * static_cast<uint64_t>(t.n_out);
+    if (t.expert_stride_bytes != expert_bytes)
+      fail(ErrorKind::unsupported, "cuda moe: layer {} {}: expert stride {} bytes, expected contiguous {}", layer,
+           what, t.expert_stride_bytes, expert_bytes);
+    if (expert_bytes % 16 != 0)  // the kernels read every expert with 16-byte loads
+      fail(ErrorKind::unsupported, "cuda moe: layer {} {}: {} bytes per expert is not a multiple of 16", layer, what,
+           expert_bytes);
+    return ops_.resident(WeightView{t.base, t.type, t.n_out * n_expert, t.n_in});
+  }
+
+  ResidentLayer upload(const MoeLayerWeights& w, int32_t layer) {
+    if (w.gate.type != w.up.type)
+      fail(ErrorKind::unsupported, "cuda moe: layer {}: gate ({}) and up ({}) experts of different types", layer,
+           type_name(w.gate.type), type_name(w.up.type));
+    if (w.gate.n_in != w.up.n_in || w.gate.n_out != w.up.n_out || w.down.n_in != w.gate.n_out ||
+        w.down.n_out != w.gate.n_in)
+      fail(ErrorKind::invalid_arg, "cuda moe: layer {}: expert shapes do not chain (gate {}x{}, up {}x{}, down {}x{})",
+           layer, w.gate.n_out, w.gate.n_in, w.up.n_out, w.up.n_in, w.down.n_out, w.down.n_in);
+    ResidentLayer L;
+    L.t_gate_up = w.gate.type;
+    L.t_down = w.down.type;
+    L.n_embd = w.gate.n_in;
+    L.n_ff = w.gate.n_out;
+    L.n_expert = w.n_expert;
+    const WeightView g = upload_tensor(w.gate, w.n_expert, layer, "ffn_gate_exps");
+    const WeightView u = upload_tensor(w.up, w.n_expert, layer, "ffn_up_exps");
+    const WeightView d = upload_tensor(w.down, w.n_expert, layer, "ffn_down_exps");
+    std::vector<cuda::ExpertPtrs> host(static_cast<size_t>(w.n_expert));
+    for (int32_t e = 0; e < w.n_expert; ++e) {
+      host[static_cast<size_t>(e)].gate = static_cast<const uint8_t*>(g.data) + e * w.gate.expert_stride_bytes;
+      host[static_cast<size_t>(e)].up = static_cast<const uint8_t*>(u.data) + e * w.up.expert_stride_bytes;
+      host[static_cast<size_t>(e)].down = static_cast<const uint8_t*>(d.data) + e * w.down.expert_stride_bytes;
+    }
+    L.table = dev_.alloc(host.size() * sizeof(cuda::ExpertPtrs), "expert table");
+    FERRY_CUDA_CHECK(cudaMemcpyAsync(L.table.data(), host.data(), host.size() * sizeof(cuda::ExpertPtrs),
+                                     cudaMemcpyHostToDevice, s_));
+    FERRY_CUDA_CHECK(cudaStreamSynchronize(s_));
+    return L;
+  }
+
+  Ops& ops_;
+  Device& dev_;
+  cudaStream_t s_;
+  std::vector<ResidentLayer> layers_;
+  DeviceBuffer h_;
+};
+
+}  // namespace
+
+std::unique_ptr<MoeExecutor> make_cuda_moe_executor(Ops& ops, const std::vector<MoeLayerWeights>& layers) {
+  return std::make_unique<CudaMoeExecutor>(ops, layers);
+}
+
+}  // namespace ferry
+
+#else
+
+namespace ferry {
+
+std::unique_ptr<MoeExecutor> make_cuda_moe_executor(Ops&, const std::vector<MoeLayerWeights>&) {
+  fail(ErrorKind::unsupported, "this Ferry was built without CUDA (configure with -DFERRY_CUDA=ON)");
+}
+
+}  // namespace ferry
+
+#endif

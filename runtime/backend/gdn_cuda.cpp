@@ -1,0 +1,82 @@
+#include "runtime/backend/gdn_cuda.hpp"
+
+#include "runtime/core/error.hpp"
+#include "runtime/model/qwen35moe_gdn_ops.hpp"
+
+#if FERRY_HAVE_CUDA
+#include "kernels/cuda/deltanet.cuh"
+#include "runtime/backend/cuda_ops.hpp"
+
+namespace ferry {
+namespace {
+
+// Shapes and strides pass through unchanged: the CUDA kernels take the CPU kernels' layouts
+// (state (H_v, S, S) key-major, token strides in floats), which tests/gpu/test_gpu_deltanet.cpp
+// checks against kernels/cpu/gdn.
+class CudaGdnOps final : public GdnOps {
+ public:
+  explicit CudaGdnOps(Ops& ops) : s_(static_cast<cudaStream_t>(cuda_ops_stream(ops))) {}
+
+  void conv_silu(const float* x, int64_t ldx, const float* w, int32_t kernel, float* state,
+                 float* y, int64_t ldy, int64_t n_tokens, int64_t n_ch) override {
+    cuda::gdn_conv_silu(x, ldx, w, kernel, state, y, ldy, n_tokens, n_ch, s_);
+  }
+  void l2_norm_heads(float* x, int64_t ld, int64_t n_tokens, int32_t n_heads, int32_t dim,
+                     float eps) override {
+    cuda::l2norm_heads(x, ld, n_tokens, n_heads, dim, eps, s_);
+  }
+  void gates(const float* b, int64_t ldb, const float* a, int64_t lda, const float* dt_bias,
+             const float* ssm_a, float* beta, float* g, int64_t ld_out, int64_t n_tokens,
+             int32_t n_heads) override {
+    cuda::gdn_gates(b, ldb, a, lda, dt_bias, ssm_a, beta, g, ld_out, n_tokens, n_heads, s_);
+  }
+  void delta_rule(const cpu::GdnShape& shape, const cpu::GdnInputs& in, int64_t n_tokens,
+                  float scale, float* state, float* out, int64_t ldo) override {
+    cpu::gdn_check_shape(shape);
+    cuda::GdnArgs a;
+    a.n_k_heads = shape.n_k_heads;
+    a.n_v_heads = shape.n_v_heads;
+    a.head_dim = shape.head_dim;
+    a.key_head_tiled = shape.key_map == cpu::GdnKeyHeadMap::tiled;
+    a.q = in.q;
+    a.ldq = in.ldq;
+    a.k = in.k;
+    a.ldk = in.ldk;
+    a.v = in.v;
+    a.ldv = in.ldv;
+    a.g = in.g;
+    a.beta = in.beta;
+    a.state = state;
+    a.out = out;
+    a.ldo = ldo;
+    a.n_tokens = n_tokens;
+    a.scale = scale;
+    cuda::gdn_delta_rule(a, s_);
+  }
+  void gated_rms_norm(const float* o, int64_t ldo, const float* z, int64_t ldz, const float* w,
+                      float* out, int64_t ldout, int64_t n_tokens, int32_t n_heads, int32_t dim,
+                      float eps) override {
+    cuda::rmsnorm_gated_heads(o, ldo, z, ldz, w, out, ldout, n_tokens, n_heads, dim, eps, s_);
+  }
+
+ private:
+  cudaStream_t s_;
+};
+
+}  // namespace
+
+std::unique_ptr<GdnOps> make_cuda_gdn_ops(Ops& ops) { return std::make_unique<CudaGdnOps>(ops); }
+
+}  // namespace ferry
+
+#else
+
+namespace ferry {
+
+std::unique_ptr<GdnOps> make_cuda_gdn_ops(Ops&) {
+  fail(ErrorKind::unsupported, "this Ferry was built without CUDA (configure with -DFERRY_CUDA=ON)");
+}
+
+}  // namespace ferry
+
+#endif
