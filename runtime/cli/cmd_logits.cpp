@@ -9,6 +9,7 @@
 
 #include "runtime/cli/command.hpp"
 #include "runtime/cli/common_args.hpp"
+#include "runtime/cli/offload_args.hpp"
 #include "runtime/cli/observe_args.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/engine/threads.hpp"
@@ -31,6 +32,8 @@ int logits_main(int argc, char** argv) {
   app.add_option("--dump-dir", dump_dir, "where --dump writes NAME-LAYER.npy (rows: tokens of the step)");
   ObserveArgs oa;
   add_observe_args(app, oa);
+  OffloadArgs offa;
+  add_offload_args(app, offa);
   bool stop = false;
   const int rc = parse(app, argc, argv, stop);
   if (stop) return rc;
@@ -39,7 +42,9 @@ int logits_main(int argc, char** argv) {
 
   ThreadLimit threads(ma.threads);
   Observability obs(oa);
-  auto model = LoadedModel::load(ma.model, {}, obs.wrap());
+  const SessionOptions offload_so = session_options(ma);
+  Offload offload(offa, offload_so.n_ctx, offload_so.type_k, offload_so.type_v, offload_so.n_batch);
+  auto model = LoadedModel::load(ma.model, {}, offload.wrap(obs.wrap()));
   const std::vector<int32_t> tokens =
       !token_list.empty() ? parse_token_list(token_list) : model->tokenizer().encode(prompt, true, true);
   const int64_t n = static_cast<int64_t>(tokens.size());
@@ -82,6 +87,7 @@ int logits_main(int argc, char** argv) {
   std::fprintf(stderr, "ferry logits: %lld tokens (%s) in %.1f ms, %d threads -> %s (%lld x %lld)\n",
                static_cast<long long>(n), decode ? "decode" : "one prefill batch", ms, threads.threads(),
                out.c_str(), static_cast<long long>(n), static_cast<long long>(V));
+  offload.finish();
   obs.finish();
   return 0;
 }
