@@ -106,7 +106,7 @@ else
   echo "== bench_gpu_kernels: skipped (time)"
 fi
 for b in "$bundle"/bin/bench_gpu_*; do
-  [[ -x "$b" && "$(basename "$b")" != bench_gpu_kernels ]] || continue
+  [[ -x "$b" && "$(basename "$b")" != bench_gpu_kernels && "$(basename "$b")" != bench_gpu_e2e ]] || continue  # e2e: above, with a model
   left=$((budget_s - (SECONDS - t_start)))
   ((left < 30)) && { echo "== $(basename "$b"): skipped (time)"; continue; }
   run_prog "$(basename "$b")" $((left - 10)) "$b"
