@@ -12,8 +12,8 @@
 //   --hw-profile FILE           cost model rates from profiles/hardware/*.json (default: calibrate)
 //   --offload-stats             print the executor's counters at the end
 // The engine builds its CPU executor; wrap() replaces it by the offload executor when --device is
-// sim or cuda (the model's own views of the expert tensors are rebuilt from the GGUF: the same
-// mapping, so nothing is copied twice).
+// sim (the CUDA offload executor is not written yet). The expert views are rebuilt from the GGUF:
+// the same mapping, so nothing is copied twice.
 #include <memory>
 #include <string>
 
@@ -47,7 +47,10 @@ class Offload {
   // ctx / type_k / type_v / n_batch: the session the plan must hold (0 ctx: the model's default).
   Offload(OffloadArgs a, int64_t n_ctx, GgmlType type_k, GgmlType type_v, int32_t n_batch);
   ~Offload();
-  bool active() const;  // --device sim or cuda
+  // --device sim: the offload executor replaces the engine's. On cuda the engine's backend
+  // (backend_options(args().device, args().vram, active())) holds every expert for now.
+  bool active() const;
+  const OffloadArgs& args() const { return a_; }
   // For LoadedModel::load: replaces the engine's executor; `then` (may be empty) wraps the result.
   MoeExecutorWrap wrap(MoeExecutorWrap then = {});
   // End of the run: --record-profile, --offload-stats. ErrorKind::io when a file cannot be written.
