@@ -4,20 +4,32 @@
 
 #include "offload/moe_cpu.hpp"
 #include "runtime/backend/cpu_ops.hpp"
+#include "runtime/backend/cuda_ops.hpp"
+#include "runtime/backend/cuda_ops_moe.hpp"
 #include "runtime/core/error.hpp"
 
 namespace ferry {
 
 std::unique_ptr<LoadedModel> LoadedModel::load(const std::string& path, const LoadProgress& progress,
-                                               const MoeExecutorWrap& wrap) {
+                                               const MoeExecutorWrap& wrap, const BackendOptions& backend) {
   const auto t0 = std::chrono::steady_clock::now();
   std::unique_ptr<LoadedModel> m(new LoadedModel(gguf::File::open(path)));
-  m->ops_ = std::make_unique<CpuOps>();
-  const MoeExecutorFactory cpu_moe = [&](const std::vector<MoeLayerWeights>& layers) -> std::unique_ptr<MoeExecutor> {
-    std::unique_ptr<MoeExecutor> e = std::make_unique<MoeCpuExecutor>(layers);
+  if (backend.kind == DeviceKind::cuda) {
+    DeviceOptions d;
+    d.budget_bytes = backend.vram_bytes;
+    m->device_ = make_device(DeviceKind::cuda, d);
+    m->ops_ = make_cuda_ops(*m->device_);
+  } else if (backend.kind == DeviceKind::cpu) {
+    m->ops_ = std::make_unique<CpuOps>();
+  } else {
+    fail(ErrorKind::invalid_arg, "the dense ops run on cpu or cuda, not '{}'", device_kind_name(backend.kind));
+  }
+  const MoeExecutorFactory moe = [&](const std::vector<MoeLayerWeights>& layers) -> std::unique_ptr<MoeExecutor> {
+    std::unique_ptr<MoeExecutor> e = m->device_ && backend.resident_experts ? make_cuda_moe_executor(*m->ops_, layers)
+                                                : std::unique_ptr<MoeExecutor>(std::make_unique<MoeCpuExecutor>(layers));
     return wrap ? wrap(std::move(e), m->file_) : std::move(e);
   };
-  m->model_ = load_model(m->file_, *m->ops_, cpu_moe, progress);
+  m->model_ = load_model(m->file_, *m->ops_, moe, progress);
   try {
     m->tokenizer_.emplace(Tokenizer::from_gguf(m->file_));
   } catch (const Error& e) {

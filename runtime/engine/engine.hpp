@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/backend/device.hpp"
 #include "runtime/backend/ops.hpp"
 #include "runtime/gguf/gguf.hpp"
 #include "runtime/model/model.hpp"
@@ -22,16 +23,32 @@ namespace ferry {
 using MoeExecutorWrap =
     std::function<std::unique_ptr<MoeExecutor>(std::unique_ptr<MoeExecutor> inner, const gguf::File& f)>;
 
+// Where the forward runs. cpu: CpuOps and the CPU MoE executor. cuda: CudaOps on a CUDA device
+// with a hard budget, every weight uploaded once, routed experts by the resident CUDA executor
+// (runtime/backend/cuda_ops_moe.hpp). A MoeExecutorWrap sees MoeRequests in the backend's memory
+// (device pointers on cuda). The sim device runs the dense path on the CPU: use cpu here and let
+// the offload wrap bring the sim device.
+struct BackendOptions {
+  DeviceKind kind = DeviceKind::cpu;  // cpu or cuda
+  uint64_t vram_bytes = 0;            // cuda budget; 0: the card's free memory minus a margin
+  // cuda: false when the wrap replaces the executor (offload), so the experts are not uploaded
+  // first; the wrap then gets a CPU executor to discard.
+  bool resident_experts = true;
+};
+
 class LoadedModel {
  public:
-  // mmaps the GGUF, validates config and tensors, builds the CPU backend and the CPU MoE executor.
+  // mmaps the GGUF, validates config and tensors, builds the backend (`backend`: CPU by default)
+  // and its MoE executor.
   // The tokenizer is optional here (ferry logits --tokens needs none); tokenizer() reports why it
   // is missing. progress: fraction in [0, 1].
   static std::unique_ptr<LoadedModel> load(const std::string& path, const LoadProgress& progress = {},
-                                           const MoeExecutorWrap& wrap = {});
+                                           const MoeExecutorWrap& wrap = {}, const BackendOptions& backend = {});
   ~LoadedModel();
 
   const gguf::File& file() const { return file_; }
+  Ops& ops() { return *ops_; }
+  Device* device() { return device_.get(); }  // the cuda device; nullptr on the cpu backend
   Model& model() { return *model_; }
   const ModelConfig& config() const { return model_->config(); }
   bool has_tokenizer() const { return tokenizer_.has_value(); }
@@ -42,6 +59,7 @@ class LoadedModel {
  private:
   explicit LoadedModel(gguf::File f) : file_(std::move(f)) {}
   gguf::File file_;
+  std::unique_ptr<Device> device_;  // before ops_: the ops' memory returns to it
   std::unique_ptr<Ops> ops_;
   std::unique_ptr<Model> model_;
   std::optional<Tokenizer> tokenizer_;
