@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "runtime/backend/device_size.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/synth/synth.hpp"
 
@@ -101,7 +102,17 @@ std::string default_model_path() {
   return path.string();
 }
 
-std::unique_ptr<LoadedModel> load_model_verbose(std::string path, bool allow_default, const MoeExecutorWrap& wrap) {
+BackendOptions backend_options(const std::string& device, const std::string& vram, bool offload) {
+  BackendOptions b;
+  const DeviceKind k = parse_device_kind(device);
+  b.kind = k == DeviceKind::cuda ? DeviceKind::cuda : DeviceKind::cpu;
+  if (b.kind == DeviceKind::cuda && !vram.empty()) b.vram_bytes = parse_size(vram);
+  b.resident_experts = !offload;
+  return b;
+}
+
+std::unique_ptr<LoadedModel> load_model_verbose(std::string path, bool allow_default, const MoeExecutorWrap& wrap,
+                                                const BackendOptions& backend) {
   if (path.empty()) {
     if (!allow_default) fail(ErrorKind::invalid_arg, "no model given (-m FILE)");
     path = default_model_path();
@@ -116,13 +127,18 @@ std::unique_ptr<LoadedModel> load_model_verbose(std::string path, bool allow_def
                  pct == 100 ? "\n" : "");
     std::fflush(stderr);
   };
-  auto m = LoadedModel::load(path, progress, wrap);
+  auto m = LoadedModel::load(path, progress, wrap, backend);
   const ModelConfig& c = m->config();
   std::fprintf(stderr,
                "ferry: %s: %d layers, n_embd %d, %d heads (%d kv), %d experts (top %d), vocab %d, "
                "trained context %lld; loaded in %.1f ms\n",
                std::string(arch_name(c.arch)).c_str(), c.n_layer, c.n_embd, c.n_head, c.n_head_kv,
                c.n_expert, c.n_expert_used, c.n_vocab, static_cast<long long>(c.n_ctx_train), m->load_ms());
+  if (Device* d = m->device()) {
+    const MemoryStats ms = d->memory();
+    std::fprintf(stderr, "ferry: %s: %.2f GiB of device memory in use, budget %.2f GiB\n", d->name().c_str(),
+                 static_cast<double>(ms.used_bytes) / (1ull << 30), static_cast<double>(ms.budget_bytes) / (1ull << 30));
+  }
   return m;
 }
 

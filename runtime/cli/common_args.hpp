@@ -39,7 +39,14 @@ GgmlType parse_cache_type(const std::string& s, const char* flag);
 // synthetic model: made once in the cache directory ($XDG_CACHE_HOME/ferry or ~/.cache/ferry).
 // wrap: decorates the MoE executor (observe_args.hpp), may be empty.
 std::unique_ptr<LoadedModel> load_model_verbose(std::string path, bool allow_default,
-                                                const MoeExecutorWrap& wrap = {});
+                                                const MoeExecutorWrap& wrap = {},
+                                                const BackendOptions& backend = {});
+
+// --device / --vram as the engine's backend: "cuda" (or "auto" when a GPU exists) → the forward on
+// CUDA under the budget (empty vram: free memory minus a margin); "cpu" and "sim" → the dense ops
+// on the CPU (sim: the offload wrap brings the sim device). offload: a wrap will replace the
+// experts' executor, so they are not uploaded by the engine. ErrorKind::invalid_arg on junk.
+BackendOptions backend_options(const std::string& device, const std::string& vram, bool offload);
 std::string default_model_path();  // creates it when missing
 
 // "1,2,3" → ids; ErrorKind::invalid_arg on junk.
