@@ -106,6 +106,10 @@ class Hybrid final : public Model {
     if (c.n_ff_shexp <= 0)
       fail(ErrorKind::format, "{} model {}: the shared expert width must be > 0", arch_name(c.arch),
            c.file);
+    if (c.n_attention_layers() > 0 && c.head_dim_k != c.head_dim_v)
+      fail(ErrorKind::unsupported, "{} model {}: attention key length {} != value length {} (the "
+           "[q | gate] projection needs equal head sizes, as llama.cpp asserts)", arch_name(c.arch),
+           c.file, c.head_dim_k, c.head_dim_v);
     const bool has_gdn = c.n_attention_layers() < c.n_layer;
     if (has_gdn) {
       dims_ = gdn_dims(c);
