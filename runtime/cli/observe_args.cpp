@@ -1,5 +1,6 @@
 #include "runtime/cli/observe_args.hpp"
 
+#include <algorithm>
 #include <cstdio>
 
 #include <fmt/format.h>
@@ -48,6 +49,7 @@ MoeExecutorWrap Observability::wrap() {
         routers.push_back({});
     }
     std::unique_ptr<MoeExecutor> e = std::move(inner);
+    offload_ = dynamic_cast<OffloadExecutor*>(e.get());
     if (a_.stats) {
       PredictorOptions po;
       po.depth = a_.predict_depth;
@@ -96,11 +98,36 @@ void Observability::finish() {
     std::string s = fmt::format("\nferry stats (routing {}):\n", routing_mode_name(spec_.mode));
     s += locality_->table();
     s += prediction_table(predictor_->quality());
-    const StatsSnapshot snap = counters_->snapshot();
+    StatsSnapshot snap = counters_->snapshot();
+    if (offload_) snap = snapshot_of(offload_->stats());
     if (snap.total.hit + snap.total.miss > 0) s += stats_table(snap);
     else s += fmt::format("tokens {}; no offload counters (all experts computed by the CPU executor)\n", snap.tokens);
     std::fputs(s.c_str(), stderr);
   }
+}
+
+StatsSnapshot snapshot_of(const OffloadStats& s) {
+  StatsSnapshot r;
+  const size_t L = std::min(s.layer_uses.size(), s.layer_hits.size());
+  r.layers.resize(L);
+  for (size_t l = 0; l < L; ++l) {
+    r.layers[l].hit = s.layer_hits[l];
+    r.layers[l].miss = s.layer_uses[l] - std::min(s.layer_uses[l], s.layer_hits[l]);
+  }
+  r.total.hit = s.hits;
+  r.total.miss = s.uses - std::min(s.uses, s.hits);
+  r.total.cpu_expert = s.cpu_experts;
+  r.total.prefetch_issued = s.prefetch.issued;
+  r.total.prefetch_used = s.prefetch.used;
+  r.total.prefetch_wasted = s.prefetch.wasted;
+  r.total.prefetch_issued_bytes = s.prefetch.bytes;
+  r.total.prefetch_wasted_bytes = s.prefetch.issued ? s.prefetch.bytes / s.prefetch.issued * s.prefetch.wasted : 0;
+  r.total.h2d_bytes = s.h2d_bytes + s.prefetch.bytes;
+  r.tokens = s.tokens;
+  r.wait_ns[static_cast<size_t>(WaitCause::copy)] = static_cast<uint64_t>(s.wait_ms * 1e6);
+  r.wait_ns[static_cast<size_t>(WaitCause::cpu_expert)] = static_cast<uint64_t>(s.cpu_ms * 1e6);
+  r.vram_peak_bytes = s.memory.peak_bytes;
+  return r;
 }
 
 }  // namespace ferry::cli

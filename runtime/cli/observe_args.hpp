@@ -14,6 +14,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "offload/offload_executor.hpp"
 #include "offload/predictor.hpp"
 #include "offload/routing.hpp"
 #include "offload/stats.hpp"
@@ -62,7 +63,14 @@ class Observability {
   std::unique_ptr<RoutingLocalityStats> locality_;
   std::unique_ptr<StatsCounters> counters_;
   std::unique_ptr<Tracer> tracer_;
+  OffloadExecutor* offload_ = nullptr;  // the wrapped executor when it is the offload one
   bool finished_ = false;
 };
+
+// The offload executor's counters in the --stats table's terms: per-layer hits and misses; the
+// totals carry CPU experts, prefetch (wasted bytes = wasted × the average issued copy), H2D bytes
+// (demand + prefetch), host time blocked on copies as "copy" wait and CPU-expert time as
+// "cpu_expert" wait (what a GPU would wait for when that work is not overlapped), VRAM peak.
+StatsSnapshot snapshot_of(const OffloadStats& s);
 
 }  // namespace ferry::cli
