@@ -1,13 +1,23 @@
 // End to end on the GPU: the whole forward of tiny synthetic qwen3moe and qwen35moe models on
 // CUDA (CudaOps, the resident MoE executor, the CUDA DeltaNet ops) against the CPU backend (which
-// tests/oracle checks against llama.cpp), at F32 and Q4_K_M, for a prefill split over two steps
-// and for single-token decode after it. Bounds: logits NMSE ≤ 1e-4 and argmax agreement ≥ 99%
-// (a mismatch within a near tie of the CPU's top logits counts as agreement; strict counts are
-// printed). Also: the device budget covers what the process really takes (cudaMemGetInfo), and a
-// budget too small for the weights fails with ErrorKind::budget.
+// tests/oracle checks against llama.cpp), for a prefill split over two steps (16 tokens through
+// the GEMM path, 8 through the direct kernels) and single-token decode after it.
+//
+// References. F32 models: CpuOps as it is. Q4_K_M models: CpuOps over the same weights
+// dequantized to F32 (bit-exact with the GPU's on-the-fly dequantization; float activations like
+// the GPU), because the CPU backend's ggml numerics quantize activations to Q8_K and a tiny
+// top-2-of-8 model amplifies any difference through flipped expert choices. Measured on the CPU
+// (2026-11-29), native vs f32-weights: qwen3moe Q4_K_M NMSE 1.3e-4 (prefill) / 1.3e-3 (decode)
+// and 23 of 24 argmaxes; qwen35moe 9e-4 / 3.5e-4. So the GPU against the native CPU backend is
+// checked for Q4_K_M with a bound for that amplification only (NMSE 5e-2, argmax 75%).
+// Bounds: NMSE ≤ 1e-4 and argmax agreement ≥ 99% (a mismatch inside a near tie of the CPU's top
+// logits counts as agreement; strict counts are printed). Also: the device budget covers what the
+// process really takes (cudaMemGetInfo), and a budget too small for the weights fails with
+// ErrorKind::budget.
 #include "tests/gpu/gpu_test_util.hpp"
 
 #include <algorithm>
+#include <map>
 #include <filesystem>
 #include <numeric>
 #include <span>
@@ -15,6 +25,7 @@
 
 #include <fmt/format.h>
 
+#include "kernels/cpu/quants.hpp"
 #include "offload/moe_cpu.hpp"
 #include "runtime/backend/cpu_ops.hpp"
 #include "runtime/backend/cuda_device.hpp"
@@ -54,6 +65,77 @@ class ScratchCleanup : public ::testing::Environment {
   }
 };
 const auto* const kCleanup = ::testing::AddGlobalTestEnvironment(new ScratchCleanup);
+
+std::vector<float> dequantized(const void* data, GgmlType t, int64_t rows, int64_t cols) {
+  std::vector<float> out(static_cast<size_t>(rows * cols));
+  const uint64_t rb = row_bytes(t, static_cast<uint64_t>(cols));
+  for (int64_t r = 0; r < rows; ++r)
+    cpu::dequantize_row_ref(t, static_cast<const uint8_t*>(data) + r * rb, out.data() + r * cols, cols);
+  return out;
+}
+
+// CpuOps whose resident() hands out F32 copies of quantized weights: the CPU forward with the
+// GPU's weight values and float activations.
+class DequantizedCpuOps final : public Ops {
+ public:
+  const char* name() const override { return "cpu"; }  // the CPU DeltaNet ops apply
+  DeviceBuffer alloc(size_t bytes) override { return cpu_.alloc(bytes); }
+  void to_device(void* d, const void* s, size_t n) override { cpu_.to_device(d, s, n); }
+  void to_host(void* d, const void* s, size_t n) override { cpu_.to_host(d, s, n); }
+  void fill_zero(void* d, size_t n) override { cpu_.fill_zero(d, n); }
+  void sync() override { cpu_.sync(); }
+  WeightView resident(const WeightView& w) override {
+    if (w.type == GgmlType::F32) return w;
+    auto it = f32_.find(w.data);
+    if (it == f32_.end()) it = f32_.emplace(w.data, dequantized(w.data, w.type, w.rows, w.cols)).first;
+    return WeightView{it->second.data(), GgmlType::F32, w.rows, w.cols};
+  }
+  void embed(const WeightView& t, const int32_t* ids, int64_t n, float* dst) override { cpu_.embed(t, ids, n, dst); }
+  void rmsnorm(const float* x, const float* w, int64_t r, int64_t n, int64_t ld, float eps, float* d) override {
+    cpu_.rmsnorm(x, w, r, n, ld, eps, d);
+  }
+  void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n, float* y, int64_t ldy) override {
+    cpu_.matmul(w, x, ldx, n, y, ldy);
+  }
+  void rope_neox(float* x, int64_t nt, int64_t nh, int64_t ts, int64_t hs, int32_t nr, const int32_t* pos,
+                 float base) override {
+    cpu_.rope_neox(x, nt, nh, ts, hs, nr, pos, base);
+  }
+  void kv_store(const KvLayerView& kv, int64_t p0, int64_t n, const float* k, const float* v) override {
+    cpu_.kv_store(kv, p0, n, k, v);
+  }
+  void attention(const AttentionArgs& a) override { cpu_.attention(a); }
+  void swiglu(const float* g, const float* u, int64_t r, int64_t n, float* d) override { cpu_.swiglu(g, u, r, n, d); }
+  void moe_route(const float* l, int64_t nt, int32_t ne, int32_t k, bool rn, float sc, int32_t* ids,
+                 float* w) override {
+    cpu_.moe_route(l, nt, ne, k, rn, sc, ids, w);
+  }
+  void add(const float* a, const float* b, int64_t n, float* d) override { cpu_.add(a, b, n, d); }
+  void scale(float* x, int64_t n, float s) override { cpu_.scale(x, n, s); }
+  void sigmoid_gated_add(const float* x, const float* g, int64_t nt, int64_t n, float* d) override {
+    cpu_.sigmoid_gated_add(x, g, nt, n, d);
+  }
+  void argmax(const float* x, int64_t r, int64_t n, int32_t* out) override { cpu_.argmax(x, r, n, out); }
+
+  // The routed experts as F32 copies (owned here) for a MoeCpuExecutor.
+  std::vector<MoeLayerWeights> dequantized_experts(const std::vector<MoeLayerWeights>& layers) {
+    std::vector<MoeLayerWeights> out = layers;
+    for (auto& L : out)
+      for (ExpertTensor* t : {&L.gate, &L.up, &L.down}) {
+        if (t->type == GgmlType::F32) continue;
+        auto& v = experts_.emplace_back(dequantized(t->base, t->type, t->n_out * L.n_expert, t->n_in));
+        t->base = reinterpret_cast<const uint8_t*>(v.data());
+        t->type = GgmlType::F32;
+        t->expert_stride_bytes = static_cast<uint64_t>(t->n_out * t->n_in) * sizeof(float);
+      }
+    return out;
+  }
+
+ private:
+  CpuOps cpu_;
+  std::map<const void*, std::vector<float>> f32_;
+  std::vector<std::vector<float>> experts_;
+};
 
 // Logits of a prompt (all rows) and then of single-token decode steps.
 struct Logits {
@@ -105,17 +187,33 @@ struct Case {
   GgmlType kv;
 };
 
+void compare(const std::string& what, const Logits& cpu, const Logits& gpu, size_t V, double bound,
+             double argmax_min) {
+  report("e2e " + what + " prefill", fmt::format("24x{}", V), nmse(cpu.prefill, gpu.prefill), bound);
+  report("e2e " + what + " decode", fmt::format("8x{}", V), nmse(cpu.decode, gpu.decode), bound);
+  for (const auto* part : {"prefill", "decode"}) {
+    const bool pre = std::string_view(part) == "prefill";
+    const ArgmaxAgreement a = argmax_agreement(pre ? cpu.prefill : cpu.decode, pre ? gpu.prefill : gpu.decode, V);
+    const bool ok = a.near >= argmax_min * a.rows;
+    std::printf("[gpu-op] e2e %s %s argmax | %d rows | agree=%d strict=%d | bound=%.0f%% | %s\n", what.c_str(), part,
+                a.rows, a.near, a.strict, 100 * argmax_min, ok ? "PASS" : "FAIL");
+    EXPECT_TRUE(ok) << what << " " << part << ": argmax agrees on " << a.near << " of " << a.rows << " rows";
+  }
+}
+
 class GpuE2e : public ::testing::TestWithParam<Case> {};
 
 TEST_P(GpuE2e, LogitsMatchCpu) {
   FERRY_REQUIRE_GPU();
   const Case c = GetParam();
-  const std::string name = std::string(synth::arch_name(c.arch)) + "-tiny-" + std::string(synth::quant_mix_name(c.quant));
+  const bool quantized = c.quant != synth::QuantMix::f32;
+  const std::string name = std::string(synth::arch_name(c.arch)) + "-tiny-" + std::string(synth::quant_mix_name(c.quant)) +
+                           " kv " + std::string(type_name(c.kv));
   const gguf::File f = gguf::File::open(write_model(c.arch, c.quant));
 
   std::mt19937 rng(7);
   std::vector<int32_t> prompt(24), next(8);
-  Logits cpu, gpu;
+  Logits cpu, cpu_f32_weights, gpu;
   {
     CpuOps ops;
     auto m = load_model(f, ops, [](const std::vector<MoeLayerWeights>& l) { return std::make_unique<MoeCpuExecutor>(l); });
@@ -123,6 +221,13 @@ TEST_P(GpuE2e, LogitsMatchCpu) {
     for (auto& t : prompt) t = tok(rng);
     for (auto& t : next) t = tok(rng);
     cpu = run(*m, prompt, next, c.kv);
+  }
+  if (quantized) {
+    DequantizedCpuOps ops;
+    auto m = load_model(f, ops, [&ops](const std::vector<MoeLayerWeights>& l) {
+      return std::make_unique<MoeCpuExecutor>(ops.dequantized_experts(l));
+    });
+    cpu_f32_weights = run(*m, prompt, next, c.kv);
   }
   {
     DeviceOptions o;
@@ -137,27 +242,26 @@ TEST_P(GpuE2e, LogitsMatchCpu) {
                 static_cast<unsigned long long>(cuda_ops_calls(g)));
   }
   const size_t V = cpu.prefill.size() / prompt.size();
-  const std::string kv = "kv " + std::string(type_name(c.kv));
-  report("e2e " + name + " prefill", fmt::format("24x{} {}", V, kv), nmse(cpu.prefill, gpu.prefill), 1e-4);
-  report("e2e " + name + " decode", fmt::format("8x{} {}", V, kv), nmse(cpu.decode, gpu.decode), 1e-4);
-  for (const auto* part : {"prefill", "decode"}) {
-    const bool pre = std::string_view(part) == "prefill";
-    const ArgmaxAgreement a = argmax_agreement(pre ? cpu.prefill : cpu.decode, pre ? gpu.prefill : gpu.decode, V);
-    const bool ok = a.near >= 0.99 * a.rows;
-    std::printf("[gpu-op] e2e %s %s argmax | %d rows | agree=%d strict=%d | bound=99%% | %s\n", name.c_str(), part,
-                a.rows, a.near, a.strict, ok ? "PASS" : "FAIL");
-    EXPECT_TRUE(ok) << name << " " << part << ": argmax agrees on " << a.near << " of " << a.rows << " rows";
+  if (!quantized) {
+    compare(name + " vs cpu", cpu, gpu, V, 1e-4, 0.99);
+  } else {
+    compare(name + " vs cpu(f32 weights)", cpu_f32_weights, gpu, V, 1e-4, 0.99);
+    // Against ggml's numerics (Q8_K activations): only the amplified-difference bound.
+    compare(name + " vs cpu(ggml)", cpu, gpu, V, 5e-2, 0.75);
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Models, GpuE2e,
     ::testing::Values(Case{synth::Arch::qwen3moe, synth::QuantMix::f32, GgmlType::F32},
-                      Case{synth::Arch::qwen3moe, synth::QuantMix::q4_k_m, GgmlType::F16},
+                      Case{synth::Arch::qwen3moe, synth::QuantMix::f32, GgmlType::F16},
+                      Case{synth::Arch::qwen3moe, synth::QuantMix::q4_k_m, GgmlType::F32},
                       Case{synth::Arch::qwen35moe, synth::QuantMix::f32, GgmlType::F32},
-                      Case{synth::Arch::qwen35moe, synth::QuantMix::q4_k_m, GgmlType::F16}),
+                      Case{synth::Arch::qwen35moe, synth::QuantMix::f32, GgmlType::F16},
+                      Case{synth::Arch::qwen35moe, synth::QuantMix::q4_k_m, GgmlType::F32}),
     [](const ::testing::TestParamInfo<Case>& i) {
-      return std::string(synth::arch_name(i.param.arch)) + "_" + std::string(synth::quant_mix_name(i.param.quant));
+      return std::string(synth::arch_name(i.param.arch)) + "_" + std::string(synth::quant_mix_name(i.param.quant)) +
+             "_kv_" + (i.param.kv == GgmlType::F32 ? "f32" : "f16");
     });
 
 uint64_t tensor_bytes(const gguf::File& f) {
