@@ -39,8 +39,10 @@
 namespace ferry::gputest {
 namespace {
 
+// Under $TMPDIR, not the build tree: the GPU machine runs a bundle of these programs from another
+// path than the one compiled in as FERRY_BINARY_DIR.
 std::string scratch_dir() {
-  const auto d = std::filesystem::path(FERRY_BINARY_DIR) / "test-scratch" / ("e2e-" + std::to_string(::getpid()));
+  const auto d = std::filesystem::temp_directory_path() / ("ferry-e2e-" + std::to_string(::getpid()));
   std::filesystem::create_directories(d);
   return d.string();
 }
