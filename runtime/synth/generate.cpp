@@ -16,6 +16,10 @@ namespace {
 // simulation; with few experts top-k saturation flattens the curve).
 constexpr double kSkewLogitPerUnit = 0.5;
 
+// Scale of the output rows of unused ([PADn]) tokens: their logits stay near 0 while real tokens'
+// have unit spread, so the argmax (and sampling) picks real tokens, as in a trained model.
+constexpr float kUnusedTokenLogitScale = 0.1f;
+
 // Popularity rank (0 = most routed) of every expert of a layer: a seeded permutation, so each layer
 // has its own hot experts.
 std::vector<uint32_t> expert_ranks(uint64_t seed, int layer, uint32_t n_expert) {
@@ -51,6 +55,11 @@ void generate_rows(const ModelPlan& plan, const TensorPlan& t, uint64_t row_begi
       case Init::embedding:
         for (uint64_t i = 0; i < n; ++i) y[i] = t.scale * rng.normal();
         break;
+      case Init::output: {
+        const float s = r < plan.token_unused.size() && plan.token_unused[r] ? t.scale * kUnusedTokenLogitScale : t.scale;
+        for (uint64_t i = 0; i < n; ++i) y[i] = s * rng.normal();
+        break;
+      }
       case Init::norm:
         for (uint64_t i = 0; i < n; ++i) y[i] = 1.0f + t.scale * rng.normal();
         break;

@@ -14,7 +14,7 @@ constexpr int kMaxMerges = 500;
 constexpr uint32_t kSkewChannel = 0;
 constexpr float kSkewChannelValue = 2.0f;
 // Format version of the synthetic weights: bump when generated values change for the same options.
-constexpr uint32_t kSynthVersion = 1;
+constexpr uint32_t kSynthVersion = 2;
 
 constexpr std::string_view kChatTemplate =
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
@@ -118,6 +118,8 @@ ModelPlan make_plan(const Options& o) {
   plan.skew_channel_value = kSkewChannelValue;
   const Vocab vocab = build_vocab(plan.hp.n_vocab, special_base(plan.hp), kMaxMerges);
   plan.metadata = build_metadata(o, plan.hp, vocab);
+  plan.token_unused.resize(vocab.token_types.size());
+  for (size_t i = 0; i < vocab.token_types.size(); ++i) plan.token_unused[i] = vocab.token_types[i] == kTokenUnused;
   plan.tensors = build_tensors(plan.hp);
   assign_types(plan.tensors, plan.hp, o.quant);
   for (auto& t : plan.tensors) t.n_bytes = row_bytes(t.type, t.ne[0]) * t.n_rows();

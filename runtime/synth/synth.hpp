@@ -80,6 +80,7 @@ enum class Init {
   writer,       // normal, but the row writing the skew channel is zero (output projections)
   router,       // normal, plus a per-expert offset in the skew channel column (ffn_gate_inp)
   embedding,    // normal, plus the constant skew channel (token_embd)
+  output,       // normal; rows of unused ([PADn]) tokens scaled by 0.1 (output)
   norm,         // 1 + scale·N(0,1)
   ssm_a,        // -U(1, 16), as -exp(A_log) with A ~ U(1, 16)
   ssm_dt_bias,  // softplus⁻¹(dt), dt log-uniform in [1e-3, 1e-1]
@@ -108,6 +109,7 @@ struct ModelPlan {
   float skew_channel_value = 0.0f;
   std::vector<std::pair<std::string, gguf::Value>> metadata;
   std::vector<TensorPlan> tensors;
+  std::vector<bool> token_unused;  // (n_vocab) the [PADn] filler tokens
 
   uint64_t tensor_bytes() const;
   const TensorPlan* find(std::string_view name) const;

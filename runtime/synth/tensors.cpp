@@ -100,7 +100,7 @@ class Builder {
       moe(il);
     }
     norm("output_norm.weight", hp_.n_embd);
-    add("output.weight", {hp_.n_embd, hp_.n_vocab}, Init::normal, inv_sqrt(hp_.n_embd));
+    add("output.weight", {hp_.n_embd, hp_.n_vocab}, Init::output, inv_sqrt(hp_.n_embd));
     return std::move(tensors_);
   }
 

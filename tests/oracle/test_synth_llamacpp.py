@@ -11,6 +11,8 @@
     test_qwen35moe_llamacpp.py), and the mean logit correlation with f32 stays above 0.95.
     llama.cpp's tokenizer sees our vocabulary as intended: the specials are single control tokens
     at the ids the metadata names, and text round-trips through tokenize/detokenize.
+    Real vocabularies: reduced `small` models (real width and vocabulary, few layers and experts) of
+    qwen3moe (151936 tokens) and qwen35moe (248320) load too, with the specials at Qwen's ids.
 (2) gguf.GGUFReader reads the same files with metadata (keys in order, types, values) and tensor
     table (names, shapes, types, sizes, bytes at the offsets) identical to `ferry inspect --json`.
 """
@@ -70,9 +72,13 @@ def llama_eval(path):
     return logits, specials, round_trip, text_tokens, n_vocab
 
 
-def check_logits(name, logits, n_vocab):
+def check_logits(name, logits, n_vocab, live=None):
+    """live: mask of the real (not [PADn]) tokens, whose logits carry the spread."""
     check(logits.shape[1] == n_vocab, f"{name}: logits width {logits.shape[1]} != n_vocab {n_vocab}")
     check(np.isfinite(logits).all(), f"{name}: non-finite logits")
+    if live is not None:
+        check(bool(np.all(live[logits.argmax(axis=1)])), f"{name}: a [PADn] token wins the argmax")
+        logits = logits[:, live]
     std = logits.std(axis=1)
     check(std.min() > 0.3 and std.max() < 5.0, f"{name}: per-position logit std {std.min():.3f}..{std.max():.3f} "
           "outside [0.3, 5]")
@@ -126,6 +132,23 @@ def metadata_of(tokens_meta, path):
     return info
 
 
+def check_real_vocab():
+    for arch, layers, special_base in (("qwen3moe", "1", 151643), ("qwen35moe", "4", 248044)):
+        path = scratch(f"synth-{arch}-small-reduced.gguf")
+        ferry("synth", "--arch", arch, "--preset", "small", "--layers", layers, "--experts", "4",
+              "--expert-used", "2", "--quant", "q4_k_m", "--seed", SEED, "-t", "2", "-q", "-o", path)
+        name = f"{arch}/small-reduced"
+        logits, specials, round_trip, _, n_vocab = llama_eval(path)
+        check(n_vocab == (151936 if arch == "qwen3moe" else 248320), f"{name}: n_vocab {n_vocab}")
+        types = np.array(gguf.GGUFReader(path).fields["tokenizer.ggml.token_type"].contents())
+        check_logits(name, logits, n_vocab, live=types != 5)
+        for i, s in enumerate(("<|endoftext|>", "<|im_start|>", "<|im_end|>")):
+            check(specials[s] == [special_base + i], f"{name}: {s} -> {specials[s]}, want {special_base + i}")
+        check(round_trip == TEXT, f"{name}: detokenize(tokenize(text)) = {round_trip!r}")
+        print(f"{name}: vocabulary of {n_vocab} tokens, specials at {special_base}..{special_base + 2}")
+        os.remove(path)
+
+
 def main():
     for arch in ARCHS:
         ref = None
@@ -155,6 +178,7 @@ def main():
             print(f"{name}: NMSE vs f32 {e:.2e}, mean correlation {corr:.4f}, argmax agreement {agree:.2f}")
             check(e < (1e-3 if quant == "f16" else 0.1), f"{name}: NMSE vs f32 {e:.3e}")
             check(corr > 0.95, f"{name}: mean logit correlation with f32 {corr:.3f}")
+    check_real_vocab()
     if failures:
         print(f"{len(failures)} check(s) failed")
         return 1

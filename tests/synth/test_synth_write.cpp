@@ -168,6 +168,17 @@ TEST(SynthValues, ScalesAndStructure) {
   const auto emb = values(p, "token_embd.weight");
   for (uint32_t t = 0; t < p.hp.n_vocab; ++t) EXPECT_EQ(emb[uint64_t{t} * n + ch], p.skew_channel_value);
 
+  // Output rows of the [PADn] filler tokens are weak, so real tokens win the argmax.
+  const auto out = values(p, "output.weight");
+  ASSERT_EQ(p.token_unused.size(), p.hp.n_vocab);
+  ASSERT_TRUE(p.token_unused[p.hp.n_vocab - 1]);
+  ASSERT_FALSE(p.token_unused[0]);
+  auto row_std = [&](uint32_t t) {
+    return stats(std::vector<float>(out.begin() + uint64_t{t} * n, out.begin() + uint64_t{t + 1} * n)).std;
+  };
+  EXPECT_NEAR(row_std(0), 1.0 / std::sqrt(n), 0.2 / std::sqrt(n));
+  EXPECT_NEAR(row_std(p.hp.n_vocab - 1), 0.1 / std::sqrt(n), 0.02 / std::sqrt(n));
+
   // Router skew: offsets -0.5·S·ln(1 + rank) / channel value, one expert per rank, per layer.
   const auto router = values(p, "blk.2.ffn_gate_inp.weight");
   std::vector<double> offsets;
