@@ -6,6 +6,7 @@
 #include <map>
 
 #include "runtime/core/error.hpp"
+#include "runtime/synth/quant_mix.hpp"
 #include "runtime/synth/synth.hpp"
 
 namespace ferry::synth {
@@ -250,6 +251,43 @@ TEST(SynthPlan, TinyHasBothLayerKindsAndKQuantRows) {
     }
     EXPECT_EQ(std::get<gguf::Array>(meta(p, "tokenizer.ggml.tokens").v).size(), p.hp.n_vocab);
   }
+}
+
+TEST(SynthPlan, ShapeFallbacksFollowLlamaQuantize) {
+  Hparams hp;
+  hp.n_layer = 16;
+  hp.n_expert = 4;
+  auto one = [](std::string name, std::vector<uint64_t> ne, int layer) {
+    TensorPlan t;
+    t.name = std::move(name);
+    t.ne = std::move(ne);
+    t.layer = layer;
+    return std::vector<TensorPlan>{t};
+  };
+  // Q6_K on a row of 96 falls back to Q8_0; the output matrix too.
+  auto v = one("blk.1.attn_q.weight", {96, 64}, 1);
+  assign_types(v, hp, QuantMix::q6_k);
+  EXPECT_EQ(v[0].type, GgmlType::Q8_0);
+  v = one("output.weight", {96, 1000}, -1);
+  assign_types(v, hp, QuantMix::q4_k_m);
+  EXPECT_EQ(v[0].type, GgmlType::Q8_0);
+  // Q4_K would fall back to Q5_0, which Ferry has no kernels for: refused with the tensor named.
+  v = one("blk.1.ffn_gate_exps.weight", {96, 64, 4}, 1);
+  try {
+    assign_types(v, hp, QuantMix::q4_k_m);
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::unsupported);
+    EXPECT_NE(std::string(e.what()).find("blk.1.ffn_gate_exps.weight"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("Q5_0"), std::string::npos) << e.what();
+  }
+  // Q8_0 has no fallback in llama.cpp.
+  v = one("blk.1.attn_q.weight", {40, 64}, 1);
+  EXPECT_THROW(assign_types(v, hp, QuantMix::q8_0), Error);
+  // 1-D and router tensors are never quantized, whatever their length.
+  v = one("blk.1.ffn_gate_inp.weight", {96, 4}, 1);
+  assign_types(v, hp, QuantMix::q4_k_m);
+  EXPECT_EQ(v[0].type, GgmlType::F32);
 }
 
 TEST(SynthPlan, OverridesAndErrors) {
