@@ -23,6 +23,25 @@ const uint8_t* expert_matrix(const ExpertTensor& t, int32_t e) {
   return t.base + static_cast<uint64_t>(e) * t.expert_stride_bytes;
 }
 
+// Y = X·Wᵀ with X already in vec_dot_type(w). F32/F16 experts are dotted in the order of
+// ggml_vec_dot_f32/f16 (what ggml's expert product uses for them), so F32 test models match the
+// oracle bit for bit; quantized experts go through the kernels' matmul_q.
+void expert_matmul(GgmlType w, const uint8_t* W, int64_t rows, int64_t cols, const uint8_t* Xq, int64_t ldxq,
+                   int64_t n, float* Y, int64_t ldy, bool parallel) {
+  if (w != GgmlType::F32 && w != GgmlType::F16) {
+    cpu::matmul_q(w, W, rows, cols, Xq, ldxq, n, Y, ldy, parallel);
+    return;
+  }
+  const uint64_t rb = row_bytes(w, static_cast<uint64_t>(cols));
+  auto body = [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t t = 0; t < n; ++t)
+        Y[t * ldy + r] = cpu_math::dot_vecdot(W + r * rb, Xq + t * ldxq, w == GgmlType::F16, static_cast<int32_t>(cols));
+  };
+  if (!parallel) return body(0, rows);
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, rows, 16), [&](auto r) { body(r.begin(), r.end()); });
+}
+
 uint64_t act_row_bytes(GgmlType weight, int64_t n) {
   return row_bytes(cpu::vec_dot_type(weight), static_cast<uint64_t>(n));
 }
@@ -82,9 +101,9 @@ void MoeCpuExecutor::run_decode(const MoeRequest& req, const MoeLayerWeights& L)
       const int32_t s = static_cast<int32_t>(task / f_blocks);
       const int64_t r0 = (task % f_blocks) * kDecodeRowBlock, nr = std::min(kDecodeRowBlock, F - r0);
       const int32_t e = req.expert_ids[s];
-      cpu::matmul_q(L.gate.type, expert_matrix(L.gate, e) + r0 * gate_row, nr, E, xq_gate.data(),
+      expert_matmul(L.gate.type, expert_matrix(L.gate, e) + r0 * gate_row, nr, E, xq_gate.data(),
                     static_cast<int64_t>(gq_bytes), 1, g.data() + s * F + r0, F, false);
-      cpu::matmul_q(L.up.type, expert_matrix(L.up, e) + r0 * up_row, nr, E, xq_up,
+      expert_matmul(L.up.type, expert_matrix(L.up, e) + r0 * up_row, nr, E, xq_up,
                     static_cast<int64_t>(uq_bytes), 1, u.data() + s * F + r0, F, false);
       // r0 is a multiple of 64: ggml's SiLU vector chunks line up with the row's.
       cpu_math::swiglu(g.data() + s * F + r0, u.data() + s * F + r0, g.data() + s * F + r0, nr);
@@ -102,7 +121,7 @@ void MoeCpuExecutor::run_decode(const MoeRequest& req, const MoeLayerWeights& L)
     for (int64_t task = r.begin(); task < r.end(); ++task) {
       const int32_t s = static_cast<int32_t>(task / e_blocks);
       const int64_t r0 = (task % e_blocks) * kDecodeRowBlock, nr = std::min(kDecodeRowBlock, E - r0);
-      cpu::matmul_q(L.down.type, expert_matrix(L.down, req.expert_ids[s]) + r0 * down_row, nr, F,
+      expert_matmul(L.down.type, expert_matrix(L.down, req.expert_ids[s]) + r0 * down_row, nr, F,
                     hq.data() + s * hq_bytes, static_cast<int64_t>(hq_bytes), 1, y.data() + s * E + r0, E, false);
     }
   });
@@ -162,9 +181,9 @@ void MoeCpuExecutor::run_grouped(const MoeRequest& req, const MoeLayerWeights& L
         xup = xu.data();
       }
       std::vector<float> g(static_cast<size_t>(n_e * F)), u(static_cast<size_t>(n_e * F));  // (n_e, F)
-      cpu::matmul_q(L.gate.type, expert_matrix(L.gate, e), F, E, xg.data(), static_cast<int64_t>(gq_bytes),
+      expert_matmul(L.gate.type, expert_matrix(L.gate, e), F, E, xg.data(), static_cast<int64_t>(gq_bytes),
                     n_e, g.data(), F, true);
-      cpu::matmul_q(L.up.type, expert_matrix(L.up, e), F, E, xup, static_cast<int64_t>(uq_bytes), n_e,
+      expert_matmul(L.up.type, expert_matrix(L.up, e), F, E, xup, static_cast<int64_t>(uq_bytes), n_e,
                     u.data(), F, true);
       std::vector<uint8_t> hq(static_cast<size_t>(n_e) * hq_bytes);
       for (int64_t i = 0; i < n_e; ++i) {
@@ -173,7 +192,7 @@ void MoeCpuExecutor::run_grouped(const MoeRequest& req, const MoeLayerWeights& L
         cpu::quantize_activation(L.down.type, gi, hq.data() + i * hq_bytes, F);
       }
       std::vector<float> ye(static_cast<size_t>(n_e * E));  // (n_e, E)
-      cpu::matmul_q(L.down.type, expert_matrix(L.down, e), E, F, hq.data(), static_cast<int64_t>(hq_bytes),
+      expert_matmul(L.down.type, expert_matrix(L.down, e), E, F, hq.data(), static_cast<int64_t>(hq_bytes),
                     n_e, ye.data(), E, true);
       for (int64_t i = 0; i < n_e; ++i)
         std::memcpy(y.data() + idx[i] * E, ye.data() + i * E, static_cast<size_t>(E) * sizeof(float));

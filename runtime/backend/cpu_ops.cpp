@@ -16,6 +16,7 @@
 #include "kernels/cpu/quants.hpp"
 #include "runtime/backend/cpu_ops_math.hpp"
 #include "runtime/core/error.hpp"
+#include "runtime/core/fp16.hpp"
 
 namespace ferry {
 namespace {
@@ -79,7 +80,33 @@ void CpuOps::rmsnorm(const float* x, const float* w, int64_t n_rows, int64_t n, 
 
 void CpuOps::matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n, float* y,
                     int64_t ldy) {
-  cpu::matmul(w.type, w.data, w.rows, w.cols, x, ldx, n, y, ldy, true);
+  const int W = cpu_math::tiled_lanes();
+  const bool tiled = (w.type == GgmlType::F32 || w.type == GgmlType::F16) && w.cols % W == 0;
+  if (!tiled) {
+    cpu::matmul(w.type, w.data, w.rows, w.cols, x, ldx, n, y, ldy, true);
+    return;
+  }
+  // F32/F16 weights (F32 routers of quantized models, F32/F16 test models): ggml runs these through
+  // its tiled product; adding in its lane order keeps router logits bit-identical to the oracle's.
+  // An F16 weight is dotted with the activation rounded to F16, as ggml converts it.
+  const bool w16 = w.type == GgmlType::F16;
+  std::vector<float> xr;
+  if (w16) {
+    xr.resize(static_cast<size_t>(n * w.cols));
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t c = 0; c < w.cols; ++c) xr[t * w.cols + c] = fp16_to_fp32(fp32_to_fp16(x[t * ldx + c]));
+    x = xr.data();
+    ldx = w.cols;
+  }
+  const size_t row_bytes_w = static_cast<size_t>(w.cols) * (w16 ? 2 : 4);
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, w.rows, std::max<int64_t>(1, 4096 / std::max<int64_t>(n, 1))),
+                    [&](auto r) {
+    for (int64_t row = r.begin(); row < r.end(); ++row) {
+      const void* wr = static_cast<const uint8_t*>(w.data) + static_cast<size_t>(row) * row_bytes_w;
+      for (int64_t t = 0; t < n; ++t)
+        y[t * ldy + row] = cpu_math::dot_lanes(wr, w16, x + t * ldx, static_cast<int32_t>(w.cols), W);
+    }
+  });
 }
 
 void CpuOps::swiglu(const float* gate, const float* up, int64_t n_rows, int64_t n, float* dst) {

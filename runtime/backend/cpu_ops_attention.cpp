@@ -35,6 +35,8 @@ void store_rows(GgmlType t, const float* src, void* dst, int64_t n) {
   }
 }
 
+
+
 }  // namespace
 
 void CpuOps::rope_neox(float* x, int64_t n_tokens, int64_t n_head, int64_t token_stride,
@@ -56,12 +58,7 @@ void CpuOps::rope_neox(float* x, int64_t n_tokens, int64_t n_head, int64_t token
       }
       for (int64_t h = 0; h < n_head; ++h) {
         float* v = x + t * token_stride + h * head_stride;
-        for (int32_t j = 0; j < half; ++j) {
-          const float c = cs[2 * j], s = cs[2 * j + 1];
-          const float x0 = v[j], x1 = v[j + half];
-          v[j] = x0 * c - x1 * s;
-          v[j + half] = x0 * s + x1 * c;
-        }
+        cpu_math::rotate_pairs(v, v + half, cs.data(), half);
       }
     }
   });
@@ -99,29 +96,26 @@ void CpuOps::attention(const AttentionArgs& a) {
   const auto* kbase = static_cast<const uint8_t*>(kv.k);
   const auto* vbase = static_cast<const uint8_t*>(kv.v);
   const int64_t n_pairs = int64_t{a.n_tokens} * a.n_head;
+  const int W = cpu_math::tiled_lanes();
 
   tbb::parallel_for(tbb::blocked_range<int64_t>(0, n_pairs, 1), [&](auto r) {
     // Scores padded with -inf to a multiple of 16: llama.cpp's KV window is padded (masked), so its
     // softmax runs whole vector chunks; padding keeps our exp bits identical to its.
     std::vector<float> scores(static_cast<size_t>((a.pos0 + a.n_tokens + 15) / 16 * 16));
-    std::vector<uint16_t> q16(static_cast<size_t>(dk));
-    std::vector<float> acc(static_cast<size_t>(dv)), vrow(static_cast<size_t>(dv));
+    std::vector<float> qr(static_cast<size_t>(dk)), vrow(static_cast<size_t>(dv));
+    std::vector<float> lanes(static_cast<size_t>(W) * dv);  // (W, dv) partial sums of the V product
     for (int64_t pair = r.begin(); pair < r.end(); ++pair) {
       const int64_t t = pair / a.n_head;
       const int32_t h = static_cast<int32_t>(pair % a.n_head);
       const int32_t hk = h / group;
       const int64_t n_kv = a.pos0 + t + 1;
       const float* q = a.q + t * a.q_token_stride + h * a.q_head_stride;
-      // Scores. An F16 cache is dotted in F16 (ggml converts the query to vec_dot_type(F16)).
-      const void* qv = q;
-      if (k16) {
-        for (int32_t d = 0; d < dk; ++d) q16[d] = fp32_to_fp16(q[d]);
-        qv = q16.data();
-      }
+      // An F16 cache is dotted in F16: ggml converts the query to vec_dot_type(F16) first.
+      for (int32_t d = 0; d < dk; ++d) qr[d] = k16 ? fp16_to_fp32(fp32_to_fp16(q[d])) : q[d];
       float mx = -INFINITY;
       for (int64_t j = 0; j < n_kv; ++j) {
         const uint8_t* krow = kbase + static_cast<size_t>(j) * k_row_bytes + static_cast<size_t>(hk) * dk * kb;
-        const float s = cpu::vec_dot(kv.type_k, krow, qv, dk) * a.scale;
+        const float s = cpu_math::dot_lanes(krow, k16, qr.data(), dk, W) * a.scale;
         scores[j] = s;
         mx = std::max(mx, s);
       }
@@ -129,7 +123,9 @@ void CpuOps::attention(const AttentionArgs& a) {
       std::fill(scores.begin() + n_kv, scores.begin() + n_pad, -INFINITY);
       const double sum = cpu_math::exp_sum(scores.data(), scores.data(), n_pad, mx);
       const float inv = static_cast<float>(1.0 / sum);
-      std::fill(acc.begin(), acc.end(), 0.0f);
+      // out = Σ_j p_j·v_j with lane (j mod W) partial sums, as ggml's tiled F16/F32 product runs
+      // over the (masked, zero-probability-padded) KV window.
+      std::fill(lanes.begin(), lanes.end(), 0.0f);
       for (int64_t j = 0; j < n_kv; ++j) {
         float p = scores[j] * inv;
         // ggml multiplies probabilities with an F16 V cache in F16: round them the same way.
@@ -142,14 +138,17 @@ void CpuOps::attention(const AttentionArgs& a) {
         } else {
           vf = reinterpret_cast<const float*>(vr);
         }
-        for (int32_t d = 0; d < dv; ++d) acc[d] += p * vf[d];
+        cpu_math::axpy_fma(p, vf, lanes.data() + (j % W) * dv, dv);
       }
       float* out = a.out + (t * a.n_head + h) * int64_t{dv};
+      float col[16];
+      for (int32_t d = 0; d < dv; ++d) {
+        for (int l = 0; l < W; ++l) col[l] = lanes[static_cast<size_t>(l) * dv + d];
+        out[d] = cpu_math::lane_tree(col, W);
+      }
       if (a.gate) {
         const float* g = a.gate + t * a.q_token_stride + h * a.q_head_stride;
-        for (int32_t d = 0; d < dv; ++d) out[d] = acc[d] * (1.0f / (1.0f + std::exp(-g[d])));
-      } else {
-        std::copy(acc.begin(), acc.end(), out);
+        for (int32_t d = 0; d < dv; ++d) out[d] = out[d] * (1.0f / (1.0f + std::exp(-g[d])));
       }
     }
   });

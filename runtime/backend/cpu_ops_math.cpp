@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "kernels/cpu/matmul.hpp"
+#include "runtime/core/fp16.hpp"
 
 namespace ferry::cpu_math {
 namespace {
@@ -172,6 +173,38 @@ int64_t exp_sum4(const float* x, float* y, int64_t n, float max, double& sum) {
   return i;
 }
 
+__attribute__((target("avx2,fma,f16c"))) float dot_lanes8(const void* k, bool k16, const float* q, int32_t n) {
+  __m256 acc = _mm256_setzero_ps();
+  for (int32_t i = 0; i < n; i += 8) {
+    const __m256 kv = k16 ? _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(k) + i)))
+                          : _mm256_loadu_ps(static_cast<const float*>(k) + i);
+    acc = _mm256_fmadd_ps(kv, _mm256_loadu_ps(q + i), acc);
+  }
+  alignas(32) float l[8];
+  _mm256_store_ps(l, acc);
+  return lane_tree(l, 8);
+}
+
+__attribute__((target("avx512f,fma,f16c"))) float dot_lanes16(const void* k, bool k16, const float* q, int32_t n) {
+  __m512 acc = _mm512_setzero_ps();
+  for (int32_t i = 0; i < n; i += 16) {
+    const __m512 kv = k16 ? _mm512_mask_cvtph_ps(_mm512_setzero_ps(), 0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(k) + i)))
+                          : _mm512_loadu_ps(static_cast<const float*>(k) + i);
+    acc = _mm512_fmadd_ps(kv, _mm512_loadu_ps(q + i), acc);
+  }
+  alignas(64) float l[16];
+  _mm512_store_ps(l, acc);
+  return lane_tree(l, 16);
+}
+
+__attribute__((target("avx2,fma"))) void axpy_fma8(float p, const float* v, float* acc, int32_t n) {
+  const __m256 pv = _mm256_set1_ps(p);
+  int32_t d = 0;
+  for (; d + 8 <= n; d += 8)
+    _mm256_storeu_ps(acc + d, _mm256_fmadd_ps(pv, _mm256_loadu_ps(v + d), _mm256_loadu_ps(acc + d)));
+  for (; d < n; ++d) acc[d] = std::fma(p, v[d], acc[d]);
+}
+
 }  // namespace
 
 ExpForm active_exp_form() {
@@ -228,5 +261,104 @@ double exp_sum(ExpForm f, const float* x, float* y, int64_t n, float max) {
 void swiglu(const float* x, const float* g, float* y, int64_t n) { swiglu(active_exp_form(), x, g, y, n); }
 
 double exp_sum(const float* x, float* y, int64_t n, float max) { return exp_sum(active_exp_form(), x, y, n, max); }
+
+// The order in which ggml's tiled product (llamafile's tinyBLAS, used for the F16/F32 attention
+// products) adds: W lanes (8 in AVX2 builds, 16 in AVX-512 ones), lane l accumulating elements
+// l, l + W, ... with FMA, then a fixed tree over the lanes. Following it makes scores and outputs
+// bit-identical to the oracle's, which matters: the F16 rounding of probabilities turns 1-ulp
+// differences into 1e-4 ones, and those can flip near-tied expert choices further on.
+int tiled_lanes() { return active_exp_form() == ExpForm::avx512 ? 16 : 8; }
+
+// The lane tree: W = 8 as tinyBLAS's hsum(__m256); W = 16 as _mm512_reduce_add_ps.
+float lane_tree(const float* l, int W) {
+  float t[8];
+  if (W == 16) {
+    for (int i = 0; i < 8; ++i) t[i] = l[i + 8] + l[i];
+    l = t;
+  }
+  const float h0 = l[4] + l[0], h1 = l[5] + l[1], h2 = l[6] + l[2], h3 = l[7] + l[3];
+  return (h0 + h2) + (h1 + h3);
+}
+
+float dot_lanes_scalar(const void* k, bool k16, const float* q, int32_t n, int W) {
+  float lanes[16] = {};
+  for (int32_t i = 0; i < n; ++i) {
+    const float kv = k16 ? fp16_to_fp32(static_cast<const uint16_t*>(k)[i]) : static_cast<const float*>(k)[i];
+    lanes[i % W] = std::fma(kv, q[i], lanes[i % W]);
+  }
+  return lane_tree(lanes, W);
+}
+
+float dot_lanes(const void* k, bool k16, const float* q, int32_t n, int W) {
+  const bool simd = active_exp_form() != ExpForm::sse2 && n % W == 0;
+  if (simd && W == 8) return dot_lanes8(k, k16, q, n);
+  if (simd && W == 16) return dot_lanes16(k, k16, q, n);
+  return dot_lanes_scalar(k, k16, q, n, W);
+}
+
+// acc[d] = fma(p, v[d], acc[d]), the per-lane step of the V product.
+void axpy_fma(float p, const float* v, float* acc, int32_t n) {
+  if (active_exp_form() != ExpForm::sse2) return axpy_fma8(p, v, acc, n);
+  for (int32_t d = 0; d < n; ++d) acc[d] = std::fma(p, v[d], acc[d]);
+}
+
+
+namespace {
+
+__attribute__((target("avx2,fma,f16c"))) inline __m256 load8(const void* p, int32_t i, bool f16) {
+  return f16 ? _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(p) + i)))
+             : _mm256_loadu_ps(static_cast<const float*>(p) + i);
+}
+
+__attribute__((target("avx2,fma,f16c"))) float dot_vecdot8(const void* w, const void* x, bool w16, int32_t n) {
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  const int32_t np = n & ~31;
+  for (int32_t i = 0; i < np; i += 32)
+    for (int j = 0; j < 4; ++j) acc[j] = _mm256_fmadd_ps(load8(w, i + 8 * j, w16), load8(x, i + 8 * j, w16), acc[j]);
+  acc[0] = _mm256_add_ps(acc[0], acc[2]);
+  acc[1] = _mm256_add_ps(acc[1], acc[3]);
+  acc[0] = _mm256_add_ps(acc[0], acc[1]);
+  const __m128 t0 = _mm_add_ps(_mm256_castps256_ps128(acc[0]), _mm256_extractf128_ps(acc[0], 1));
+  const __m128 t1 = _mm_hadd_ps(t0, t0);
+  double sum = static_cast<double>(_mm_cvtss_f32(_mm_hadd_ps(t1, t1)));
+  for (int32_t i = np; i < n; ++i) {
+    const float a = w16 ? fp16_to_fp32(static_cast<const uint16_t*>(w)[i]) : static_cast<const float*>(w)[i];
+    const float b = w16 ? fp16_to_fp32(static_cast<const uint16_t*>(x)[i]) : static_cast<const float*>(x)[i];
+    sum += static_cast<double>(a * b);
+  }
+  return static_cast<float>(sum);
+}
+
+__attribute__((target("fma"))) void rotate_pairs_fma(float* x0, float* x1, const float* cs, int32_t n_pairs) {
+  for (int32_t j = 0; j < n_pairs; ++j) {
+    const float a = x0[j], b = x1[j], c = cs[2 * j], s = cs[2 * j + 1];
+    x0[j] = std::fma(a, c, -(b * s));
+    x1[j] = std::fma(a, s, b * c);
+  }
+}
+
+}  // namespace
+
+float dot_vecdot(const void* w, const void* x, bool w16, int32_t n) {
+  if (active_exp_form() == ExpForm::avx2) return dot_vecdot8(w, x, w16, n);
+  // Other builds: the 4-accumulator structure with their widths is not modelled; a plain
+  // double-accumulated dot is the closest portable choice.
+  double sum = 0.0;
+  for (int32_t i = 0; i < n; ++i) {
+    const float a = w16 ? fp16_to_fp32(static_cast<const uint16_t*>(w)[i]) : static_cast<const float*>(w)[i];
+    const float b = w16 ? fp16_to_fp32(static_cast<const uint16_t*>(x)[i]) : static_cast<const float*>(x)[i];
+    sum += static_cast<double>(a * b);
+  }
+  return static_cast<float>(sum);
+}
+
+void rotate_pairs(float* x0, float* x1, const float* cs, int32_t n_pairs) {
+  if (active_exp_form() != ExpForm::sse2) return rotate_pairs_fma(x0, x1, cs, n_pairs);
+  for (int32_t j = 0; j < n_pairs; ++j) {
+    const float a = x0[j], b = x1[j], c = cs[2 * j], s = cs[2 * j + 1];
+    x0[j] = a * c - b * s;
+    x1[j] = a * s + b * c;
+  }
+}
 
 }  // namespace ferry::cpu_math

@@ -32,4 +32,30 @@ double exp_sum(ExpForm f, const float* x, float* y, int64_t n, float max);
 // Scalar models of one chunk lane (for tests): the exp of each form.
 float expf_form(ExpForm f, float x);
 
+// Dot products in the order of ggml's tiled products (llamafile's tinyBLAS, which ggml uses for
+// F32 and F16 matrices — projections of F32/F16 models, the F32 router, attention over the KV
+// cache): W lanes (tiled_lanes(): 8 in AVX2 builds, 16 in AVX-512 ones), lane l accumulating
+// elements l, l + W, ... with FMA, then a fixed tree over the lanes (lane_tree). With it, F32
+// products are bit-identical to the oracle's; that matters beyond the last bit because F16
+// rounding of attention probabilities and int8 rounding of activations turn 1-ulp differences
+// into 1e-4 ones, which can flip near-tied expert choices further on.
+int tiled_lanes();
+// W = 8: tinyBLAS's hsum(__m256); W = 16: _mm512_reduce_add_ps. l: W partial sums.
+float lane_tree(const float* l, int W);
+// Σ k[i]·q[i] in that order; k is F16 (k16) or F32, q is F32 (already rounded to F16 values by the
+// caller when ggml would convert it).
+float dot_lanes(const void* k, bool k16, const float* q, int32_t n, int W);
+float dot_lanes_scalar(const void* k, bool k16, const float* q, int32_t n, int W);  // model, for tests
+// acc[d] = fma(p, v[d], acc[d]) for d < n: one lane step of a product whose inner index is j.
+void axpy_fma(float p, const float* v, float* acc, int32_t n);
+
+// Σ w[i]·x[i] in the order of ggml_vec_dot_f32 / ggml_vec_dot_f16 (what ggml's expert products
+// use for F32/F16 experts): four accumulators of W lanes over steps of 4·W, folded pairwise, a lane
+// tree, then the tail added in double. w and x are both F16 (w16) or both F32.
+float dot_vecdot(const void* w, const void* x, bool w16, int32_t n);
+
+// NEOX rotation of one pair as ggml's compiled code rounds it (GCC contracts its expressions into
+// FMAs in FMA builds): x0' = fma(x0, c, −x1·s), x1' = fma(x0, s, x1·c); plain products without FMA.
+void rotate_pairs(float* x0, float* x1, const float* cs, int32_t n_pairs);
+
 }  // namespace ferry::cpu_math
