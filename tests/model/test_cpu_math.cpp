@@ -9,6 +9,7 @@
 
 #include "kernels/cpu/matmul.hpp"
 #include "runtime/backend/cpu_ops_math.hpp"
+#include "runtime/core/fp16.hpp"
 
 namespace ferry {
 namespace {
@@ -98,6 +99,51 @@ TEST(CpuMath, ExpSumMatchesScalarModel) {
     }
     EXPECT_EQ(sum, want_sum) << "form " << w;
   }
+}
+
+TEST(CpuMath, LaneDotMatchesItsScalarModel) {
+  std::mt19937 rng(4);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const int32_t n = 128;
+  std::vector<float> k(n), q(n);
+  std::vector<uint16_t> k16(n);
+  for (int32_t i = 0; i < n; ++i) {
+    k[i] = nd(rng);
+    q[i] = nd(rng);
+    k16[i] = fp32_to_fp16(k[i]);
+  }
+  for (int W : {8, 16}) {
+    if (W == 16 && !(cpu::detected_isa() >= cpu::Isa::avx512)) continue;
+    for (bool f16 : {false, true}) {
+      const void* kp = f16 ? static_cast<const void*>(k16.data()) : k.data();
+      const float got = cpu_math::dot_lanes(kp, f16, q.data(), n, W);
+      EXPECT_EQ(bits(got), bits(cpu_math::dot_lanes_scalar(kp, f16, q.data(), n, W))) << "W=" << W;
+      double ref = 0;
+      for (int32_t i = 0; i < n; ++i) ref += double{f16 ? fp16_to_fp32(k16[i]) : k[i]} * q[i];
+      EXPECT_NEAR(got, ref, 1e-4);
+    }
+  }
+  // The lane tree adds lanes in tinyBLAS's order (not left to right).
+  const float l[8] = {1e8f, 1.0f, -1e8f, 1.0f, 1.0f, 0.0f, 0.0f, 0.0f};
+  EXPECT_EQ(cpu_math::lane_tree(l, 8), ((l[4] + l[0]) + (l[6] + l[2])) + ((l[5] + l[1]) + (l[7] + l[3])));
+}
+
+TEST(CpuMath, VecdotAndRotationAreAccurate) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (int32_t n : {7, 32, 96, 100}) {
+    std::vector<float> w(n), x(n);
+    for (auto& v : w) v = nd(rng);
+    for (auto& v : x) v = nd(rng);
+    double ref = 0;
+    for (int32_t i = 0; i < n; ++i) ref += double{w[i]} * x[i];
+    EXPECT_NEAR(cpu_math::dot_vecdot(w.data(), x.data(), false, n), ref, 1e-5) << n;
+  }
+  std::vector<float> a{1.0f, 0.5f}, b{2.0f, -1.0f};
+  const float cs[4] = {std::cos(0.3f), std::sin(0.3f), std::cos(1.1f), std::sin(1.1f)};
+  cpu_math::rotate_pairs(a.data(), b.data(), cs, 2);
+  EXPECT_NEAR(a[0], 1.0 * std::cos(0.3) - 2.0 * std::sin(0.3), 1e-6);
+  EXPECT_NEAR(b[1], 0.5 * std::sin(1.1) - 1.0 * std::cos(1.1), 1e-6);
 }
 
 }  // namespace
