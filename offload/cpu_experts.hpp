@@ -3,11 +3,14 @@
 // GGUF mapping, the pinned host store, or a sim-device slot (the sim arena is host memory). Each
 // expert gets its own three matrix pointers, so one call can mix resident and cold experts.
 //
-// Numerics are exactly MoeCpuExecutor's (the oracle for "same logits with and without a budget"):
-//   decode (1 token): x quantized once, gate/up/down as (slot × 64-row block) matvecs;
-//   prefill: tokens grouped by expert in token order (counting sort), one small-batch product per
-//   expert and matrix, so each token's rows see the same kernels and the same batch neighbours.
-// A weighted sum in slot order then gives bit-identical outputs whatever the pointers are.
+// Numerics are MoeCpuExecutor's by construction (the oracle for "same logits with and without a
+// budget"): each expert is computed by a MoeCpuExecutor over a one-expert view of its pointers,
+// with top_k 1 and weight 1 (y·1 is exact), on the same rows it would see inside the full step:
+//   decode (1 token): one expert per call, its rows in the executor's decode blocks;
+//   prefill: tokens grouped by expert in token order (counting sort, as the executor groups them),
+//   so each expert's product has the same batch and the same row order.
+// A weighted sum in slot order (as MoeCpuExecutor adds them) then gives bit-identical outputs
+// whatever the pointers are, and follows the CPU executor when its kernels change.
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -44,18 +47,16 @@ class ExpertBatch {
  public:
   ExpertBatch(const ExpertShape& s, const MoeRequest& req, int32_t n_expert);
   int64_t group_size(int32_t e) const { return start_[e + 1] - start_[e]; }
-  // y: (n_tokens, top_k, n_embd); rows of the pairs routed to e are overwritten.
-  // parallel: let the matmuls use TBB (false inside an already parallel loop over experts).
-  void compute_group(int32_t e, const ExpertPtrs3& w, float* y, bool parallel) const;
+  // y: (n_tokens, top_k, n_embd); rows of the pairs routed to e are overwritten. Thread-safe for
+  // distinct experts.
+  void compute_group(int32_t e, const ExpertPtrs3& w, float* y) const;
 
  private:
   ExpertShape s_;
+  const float* x_ = nullptr;  // (n_tokens, n_embd)
   int32_t top_k_ = 0;
-  bool shared_q_ = true;
-  uint64_t gq_bytes_ = 0, uq_bytes_ = 0, hq_bytes_ = 0;
-  std::vector<uint8_t> xq_gate_, xq_up_;  // (n_tokens) quantized rows
-  std::vector<int64_t> start_;            // (n_expert + 1) group offsets into pairs_
-  std::vector<int64_t> pairs_;            // flat t·top_k + s, grouped by expert
+  std::vector<int64_t> start_;  // (n_expert + 1) group offsets into pairs_
+  std::vector<int64_t> pairs_;  // flat t·top_k + s, grouped by expert
 };
 
 // Decode: y (top_k, n_embd) for the slots s where compute[s] is true (others untouched).

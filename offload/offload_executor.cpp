@@ -199,6 +199,9 @@ OffloadExecutor::Resolved OffloadExecutor::resolve(int32_t layer, int32_t expert
   }
   ++st_.cpu_experts;  // chosen, or no evictable slot for a copy
   r.w = host_ptrs(layer, expert);
+  // Decode: bring it in behind the CPU compute, so the cache follows the routing's locality (a
+  // prefill would push out the decode working set for experts used once).
+  if (n_tokens == 1 && o_.admit && c != ColdChoice::copy_now) prefetcher_->admit(layer, expert, now);
   return r;
 }
 
@@ -293,7 +296,7 @@ void OffloadExecutor::run_prefill(const MoeRequest& req) {
   };
   for (size_t i = 0; i < std::min<size_t>(2, streamed.size()); ++i) stage(i);
   tbb::parallel_for(tbb::blocked_range<size_t>(0, direct.size(), 1), [&](const tbb::blocked_range<size_t>& rg) {
-    for (size_t i = rg.begin(); i < rg.end(); ++i) batch.compute_group(direct[i].expert, direct[i].w, y_.data(), true);
+    for (size_t i = rg.begin(); i < rg.end(); ++i) batch.compute_group(direct[i].expert, direct[i].w, y_.data());
   });
   for (size_t i = 0; i < streamed.size(); ++i) {
     const size_t b = i % 2;
@@ -302,7 +305,7 @@ void OffloadExecutor::run_prefill(const MoeRequest& req) {
     st_.wait_ms += ms_since(tw);
     const auto* base = static_cast<const uint8_t*>(staging_.data()) + b * o_.plan.slot_bytes;
     const ExpertPtrs3 w{base, base + shape.gate_bytes(), base + shape.gate_bytes() + shape.up_bytes()};
-    batch.compute_group(streamed[i].expert, w, y_.data(), true);
+    batch.compute_group(streamed[i].expert, w, y_.data());
     if (i + 2 < streamed.size()) stage(i + 2);  // the buffer is free: its compute is done
   }
   weighted_sum(req, y_.data());
@@ -343,12 +346,13 @@ std::string offload_stats_text(const OffloadStats& s) {
       "misses {} → cpu {}, copy-now {}, streamed {}\n",
       s.n_slots, s.steps, s.tokens, s.uses, s.hits, pct(s.hits, s.uses), s.inflight, s.waited, s.misses,
       s.cpu_experts, s.copy_now, s.streamed);
-  t += fmt::format("offload: prefetch issued {} used {} ({:.1f}% precision) wasted {} stale {} no-slot {}\n",
-                   s.prefetch.issued, s.prefetch.used, pct(s.prefetch.used, s.prefetch.issued), s.prefetch.wasted,
-                   s.prefetch.dropped_stale, s.prefetch.dropped_no_slot);
+  t += fmt::format(
+      "offload: prefetch issued {} used {} ({:.1f}% precision) wasted {} stale {} no-slot {}; admitted {} (dropped {})\n",
+      s.prefetch.issued, s.prefetch.used, pct(s.prefetch.used, s.prefetch.issued), s.prefetch.wasted,
+      s.prefetch.dropped_stale, s.prefetch.dropped_no_slot, s.prefetch.admitted, s.prefetch.admit_dropped);
   const double tok = static_cast<double>(std::max<uint64_t>(s.tokens, 1));
   t += fmt::format(
-      "offload: H2D {:.2f} MB/token (demand+stream {:.1f} MB, prefetch {:.1f} MB, initial {:.1f} MB), host waited "
+      "offload: H2D {:.2f} MB/token (demand+stream {:.1f} MB, prefetch+admit {:.1f} MB, initial {:.1f} MB), host waited "
       "{:.2f} ms/token on copies, compute {:.2f} ms/token\n",
       static_cast<double>(s.h2d_bytes + s.prefetch.bytes) / 1e6 / tok, static_cast<double>(s.h2d_bytes) / 1e6,
       static_cast<double>(s.prefetch.bytes) / 1e6, static_cast<double>(s.init_bytes) / 1e6, s.wait_ms / tok,

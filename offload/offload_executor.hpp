@@ -3,7 +3,8 @@
 // experts (the plan's slots). Per MoE step and used expert:
 //   resident (a ready slot)      → computed from the slot
 //   prefetch in flight           → wait for its event, or compute on the CPU (cost model)
-//   cold                         → compute on the CPU from the host store, or copy into a slot now
+//   cold                         → compute on the CPU from the host store (and, in decode, admit it
+//                                  into a slot in the background), or copy into a slot now
 // Prefill streams the step's cold experts through two staging slots (copy of expert i+1 overlaps
 // the compute of expert i) when the cost model says copy + device beats the CPU for their groups.
 // After the current experts are pinned, the predictor's guesses for later layers are prefetched.
@@ -45,6 +46,8 @@ struct OffloadOptions {
   ColdMode cold = ColdMode::auto_;
   std::optional<HardwareRates> rates;  // nullopt: calibrate at start-up
   int32_t prefetch_in_flight = 8;
+  // Decode misses computed on the CPU are copied into a slot in the background (Prefetcher::admit).
+  bool admit = true;
   ExpertPredictor* predictor = nullptr;  // not owned; may be null
   ExpertProfile* record = nullptr;       // not owned; counts every step's routing when set
   // Charge the plan's dense/KV/state/workspace to the device as reservations, so the pool's

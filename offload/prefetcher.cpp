@@ -62,6 +62,30 @@ void Prefetcher::issue(int32_t current_layer, uint64_t now) {
   queue_ = std::move(keep);
 }
 
+void Prefetcher::admit(int32_t layer, int32_t expert, uint64_t now) {
+  if (cache_.find(layer, expert) >= 0) return;
+  if (n_in_flight_ >= max_in_flight_) {
+    ++c_.admit_dropped;
+    return;
+  }
+  const int32_t slot = cache_.insert(layer, expert, now);
+  if (slot < 0) {
+    ++c_.admit_dropped;
+    return;
+  }
+  note_evict(slot);
+  Slot& s = slots_[static_cast<size_t>(slot)];
+  cache_.pin(slot);
+  copy_(slot, layer, expert, *stream_);
+  stream_->record(*s.done);
+  s.in_flight = true;
+  s.unused = false;
+  s.issued_at_us = now_us();
+  ++n_in_flight_;
+  ++c_.admitted;
+  c_.bytes += expert_bytes_;
+}
+
 void Prefetcher::complete(int32_t slot) {
   Slot& s = slots_[static_cast<size_t>(slot)];
   s.in_flight = false;

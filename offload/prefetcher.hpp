@@ -38,7 +38,8 @@ class ExpertPredictor {
 
 struct PrefetchCounters {
   uint64_t requested = 0, issued = 0, used = 0, wasted = 0, dropped_stale = 0, dropped_no_slot = 0;
-  uint64_t bytes = 0;
+  uint64_t admitted = 0, admit_dropped = 0;  // admissions (not predictions: outside precision)
+  uint64_t bytes = 0;                        // prefetches and admissions
 };
 
 class Prefetcher {
@@ -50,6 +51,10 @@ class Prefetcher {
   void request(const PredictedExpert& p);
   // Drops stale requests (layer ≤ current_layer) and issues the best ones. now: the cache tick.
   void issue(int32_t current_layer, uint64_t now);
+  // Admission: copy an expert that was just computed elsewhere (a CPU miss) into a slot in the
+  // background, so that its next use (temporal locality) hits. Issued at once, ahead of queued
+  // predictions; dropped when max_in_flight copies are already outstanding or no slot is free.
+  void admit(int32_t layer, int32_t expert, uint64_t now);
   void poll();           // completed copies → ready slots
   void wait(int32_t slot);  // blocks until slot's copy has landed (ready afterwards)
   bool in_flight(int32_t slot) const;

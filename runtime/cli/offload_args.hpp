@@ -7,7 +7,7 @@
 //   --host-load uring|mmap|alias       how the host store is filled (sim default: alias)
 //   --cold auto|cpu|copy        force the cold-expert path (default: the cost model decides)
 //   --evict lrfu|lru            cache eviction policy
-//   --prefetch N                predictor depth (layers ahead), 0 = no prefetch
+//   --prefetch N                predictor depth (layers ahead), 0 = no prefetch (default)
 //   --sim-link GBPS[:LAT_US]    sim device's host→device link model (default 13:10, PCIe 4.0 x8)
 //   --hw-profile FILE           cost model rates from profiles/hardware/*.json (default: calibrate)
 //   --offload-stats             print the executor's counters at the end
@@ -34,7 +34,7 @@ struct OffloadArgs {
   std::string host_load;  // "" = the device's default
   std::string cold = "auto";
   std::string evict = "lrfu";
-  int32_t prefetch = 1;
+  int32_t prefetch = 0;  // measured: on synthetic models prefetch displaced hot experts (bench/results)
   std::string sim_link = "13:10";
   std::string hw_profile;
   bool stats = false;

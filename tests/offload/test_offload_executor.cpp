@@ -130,6 +130,7 @@ TEST_F(OffloadExecutorTest, TinyF32EveryColdPathIsBitIdentical) {
       EXPECT_GT(st.hits, 0u) << what;
       if (cold == ColdMode::cpu) {
         EXPECT_EQ(st.cpu_experts, st.misses + st.inflight) << what;
+        EXPECT_GT(st.prefetch.admitted, 0u) << what;  // decode misses were brought in behind
       }
       if (cold == ColdMode::copy) {
         EXPECT_GT(st.copy_now, 0u) << what;
