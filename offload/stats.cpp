@@ -87,9 +87,12 @@ std::string stats_table(const StatsSnapshot& s) {
                                 "misses", "cpu_exp", "pf_issued", "pf_prec%", "pf_rec%", "pf_wasteMiB");
   const auto row = [&](const std::string& name, const LayerCounts& c) {
     const uint64_t uses = c.hit + c.miss;
-    out += fmt::format("{:>5} {:>8} {:>8.1f} {:>8} {:>8} {:>9} {:>9.1f} {:>9.1f} {:>10.1f}\n", name, uses,
+    // Without prefetches precision/recall are undefined: "-" rather than a misleading 0.
+    const bool pf = c.prefetch_issued > 0;
+    out += fmt::format("{:>5} {:>8} {:>8.1f} {:>8} {:>8} {:>9} {:>9} {:>9} {:>10.1f}\n", name, uses,
                        pct(c.hit, uses), c.miss, c.cpu_expert, c.prefetch_issued,
-                       pct(c.prefetch_used, c.prefetch_issued), pct(c.prefetch_used, c.prefetch_used + c.miss),
+                       pf ? fmt::format("{:.1f}", pct(c.prefetch_used, c.prefetch_issued)) : "-",
+                       pf ? fmt::format("{:.1f}", pct(c.prefetch_used, c.prefetch_used + c.miss)) : "-",
                        mib(c.prefetch_wasted_bytes));
   };
   for (size_t l = 0; l < s.layers.size(); ++l) row(std::to_string(l), s.layers[l]);

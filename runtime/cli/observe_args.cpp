@@ -99,7 +99,11 @@ void Observability::finish() {
     s += locality_->table();
     s += prediction_table(predictor_->quality());
     StatsSnapshot snap = counters_->snapshot();
-    if (offload_) snap = snapshot_of(offload_->stats());
+    if (offload_) {
+      const double wall_ms = snap.wall_ms;
+      snap = snapshot_of(offload_->stats());
+      snap.wall_ms = wall_ms;
+    }
     if (snap.total.hit + snap.total.miss > 0) s += stats_table(snap);
     else s += fmt::format("tokens {}; no offload counters (all experts computed by the CPU executor)\n", snap.tokens);
     std::fputs(s.c_str(), stderr);
