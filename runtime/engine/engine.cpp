@@ -43,7 +43,7 @@ LoadedModel::~LoadedModel() = default;
 
 const Tokenizer& LoadedModel::tokenizer() const {
   if (!tokenizer_)
-    fail(ErrorKind::unsupported, "{} has no usable tokenizer: {}", file_.path(), tokenizer_error_);
+    fail(ErrorKind::unsupported, "cannot tokenize or detokenize text: {}", tokenizer_error_);
   return *tokenizer_;
 }
 
