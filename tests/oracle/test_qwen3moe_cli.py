@@ -12,6 +12,7 @@ the oracle tests for the shared Python harness):
 """
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -86,6 +87,7 @@ def main():
 
     # Without -m: a synthetic model in $XDG_CACHE_HOME/ferry, made once.
     cache = scratch("xdg-cache")
+    shutil.rmtree(cache, ignore_errors=True)
     env = dict(os.environ, XDG_CACHE_HOME=cache)
     r = run("run", "-n", "4", "-t", "2", env=env)
     r2 = run("run", "-n", "4", "-t", "2", env=env)
