@@ -1,0 +1,126 @@
+// The offload flags end to end through the built `ferry` binary: `ferry logits --device sim --vram`
+// with ~50% of the experts resident writes the same bytes as `--device cpu` (prefill and decode,
+// every cold path), --print-plan / --plan-json describe the plan, a budget below the dense part is
+// a clear error, and --record-profile writes a profile that --profile accepts.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+
+#include <nlohmann/json.hpp>
+
+#include "offload_test_util.hpp"
+
+namespace ferry {
+namespace {
+
+std::string ferry_binary() { return std::string(FERRY_BINARY_DIR) + "/ferry"; }
+
+// Runs a command; returns its exit status and (stdout + stderr) in `out`.
+int run(const std::string& cmd, std::string& out) {
+  out.clear();
+  std::FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return -1;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int st = pclose(p);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+class OffloadCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists(ferry_binary())) GTEST_SKIP() << ferry_binary() << " not built";
+    synth::Options o;
+    o.preset = synth::Preset::tiny;
+    o.quant = synth::QuantMix::q4_k_m;
+    o.n_expert = 32;
+    o.n_expert_used = 4;
+    o.seed = 4;
+    model_ = test::write_model(o, "cli-q4km-32x4");
+    dir_ = test::scratch_dir();
+    const auto toks = test::random_tokens(16, 768, 13);
+    for (int32_t t : toks) {
+      if (!tokens_.empty()) tokens_ += ',';
+      tokens_ += std::to_string(t);
+    }
+  }
+  static void TearDownTestSuite() { test::remove_scratch(); }
+
+  std::string logits(const std::string& flags, const std::string& name, int expect_rc = 0) {
+    std::string out;
+    const std::string path = dir_ + "/" + name + ".npy";
+    const int rc = run(ferry_binary() + " logits -t 2 -c 64 -m " + model_ + " --tokens " + tokens_ + " -o " + path +
+                           " " + flags,
+                       out);
+    EXPECT_EQ(rc, expect_rc) << flags << "\n" << out;
+    last_output_ = out;
+    return rc == 0 ? slurp(path) : std::string();
+  }
+
+  std::string model_, dir_, tokens_, last_output_;
+};
+
+TEST_F(OffloadCli, SimWithHalfTheExpertsGivesTheCpuBytes) {
+  // The plan without a budget tells the slot size and the fixed part; then budget half the experts.
+  const std::string plan_path = dir_ + "/plan-all.json";
+  ASSERT_FALSE(logits("--device sim --plan-json " + plan_path, "all").empty());
+  const auto all = nlohmann::json::parse(slurp(plan_path));
+  const uint64_t slot = all["slot_bytes"].get<uint64_t>();
+  const auto n_all = all["n_slots"].get<uint64_t>();
+  ASSERT_EQ(n_all, 4u * 32u);
+  const uint64_t fixed = all["total_bytes"].get<uint64_t>() - all["slots_bytes"].get<uint64_t>();
+  const std::string vram = std::to_string(fixed + slot * n_all / 2);
+
+  const std::string cpu = logits("", "cpu");
+  const std::string cpu_decode = logits("--decode", "cpu-decode");
+  ASSERT_FALSE(cpu.empty());
+  EXPECT_EQ(cpu, slurp(dir_ + "/all.npy"));
+  for (const char* cold : {"auto", "cpu", "copy"}) {
+    EXPECT_EQ(logits(std::string("--device sim --vram ") + vram + " --cold " + cold, std::string("sim-") + cold), cpu)
+        << cold;
+    EXPECT_EQ(logits(std::string("--device sim --vram ") + vram + " --decode --offload-stats --cold " + cold,
+                     std::string("simd-") + cold),
+              cpu_decode)
+        << cold;
+    EXPECT_NE(last_output_.find("offload: 64 slots"), std::string::npos) << last_output_;
+  }
+  EXPECT_EQ(logits("--device sim --vram " + vram + " --decode --prefetch 2 --host-load uring", "simd-pf"), cpu_decode);
+
+  ASSERT_FALSE(logits("--device sim --vram " + vram + " --print-plan --plan-json " + dir_ + "/half.json", "half").empty());
+  EXPECT_NE(last_output_.find("experts resident: 64 of 128 (50.0%)"), std::string::npos) << last_output_;
+  const auto half = nlohmann::json::parse(slurp(dir_ + "/half.json"));
+  EXPECT_EQ(half["n_slots"].get<int>(), 64);
+  EXPECT_LE(half["total_bytes"].get<uint64_t>(), std::stoull(vram));
+}
+
+TEST_F(OffloadCli, ErrorsAndProfiles) {
+  logits("--device sim --vram 1M", "small", 1);
+  EXPECT_NE(last_output_.find("too small"), std::string::npos) << last_output_;
+  EXPECT_NE(last_output_.find("missing"), std::string::npos) << last_output_;
+  logits("--vram 1G", "no-device", 1);  // --vram without an offload device
+  logits("--device sim --vram lots", "junk", 1);
+
+  const std::string prof = dir_ + "/profile.json";
+  ASSERT_FALSE(logits("--device sim --record-profile " + prof, "rec").empty());
+  const auto p = nlohmann::json::parse(slurp(prof));
+  EXPECT_EQ(p["format"], "ferry-expert-profile");
+  EXPECT_EQ(p["tokens"].get<int>(), 16);
+  uint64_t sum = 0;
+  for (const auto& row : p["counts"])
+    for (const auto& c : row) sum += c.get<uint64_t>();
+  EXPECT_EQ(sum, 16u * 4u * 4u);  // tokens × layers × top_k
+  const std::string cpu = logits("", "cpu");
+  EXPECT_EQ(logits("--device sim --vram 16M --print-plan --profile " + prof, "prof"), cpu);
+  EXPECT_NE(last_output_.find("initial set: profile"), std::string::npos) << last_output_;
+}
+
+}  // namespace
+}  // namespace ferry
