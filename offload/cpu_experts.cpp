@@ -81,8 +81,12 @@ void ExpertBatch::compute_group(int32_t e, const ExpertPtrs3& w, float* y) const
 
 void compute_decode(const ExpertShape& s, const float* x, std::span<const ExpertPtrs3> w,
                     std::span<const uint8_t> compute, float* y) {
-  for (size_t k = 0; k < w.size(); ++k)
-    if (compute[k]) run_one(s, w[k], x, 1, y + static_cast<int64_t>(k) * s.n_embd);
+  // Experts in parallel (each runs its own row-block loop inside): independent outputs, so the
+  // order does not change any bit.
+  tbb::parallel_for(tbb::blocked_range<size_t>(0, w.size(), 1), [&](const tbb::blocked_range<size_t>& r) {
+    for (size_t k = r.begin(); k < r.end(); ++k)
+      if (compute[k]) run_one(s, w[k], x, 1, y + static_cast<int64_t>(k) * s.n_embd);
+  });
 }
 
 void weighted_sum(const MoeRequest& req, const float* y) {
