@@ -322,5 +322,33 @@ TEST(Routing, TraceErrors) {
     EXPECT_THROW(read_routing_trace(path), Error) << bad;
   }
   EXPECT_THROW(read_routing_trace(path + ".missing"), Error);
+  // Every truncation of a valid two-record trace either ends on a record boundary (and reads the
+  // records before it) or is refused; none reads past the data.
+  {
+    RoutingTraceWriter w(path, {2, 16, 4});
+    const int32_t ids[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    const float ws[8] = {};
+    w.append(0, 2, ids, ws);
+    w.append(1, 1, ids, ws);
+    w.finish();
+  }
+  const auto full = fs::file_size(path);
+  std::string bytes(full, '\0');
+  std::ifstream(path, std::ios::binary).read(bytes.data(), static_cast<std::streamsize>(full));
+  const std::string cut = tmp_path("cut.frrt");
+  int accepted = 0;
+  for (size_t n = 0; n < full; ++n) {
+    std::ofstream(cut, std::ios::binary | std::ios::trunc).write(bytes.data(), static_cast<std::streamsize>(n));
+    try {
+      const auto t = read_routing_trace(cut);
+      ++accepted;
+      EXPECT_TRUE(n == 24 || n == 24 + 8 + 2 * 4 * 8) << n;
+      EXPECT_EQ(t.tokens(0), n == 24 ? 0 : 2);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::format) << n;
+    }
+  }
+  EXPECT_EQ(accepted, 2);
+  fs::remove(cut);
   fs::remove(path);
 }
