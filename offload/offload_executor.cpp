@@ -152,8 +152,10 @@ OffloadExecutor::Resolved OffloadExecutor::resolve(int32_t layer, int32_t expert
     const ColdChoice c = o_.cold == ColdMode::cpu ? ColdChoice::cpu
                          : o_.cold == ColdMode::copy ? ColdChoice::wait_prefetch
                                                      : cost_.choose(bytes, n_tokens, remaining, 0);
+    if (counters_) counters_->miss(layer);
     if (c == ColdChoice::cpu) {
       ++st_.cpu_experts;
+      if (counters_) counters_->cpu_expert(layer);
       r.w = host_ptrs(layer, expert);
       return r;
     }
@@ -164,6 +166,7 @@ OffloadExecutor::Resolved OffloadExecutor::resolve(int32_t layer, int32_t expert
   } else if (slot >= 0) {
     ++st_.hits;
     ++st_.layer_hits[static_cast<size_t>(layer)];
+    if (counters_) counters_->hit(layer);
   }
   if (slot >= 0) {
     prefetcher_->note_use(slot);
@@ -173,11 +176,13 @@ OffloadExecutor::Resolved OffloadExecutor::resolve(int32_t layer, int32_t expert
     return r;
   }
   ++st_.misses;
+  if (counters_) counters_->miss(layer);
   const ColdChoice c = o_.cold == ColdMode::cpu    ? ColdChoice::cpu
                        : o_.cold == ColdMode::copy ? ColdChoice::copy_now
                                                    : cost_.choose(bytes, n_tokens, -1, 0);
   if (c == ColdChoice::copy_now && n_tokens > 1) {  // prefill: stream through staging, keep the cache
     ++st_.streamed;
+    if (counters_) counters_->h2d(layer, bytes);
     r.stream = true;
     r.w = host_ptrs(layer, expert);
     return r;
@@ -189,15 +194,21 @@ OffloadExecutor::Resolved OffloadExecutor::resolve(int32_t layer, int32_t expert
     demand_->record(*demand_done_);
     const auto t0 = Clock::now();
     demand_done_->synchronize();
-    st_.wait_ms += ms_since(t0);
+    const double waited_ms = ms_since(t0);
+    st_.wait_ms += waited_ms;
     cache_->mark_ready(slot);
     ++st_.copy_now;
     st_.h2d_bytes += bytes;
+    if (counters_) {
+      counters_->h2d(layer, bytes);
+      counters_->wait(WaitCause::copy, static_cast<uint64_t>(waited_ms * 1e6));
+    }
     r.pinned_slot = slot;
     r.w = slot_ptrs(slot, layer);
     return r;
   }
   ++st_.cpu_experts;  // chosen, or no evictable slot for a copy
+  if (counters_) counters_->cpu_expert(layer);
   r.w = host_ptrs(layer, expert);
   // Decode: bring it in behind the CPU compute, so the cache follows the routing's locality (a
   // prefill would push out the decode working set for experts used once).
@@ -236,6 +247,7 @@ void OffloadExecutor::run(const MoeRequest& req) {
   }
   last_layer_ = req.layer;
   ++st_.steps;
+  if (counters_) counters_->vram_in_use(device_->memory().used_bytes);
   prefetcher_->poll();
   y_.resize(static_cast<size_t>(req.n_tokens) * static_cast<size_t>(req.top_k) * static_cast<size_t>(req.n_embd));
   if (req.n_tokens == 1) {
@@ -303,6 +315,7 @@ void OffloadExecutor::run_prefill(const MoeRequest& req) {
     const auto tw = Clock::now();
     staging_done_[b]->synchronize();
     st_.wait_ms += ms_since(tw);
+    if (counters_) counters_->wait(WaitCause::copy, static_cast<uint64_t>(ms_since(tw) * 1e6));
     const auto* base = static_cast<const uint8_t*>(staging_.data()) + b * o_.plan.slot_bytes;
     const ExpertPtrs3 w{base, base + shape.gate_bytes(), base + shape.gate_bytes() + shape.up_bytes()};
     batch.compute_group(streamed[i].expert, w, y_.data());
@@ -312,6 +325,11 @@ void OffloadExecutor::run_prefill(const MoeRequest& req) {
   st_.compute_ms += ms_since(t0);
   for (const Resolved& x : direct)
     if (x.pinned_slot >= 0) cache_->unpin(x.pinned_slot);
+}
+
+void OffloadExecutor::set_counters(StatsCounters* c) {
+  counters_ = c;
+  prefetcher_->set_counters(c);
 }
 
 void OffloadExecutor::drain() {

@@ -93,6 +93,9 @@ class OffloadExecutor final : public MoeExecutor {
   const ExpertCache& cache() const { return *cache_; }
   const Plan& plan() const { return o_.plan; }
   void set_predictor(ExpertPredictor* p) { o_.predictor = p; }
+  // J's per-layer counters (--stats): hits, misses, CPU experts, prefetches, H2D bytes, copy
+  // waits, device memory in use. May be null.
+  void set_counters(StatsCounters* c);
 
  private:
   struct Resolved {
@@ -128,6 +131,7 @@ class OffloadExecutor final : public MoeExecutor {
   std::vector<float> y_;                    // (n_tokens, top_k, n_embd) per-slot expert outputs
   std::vector<PredictedExpert> predicted_;
   OffloadStats st_;
+  StatsCounters* counters_ = nullptr;
 };
 
 }  // namespace ferry

@@ -54,10 +54,15 @@ void Prefetcher::issue(int32_t current_layer, uint64_t now) {
     stream_->record(*s.done);
     s.in_flight = true;
     s.unused = true;
+    s.layer = p.layer;
     s.issued_at_us = now_us();
     ++n_in_flight_;
     ++c_.issued;
     c_.bytes += expert_bytes_;
+    if (counters_) {
+      counters_->prefetch_issued(p.layer, expert_bytes_);
+      counters_->h2d(p.layer, expert_bytes_);
+    }
   }
   queue_ = std::move(keep);
 }
@@ -80,10 +85,12 @@ void Prefetcher::admit(int32_t layer, int32_t expert, uint64_t now) {
   stream_->record(*s.done);
   s.in_flight = true;
   s.unused = false;
+  s.layer = layer;
   s.issued_at_us = now_us();
   ++n_in_flight_;
   ++c_.admitted;
   c_.bytes += expert_bytes_;
+  if (counters_) counters_->h2d(layer, expert_bytes_);
 }
 
 void Prefetcher::complete(int32_t slot) {
@@ -104,7 +111,11 @@ void Prefetcher::poll() {
 void Prefetcher::wait(int32_t slot) {
   Slot& s = slots_[static_cast<size_t>(slot)];
   if (!s.in_flight) return;
+  const auto t0 = std::chrono::steady_clock::now();
   s.done->synchronize();
+  if (counters_)
+    counters_->wait(WaitCause::copy, static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                         std::chrono::steady_clock::now() - t0).count()));
   complete(slot);
 }
 
@@ -117,6 +128,7 @@ void Prefetcher::note_use(int32_t slot) {
   if (s.unused) {
     s.unused = false;
     ++c_.used;
+    if (counters_) counters_->prefetch_used(s.layer);
   }
 }
 
@@ -126,6 +138,7 @@ void Prefetcher::note_evict(int32_t slot) {
   if (s.unused) {
     s.unused = false;
     ++c_.wasted;
+    if (counters_) counters_->prefetch_wasted(s.layer, expert_bytes_);
   }
 }
 

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "offload/expert_cache.hpp"
+#include "offload/stats.hpp"
 #include "runtime/backend/device.hpp"
 
 namespace ferry {
@@ -68,12 +69,15 @@ class Prefetcher {
   const PrefetchCounters& counters() const { return c_; }
   void reset_counters() { c_ = {}; }
   Stream& stream() { return *stream_; }
+  // Per-layer counters for --stats (offload/stats.hpp); may be null.
+  void set_counters(StatsCounters* c) { counters_ = c; }
 
  private:
   struct Slot {
     std::unique_ptr<Event> done;
     bool in_flight = false;
     bool unused = false;  // prefetched, not used yet
+    int32_t layer = -1;   // of the last copy (for per-layer counters)
     double issued_at_us = 0;
   };
   void complete(int32_t slot);
@@ -87,6 +91,7 @@ class Prefetcher {
   std::vector<Slot> slots_;  // (n_slots)
   std::vector<PredictedExpert> queue_;
   PrefetchCounters c_;
+  StatsCounters* counters_ = nullptr;
 };
 
 }  // namespace ferry

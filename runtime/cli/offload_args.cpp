@@ -191,6 +191,10 @@ MoeExecutorWrap Offload::wrap(MoeExecutorWrap then) {
   };
 }
 
+void Offload::attach(StatsCounters* counters) {
+  if (executor_) executor_->set_counters(counters);
+}
+
 void Offload::finish() {
   if (record_) record_->write(a_.record_profile);
   if (a_.stats && executor_) {

@@ -53,6 +53,8 @@ class Offload {
   const OffloadArgs& args() const { return a_; }
   // For LoadedModel::load: replaces the engine's executor; `then` (may be empty) wraps the result.
   MoeExecutorWrap wrap(MoeExecutorWrap then = {});
+  // After loading: feeds --stats' per-layer counters (Observability::counters(), may be null).
+  void attach(StatsCounters* counters);
   // End of the run: --record-profile, --offload-stats. ErrorKind::io when a file cannot be written.
   void finish();
   OffloadExecutor* executor() { return executor_; }
