@@ -45,6 +45,7 @@ int chat_main(int argc, char** argv) {
   Offload offload(offa, offload_so.n_ctx, offload_so.type_k, offload_so.type_v, offload_so.n_batch);
   auto model = load_model_verbose(ma.model, /*allow_default=*/true, offload.wrap(obs.wrap()));
   obs.attach(*model);
+  offload.attach(obs.counters());
   const Tokenizer& tok = model->tokenizer();
   Session session(*model, session_options(ma));
   Sampler sampler(sp);

@@ -68,6 +68,7 @@ int logits_main(int argc, char** argv) {
     model->model().set_debug_hook(dump);
   }
   obs.attach(*model, dump);  // --trace: op spans, then the dump hook
+  offload.attach(obs.counters());
   if (n > session.n_ctx())
     fail(ErrorKind::context, "{} tokens do not fit in the context of {} (-c)", n, session.n_ctx());
 
