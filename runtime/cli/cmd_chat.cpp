@@ -43,7 +43,8 @@ int chat_main(int argc, char** argv) {
   Observability obs(oa);
   const SessionOptions offload_so = session_options(ma);
   Offload offload(offa, offload_so.n_ctx, offload_so.type_k, offload_so.type_v, offload_so.n_batch);
-  auto model = load_model_verbose(ma.model, /*allow_default=*/true, offload.wrap(obs.wrap()));
+  auto model = load_model_verbose(ma.model, /*allow_default=*/true, offload.wrap(obs.wrap()),
+                                  backend_options(offload.args().device, offload.args().vram, offload.active()));
   obs.attach(*model);
   offload.attach(obs.counters());
   const Tokenizer& tok = model->tokenizer();
