@@ -166,6 +166,20 @@ TEST_F(OffloadExecutorTest, QuantizedWiderModelWithUringAndMmapStores) {
   }
 }
 
+TEST_F(OffloadExecutorTest, Qwen35MoeHybridModel) {
+  synth::Options o = tiny(synth::QuantMix::q4_k_m);
+  o.arch = synth::Arch::qwen35moe;
+  const std::string path = test::write_model(o, "tiny-qwen35moe-q4km");
+  const auto toks = test::random_tokens(16, 512, 17);
+  const auto ref = reference(path, toks, 6);
+  for (ColdMode cold : {ColdMode::auto_, ColdMode::copy}) {
+    OffloadStats st;
+    const auto got = offloaded(path, toks, 6, Variant{HostLoad::uring, cold, true}, st);
+    expect_identical(got, ref, cold == ColdMode::copy ? "qwen35moe copy" : "qwen35moe auto");
+    EXPECT_GT(st.misses, 0u);
+  }
+}
+
 TEST_F(OffloadExecutorTest, MinimalSlotsStillCorrect) {
   // top_k slots only: nearly every use misses and copy-now must evict constantly.
   const std::string path = test::write_model(tiny(synth::QuantMix::q8_0), "tiny-q8");
