@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Builds llama.cpp's llama-bench without internet access beyond PyPI: the llama.cpp source is the
+# one vendored in llama-cpp-python's source distribution (the version installed in .venv, so the
+# benchmark and the oracle tests use the same llama.cpp).
+#
+#   bench/build-llamacpp.sh [cpu|cuda]      (default cpu)
+#
+#   cpu   -DGGML_NATIVE=ON, CPU backend only     → .cache/llama.cpp-build/cpu/bin/llama-bench
+#   cuda  -DGGML_CUDA=ON for sm_90 (H200/H100)   → .cache/llama.cpp-build/cuda/bin/llama-bench
+#
+# Only the llama-bench target is built (ggml + llama + the tool), so the CUDA variant fits a short
+# session on the GPU machine (about 5–8 min on 16 cores: the CUDA template instances dominate).
+# Idempotent: a finished build is only checked. Prints the binary's path as its last line.
+#
+#   FERRY_PYTHON                      python whose pip downloads the sdist (default .venv/bin/python)
+#   FERRY_LLAMA_CPP_PYTHON_VERSION    version of the sdist (default: the one installed, else 0.3.36)
+#   FERRY_LLAMACPP_JOBS               parallel build jobs (default: nproc)
+#   FERRY_CUDA_ARCH                   CUDA architectures for the cuda variant (default 90)
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+variant="${1:-cpu}"
+case "$variant" in cpu | cuda) ;; *)
+  echo "usage: $0 [cpu|cuda]" >&2
+  exit 2
+  ;;
+esac
+cache="$root/.cache"
+jobs="${FERRY_LLAMACPP_JOBS:-$(nproc)}"
+
+py="${FERRY_PYTHON:-$root/.venv/bin/python}"
+[[ -x "$py" ]] || py=python3
+version="${FERRY_LLAMA_CPP_PYTHON_VERSION:-}"
+if [[ -z "$version" ]]; then
+  version="$("$py" -c 'import importlib.metadata as m; print(m.version("llama_cpp_python"))' 2>/dev/null || true)"
+fi
+if [[ -z "$version" ]]; then
+  version=0.3.36
+  echo "[build-llamacpp] llama-cpp-python is not installed in $py; using the source of $version" >&2
+fi
+
+src_root="$cache/llama.cpp-src/$version"
+src="$src_root/llama.cpp"
+build="$cache/llama.cpp-build/$variant"
+bin="$build/bin/llama-bench"
+stamp="$build/.ferry-version"
+
+if [[ -x "$bin" && -f "$stamp" && "$(cat "$stamp")" == "$version" ]]; then
+  echo "[build-llamacpp] $bin: present (llama-cpp-python $version)" >&2
+  echo "$bin"
+  exit 0
+fi
+
+if [[ ! -f "$src/CMakeLists.txt" ]]; then
+  sdist_dir="$cache/sdist"
+  mkdir -p "$sdist_dir"
+  sdist="$(ls "$sdist_dir"/llama_cpp_python-"$version".tar.gz 2>/dev/null || true)"
+  if [[ -z "$sdist" ]]; then
+    if ! "$py" -m pip --version >/dev/null 2>&1; then
+      echo "[build-llamacpp] $py has no pip and $sdist_dir holds no llama_cpp_python-$version.tar.gz" >&2
+      exit 1
+    fi
+    echo "[build-llamacpp] downloading the llama-cpp-python $version source distribution" >&2
+    "$py" -m pip download -q --no-deps --no-binary :all: -d "$sdist_dir" "llama-cpp-python==$version"
+    sdist="$(ls "$sdist_dir"/llama_cpp_python-"$version".tar.gz)"
+  fi
+  # Unpack only vendor/llama.cpp into a temporary folder, then move it into place, so an
+  # interrupted run never leaves a half-extracted tree that looks complete.
+  tmp="$(mktemp -d "$cache/llama.cpp-src.XXXXXX")"
+  trap 'rm -rf "$tmp"' EXIT
+  echo "[build-llamacpp] unpacking vendor/llama.cpp from $sdist" >&2
+  tar -xzf "$sdist" -C "$tmp" "llama_cpp_python-$version/vendor/llama.cpp"
+  mkdir -p "$src_root"
+  rm -rf "$src"
+  mv "$tmp/llama_cpp_python-$version/vendor/llama.cpp" "$src"
+fi
+
+flags=(-DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF
+  -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TOOLS=ON)
+if [[ "$variant" == cpu ]]; then
+  flags+=(-DGGML_NATIVE=ON -DGGML_CUDA=OFF)
+else
+  command -v nvcc >/dev/null 2>&1 || [[ -x /usr/local/cuda/bin/nvcc ]] || {
+    echo "[build-llamacpp] cuda: nvcc not found" >&2
+    exit 1
+  }
+  flags+=(-DGGML_NATIVE=ON -DGGML_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=${FERRY_CUDA_ARCH:-90}")
+  [[ -x /usr/local/cuda/bin/nvcc ]] && flags+=(-DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc)
+fi
+gen=()
+command -v ninja >/dev/null 2>&1 && gen=(-G Ninja)
+
+mkdir -p "$build"
+echo "[build-llamacpp] configuring $variant in $build" >&2
+cmake -S "$src" -B "$build" "${gen[@]}" "${flags[@]}" >"$build.configure.log" 2>&1 || {
+  tail -n 30 "$build.configure.log" >&2
+  exit 1
+}
+echo "[build-llamacpp] building llama-bench with $jobs jobs (log: $build.build.log)" >&2
+cmake --build "$build" --target llama-bench -j "$jobs" >"$build.build.log" 2>&1 || {
+  tail -n 30 "$build.build.log" >&2
+  exit 1
+}
+[[ -x "$bin" ]] || {
+  echo "[build-llamacpp] the build finished without $bin" >&2
+  exit 1
+}
+echo "$version" >"$stamp"
+echo "[build-llamacpp] built $bin" >&2
+echo "$bin"

@@ -1,0 +1,69 @@
+#pragma once
+// Results of `ferry bench` and their output formats. Column names follow llama-bench's where the
+// meaning is the same (model_filename … stddev_ts, samples_ns, samples_ts), so its tooling reads
+// them; Ferry's own columns follow (device, vram_budget, routing, hit_rate, …). Fields that do not
+// apply to a test (offload counters on the cpu device) are null in JSON, empty in CSV, "-" in md.
+#include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ferry::cli {
+
+struct BenchResult {
+  std::string cpu_info, gpu_info, backends;
+  std::string model_filename, model_type;
+  uint64_t model_size = 0;      // bytes of all tensors
+  uint64_t model_n_params = 0;  // elements of all tensors
+  int32_t n_batch = 0, n_ubatch = 0, n_threads = 0;
+  std::string type_k, type_v;
+  int32_t n_prompt = 0, n_gen = 0, n_depth = 0;
+  std::string test_time;             // ISO 8601 UTC, when the test started
+  std::vector<uint64_t> samples_ns;  // (reps) wall time of the timed part of each repetition
+
+  std::string device;         // cpu | sim | cuda
+  uint64_t vram_budget = 0;   // bytes; 0: no budget (every expert resident)
+  std::string routing;        // --routing
+  // Over the timed parts only: fraction of expert uses served from a resident slot; host→device
+  // bytes (demand, streaming and prefetch copies) per token; time the host blocked waiting for
+  // the device's copies, as a percentage of the timed wall time.
+  std::optional<double> hit_rate, h2d_bytes_per_token, gpu_wait_pct;
+  // Weight bytes the forward read per token (dense tensors once per forward step, the distinct
+  // experts each step used), the measured bandwidth of the memory they were read from, and
+  // weight_bytes_per_token × avg_ts / mem_bw: 1.0 would be a pure weight stream at full speed.
+  std::optional<double> weight_bytes_per_token, mem_bw_gbps, speed_of_light_fraction;
+
+  uint64_t avg_ns() const;
+  uint64_t stddev_ns() const;
+  std::vector<double> samples_ts() const;  // (n_prompt + n_gen) tokens per second of each sample
+  double avg_ts() const;
+  double stddev_ts() const;
+  std::string test_name() const;  // pp512, tg128, pp512+tg128, "… @ d4096"
+};
+
+enum class BenchFormat { md, csv, json, jsonl };
+BenchFormat parse_bench_format(const std::string& s);  // ErrorKind::invalid_arg on junk
+
+// Writes results as they finish (csv, json, jsonl stream; md needs every row for its column
+// widths and prints them at the end).
+class BenchPrinter {
+ public:
+  BenchPrinter(BenchFormat f, std::FILE* out) : f_(f), out_(out) {}
+  void header();
+  void add(const BenchResult& r);
+  void footer();
+
+ private:
+  void print_md();
+  BenchFormat f_;
+  std::FILE* out_;
+  bool first_ = true;
+  std::vector<BenchResult> rows_;
+};
+
+// llama-bench's sample statistics: mean and the sample standard deviation (n − 1), 0 for one sample.
+double mean_of(const std::vector<double>& v);
+double stddev_of(const std::vector<double>& v);
+
+}  // namespace ferry::cli

@@ -1,0 +1,283 @@
+#include "runtime/cli/bench_run.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "offload/stats_routing.hpp"
+#include "runtime/backend/device_size.hpp"
+#include "runtime/cli/common_args.hpp"
+#include "runtime/core/error.hpp"
+#include "runtime/engine/threads.hpp"
+#include "runtime/model/config.hpp"
+#include "runtime/model/weights.hpp"
+
+namespace ferry::cli {
+namespace {
+
+std::string cpu_model_name() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) != 0) continue;
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) break;
+    return line.substr(line.find_first_not_of(' ', colon + 1));
+  }
+  return "unknown";
+}
+
+// llama.cpp's llama_model_ftype_name for the file types Ferry reads.
+std::string ftype_name(std::optional<uint32_t> ft) {
+  if (!ft) return "?";
+  switch (*ft) {
+    case 0: return "all F32";
+    case 1: return "F16";
+    case 2: return "Q4_0";
+    case 3: return "Q4_1";
+    case 7: return "Q8_0";
+    case 8: return "Q5_0";
+    case 9: return "Q5_1";
+    case 10: return "Q2_K - Medium";
+    case 12: return "Q3_K - Medium";
+    case 14: return "Q4_K - Small";
+    case 15: return "Q4_K - Medium";
+    case 16: return "Q5_K - Small";
+    case 17: return "Q5_K - Medium";
+    case 18: return "Q6_K";
+    case 30: return "IQ4_XS - 4.25 bpw";
+    case 32: return "BF16";
+    case 38: return "MXFP4 MoE";
+    default: return fmt::format("ftype {}", *ft);
+  }
+}
+
+std::string utc_now_iso() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%FT%TZ", &tm);
+  return buf;
+}
+
+bool beyond_layers(const std::string& name, int32_t n_layer) {
+  return name.rfind("blk.", 0) == 0 && std::atoi(name.c_str() + 4) >= n_layer;
+}
+
+}  // namespace
+
+BenchModel::BenchModel(const BenchLoadSpec& s) : spec_(s) {
+  ObserveArgs oa = s.observe;
+  oa.routing = s.routing;
+  obs_ = std::make_unique<Observability>(oa);
+  OffloadArgs offa = s.offload;
+  offa.device = s.device;
+  offa.vram = s.vram;
+  const bool cuda = s.device == "cuda";
+  // cuda without a budget: every weight resident on the GPU, the engine's own resident executor.
+  const bool offloading = s.device == "sim" || (cuda && !s.vram.empty());
+  if (!offloading) offa.device = "cpu";
+  offload_ = std::make_unique<Offload>(offa, s.plan_ctx, s.plan_type_k, s.plan_type_v, s.n_batch);
+
+  MoeExecutorWrap observe = obs_->wrap();
+  MoeExecutorWrap tap;
+  if (!cuda) {
+    // Innermost, under the routing override: it sees the expert ids actually computed.
+    traffic_ = std::make_shared<WeightTraffic>();
+    tap = [traffic = traffic_, this, observe](std::unique_ptr<MoeExecutor> inner,
+                                             const gguf::File& f) -> std::unique_ptr<MoeExecutor> {
+      const ModelConfig c = read_config(f);
+      auto seen = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(c.n_expert));
+      auto e = std::make_unique<RequestTap>(std::move(inner), [traffic, seen, this](const MoeRequest& r) {
+        std::fill(seen->begin(), seen->end(), 0);
+        uint64_t distinct = 0;
+        const int64_t n = static_cast<int64_t>(r.n_tokens) * r.top_k;
+        for (int64_t i = 0; i < n; ++i) {
+          const auto id = static_cast<size_t>(r.expert_ids[i]);
+          if (id < seen->size() && !(*seen)[id]) {
+            (*seen)[id] = 1;
+            ++distinct;
+          }
+        }
+        if (r.layer == 0) {
+          ++traffic->steps;
+          traffic->tokens += static_cast<uint64_t>(r.n_tokens);
+        }
+        if (static_cast<size_t>(r.layer) < expert_bytes_.size())
+          traffic->expert_bytes += distinct * expert_bytes_[static_cast<size_t>(r.layer)];
+      });
+      std::unique_ptr<MoeExecutor> out = std::move(e);
+      return observe ? observe(std::move(out), f) : std::move(out);
+    };
+  } else {
+    tap = observe;
+  }
+
+  // The weight sizes come from the GGUF before the executors are built (the tap reads them).
+  {
+    const gguf::File f = gguf::File::open(s.model);
+    const ModelConfig c = read_config(f);
+    for (int32_t l = 0; l < c.n_layer; ++l) {
+      uint64_t b = 0;
+      for (const char* m : {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"}) b += f.tensor(layer_tensor(l, m)).nb[2];
+      expert_bytes_.push_back(b);
+    }
+    const bool tied = f.find_tensor("output.weight") == nullptr;
+    for (const gguf::TensorInfo& t : f.tensors()) {
+      model_size_ += t.n_bytes;
+      model_n_params_ += t.n_elements();
+      if (beyond_layers(t.name, c.n_layer) || t.name.find("_exps.") != std::string::npos) continue;
+      if (t.name == "token_embd.weight") {
+        embd_row_bytes_ = t.nb[1];
+        if (!tied) continue;  // only the looked-up rows are read; tied: it is also the lm_head
+      }
+      dense_bytes_per_step_ += t.n_bytes;
+    }
+    model_type_ = fmt::format("{} {} {}", arch_name(c.arch), f.get_string_opt("general.size_label").value_or("?B"),
+                              ftype_name(f.get_u32_opt("general.file_type")));
+  }
+  cpu_info_ = cpu_model_name();
+  model_ = load_model_verbose(s.model, /*allow_default=*/false, offload_->wrap(tap),
+                              backend_options(s.device == "cuda" ? "cuda" : "cpu", s.vram, offloading));
+}
+
+BenchModel::~BenchModel() = default;
+
+void BenchModel::fill_identity(BenchResult& r) const {
+  r.cpu_info = cpu_info_;
+  const bool cuda = spec_.device == "cuda";
+  r.backends = cuda ? "CUDA" : "CPU";
+  if (cuda && model_->device()) r.gpu_info = model_->device()->name();
+  r.model_filename = spec_.model;
+  r.model_type = model_type_;
+  r.model_size = model_size_;
+  r.model_n_params = model_n_params_;
+  r.n_batch = r.n_ubatch = spec_.n_batch;
+  r.device = spec_.device;
+  r.vram_budget = spec_.vram.empty() ? 0 : parse_size(spec_.vram);
+  r.routing = spec_.routing;
+}
+
+double BenchModel::weight_bytes(const WeightTraffic& w) const {
+  return static_cast<double>(w.steps) * static_cast<double>(dense_bytes_per_step_) +
+         static_cast<double>(w.tokens) * static_cast<double>(embd_row_bytes_) + static_cast<double>(w.expert_bytes);
+}
+
+WeightTraffic BenchModel::estimate_traffic(const BenchTestSpec& t) const {
+  // Uniform routing: a step of B tokens uses n·(1 − (1 − k/n)^B) distinct experts on average.
+  const ModelConfig& c = model_->config();
+  WeightTraffic w;
+  auto add_step = [&](int64_t b) {
+    ++w.steps;
+    w.tokens += static_cast<uint64_t>(b);
+    const double n = c.n_expert, k = c.n_expert_used;
+    const double distinct = n * (1.0 - std::pow(1.0 - k / n, static_cast<double>(b)));
+    for (uint64_t eb : expert_bytes_) w.expert_bytes += static_cast<uint64_t>(distinct * static_cast<double>(eb));
+  };
+  for (int32_t done = 0; done < t.n_prompt; done += spec_.n_batch) add_step(std::min(spec_.n_batch, t.n_prompt - done));
+  for (int32_t i = 0; i < t.n_gen; ++i) add_step(1);
+  return w;
+}
+
+void BenchModel::eval_random(Session& s, int32_t n_tokens, int32_t n_batch) {
+  std::uniform_int_distribution<int32_t> id(0, s.n_vocab() - 1);
+  std::vector<int32_t> batch;
+  for (int32_t done = 0; done < n_tokens; done += n_batch) {
+    batch.resize(static_cast<size_t>(std::min(n_batch, n_tokens - done)));
+    for (int32_t& v : batch) v = id(rng_);
+    s.eval(batch);
+  }
+}
+
+BenchResult BenchModel::run(const BenchTestSpec& t, std::optional<double> mem_bw_gbps, const std::string& progress) {
+  BenchResult r;
+  fill_identity(r);
+  r.n_threads = t.n_threads;
+  r.type_k = t.type_k;
+  r.type_v = t.type_v;
+  r.n_prompt = t.n_prompt;
+  r.n_gen = t.n_gen;
+  r.n_depth = t.n_depth;
+  r.test_time = utc_now_iso();
+
+  SessionOptions so;
+  // llama-bench's context: exactly what the test needs (the warm-up fits in it too).
+  so.n_ctx = std::max<int64_t>(int64_t{t.n_depth} + t.n_prompt + t.n_gen, 1);
+  so.n_batch = spec_.n_batch;
+  so.type_k = parse_cache_type(t.type_k, "-ctk");
+  so.type_v = parse_cache_type(t.type_v, "-ctv");
+  Session session(*model_, so);
+
+  if (t.warmup) {
+    std::fprintf(stderr, "%s: warm-up\n", progress.c_str());
+    if (t.n_prompt > 0) eval_random(session, t.n_prompt, spec_.n_batch);
+    if (t.n_gen > 0) eval_random(session, 1, 1);
+  }
+
+  OffloadExecutor* ox = offload_->executor();
+  WeightTraffic traffic;
+  uint64_t uses = 0, hits = 0, h2d = 0;
+  double wait_ms = 0, timed_ms = 0;
+  for (int32_t rep = 0; rep < t.reps; ++rep) {
+    std::fprintf(stderr, "%s: repetition %d/%d\n", progress.c_str(), rep + 1, t.reps);
+    if (t.n_depth > 0 && session.n_past() >= t.n_depth) {
+      session.keep_prefix(t.n_depth);  // KV: truncated; recurrent state: re-evaluated (untimed)
+    } else {
+      session.reset();
+      if (t.n_depth > 0) eval_random(session, t.n_depth, spec_.n_batch);
+    }
+    if (ox) ox->drain();
+    const WeightTraffic w0 = traffic_ ? *traffic_ : WeightTraffic{};
+    const OffloadStats s0 = ox ? ox->stats() : OffloadStats{};
+
+    const auto t0 = std::chrono::steady_clock::now();
+    if (t.n_prompt > 0) eval_random(session, t.n_prompt, spec_.n_batch);
+    for (int32_t i = 0; i < t.n_gen; ++i) eval_random(session, 1, 1);
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+    r.samples_ns.push_back(static_cast<uint64_t>(ns));
+    timed_ms += static_cast<double>(ns) * 1e-6;
+
+    if (traffic_) {
+      traffic.steps += traffic_->steps - w0.steps;
+      traffic.tokens += traffic_->tokens - w0.tokens;
+      traffic.expert_bytes += traffic_->expert_bytes - w0.expert_bytes;
+    }
+    if (ox) {
+      ox->drain();  // settles the prefetches this repetition issued, so their bytes count here
+      const OffloadStats s1 = ox->stats();
+      uses += s1.uses - s0.uses;
+      hits += s1.hits - s0.hits;
+      h2d += (s1.h2d_bytes - s0.h2d_bytes) + (s1.prefetch.bytes - s0.prefetch.bytes);
+      wait_ms += s1.wait_ms - s0.wait_ms;
+    }
+  }
+
+  const double tokens = static_cast<double>(t.n_prompt + t.n_gen) * t.reps;
+  if (!traffic_) {
+    const WeightTraffic one = estimate_traffic(t);
+    traffic = {one.steps * static_cast<uint64_t>(t.reps), one.tokens * static_cast<uint64_t>(t.reps),
+               one.expert_bytes * static_cast<uint64_t>(t.reps)};
+  }
+  if (tokens > 0) r.weight_bytes_per_token = weight_bytes(traffic) / tokens;
+  if (ox) {
+    if (uses > 0) r.hit_rate = static_cast<double>(hits) / static_cast<double>(uses);
+    if (tokens > 0) r.h2d_bytes_per_token = static_cast<double>(h2d) / tokens;
+    if (timed_ms > 0) r.gpu_wait_pct = 100.0 * wait_ms / timed_ms;
+  } else if (spec_.device == "cuda") {
+    r.hit_rate = 1.0;  // every expert resident: no copies by construction
+    r.h2d_bytes_per_token = 0.0;
+  }
+  r.mem_bw_gbps = mem_bw_gbps;
+  if (mem_bw_gbps && *mem_bw_gbps > 0 && timed_ms > 0)
+    r.speed_of_light_fraction = weight_bytes(traffic) / (timed_ms * 1e-3) / (*mem_bw_gbps * 1e9);
+  std::fprintf(stderr, "%s: %.2f ± %.2f t/s\n", progress.c_str(), r.avg_ts(), r.stddev_ts());
+  return r;
+}
+
+}  // namespace ferry::cli

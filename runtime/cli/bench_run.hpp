@@ -1,0 +1,74 @@
+#pragma once
+// One model load of `ferry bench` (a model file on one device, VRAM budget and routing) and the
+// timed tests run on it, llama-bench's way: random token ids (no tokenizer), a warm-up run, then
+// `reps` repetitions of [depth prefill (untimed)] → prompt in n_batch steps → n_gen single-token
+// steps, each repetition timed as a whole.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "runtime/cli/bench_report.hpp"
+#include "runtime/cli/observe_args.hpp"
+#include "runtime/cli/offload_args.hpp"
+#include "runtime/engine/engine.hpp"
+
+namespace ferry::cli {
+
+struct BenchLoadSpec {
+  std::string model;
+  std::string device;   // cpu | sim | cuda (auto resolved)
+  std::string vram;     // "" = no budget
+  std::string routing;  // --routing
+  OffloadArgs offload;  // the other offload flags (device and vram are overwritten)
+  ObserveArgs observe;  // the other observe flags (routing is overwritten)
+  // The session the placement plan must hold: the largest test's context and KV types.
+  int64_t plan_ctx = 0;
+  GgmlType plan_type_k = GgmlType::F16, plan_type_v = GgmlType::F16;
+  int32_t n_batch = 512;
+};
+
+struct BenchTestSpec {
+  int32_t n_prompt = 0, n_gen = 0, n_depth = 0;
+  int32_t n_threads = 0;
+  std::string type_k = "f16", type_v = "f16";
+  int32_t reps = 5;
+  bool warmup = true;
+};
+
+// Counts what the forward reads, from the MoE requests it makes (host-side executors only).
+struct WeightTraffic {
+  uint64_t steps = 0, tokens = 0, expert_bytes = 0;
+};
+
+class BenchModel {
+ public:
+  explicit BenchModel(const BenchLoadSpec& s);  // loads; ferry::Error when it cannot
+  ~BenchModel();
+  // Runs one test; `progress` prefixes the stderr lines. mem_bw_gbps: the bandwidth of the memory
+  // the weights stream from (nullopt: no speed-of-light column).
+  BenchResult run(const BenchTestSpec& t, std::optional<double> mem_bw_gbps, const std::string& progress);
+  LoadedModel& loaded() { return *model_; }
+
+ private:
+  void fill_identity(BenchResult& r) const;
+  double weight_bytes(const WeightTraffic& w) const;
+  WeightTraffic estimate_traffic(const BenchTestSpec& t) const;  // when the requests cannot be read
+  void eval_random(Session& s, int32_t n_tokens, int32_t n_batch);
+
+  BenchLoadSpec spec_;
+  std::unique_ptr<Observability> obs_;
+  std::unique_ptr<Offload> offload_;
+  std::unique_ptr<LoadedModel> model_;
+  std::shared_ptr<WeightTraffic> traffic_;  // null on cuda (requests hold device pointers)
+  std::vector<uint64_t> expert_bytes_;      // (n_layer) bytes of one expert (gate + up + down)
+  uint64_t dense_bytes_per_step_ = 0;       // non-expert weights one forward step reads
+  uint64_t embd_row_bytes_ = 0;             // token_embd bytes per token (a row lookup)
+  uint64_t model_size_ = 0, model_n_params_ = 0;
+  std::string model_type_, cpu_info_;
+  std::mt19937 rng_{1234};
+};
+
+}  // namespace ferry::cli

@@ -1,0 +1,243 @@
+// `ferry bench`: llama-bench-compatible throughput tests (pp, tg, pp+tg, at a context depth) over
+// sweeps of models, threads, KV types, devices, VRAM budgets and routing; results on stdout
+// (md, csv, json, jsonl), progress on stderr. See bench/README.md.
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <optional>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "runtime/cli/bench_membw.hpp"
+#include "runtime/cli/bench_report.hpp"
+#include "runtime/cli/bench_run.hpp"
+#include "runtime/cli/command.hpp"
+#include "runtime/cli/common_args.hpp"
+#include "runtime/core/error.hpp"
+#include "runtime/engine/threads.hpp"
+
+namespace ferry::cli {
+namespace {
+
+// "a,b" values given once or repeated (-m a -m b), in order, without duplicates.
+std::vector<std::string> split_list(const std::vector<std::string>& in) {
+  std::vector<std::string> out;
+  for (const std::string& s : in) {
+    size_t start = 0;
+    while (start <= s.size()) {
+      const size_t comma = s.find(',', start);
+      const std::string item = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+      if (std::find(out.begin(), out.end(), item) == out.end()) out.push_back(item);
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+  }
+  return out;
+}
+
+std::vector<int32_t> int_list(const std::vector<std::string>& in, const char* flag, int32_t min) {
+  std::vector<int32_t> out;
+  for (const std::string& s : split_list(in)) {
+    size_t used = 0;
+    int v = 0;
+    try {
+      v = std::stoi(s, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != s.size() || v < min)
+      fail(ErrorKind::invalid_arg, "{} '{}': expected integers >= {} separated by commas", flag, s, min);
+    out.push_back(v);
+  }
+  return out;
+}
+
+struct TestShape {
+  int32_t n_prompt, n_gen;
+};
+
+int bench_main(int argc, char** argv) {
+  CLI::App app{"Benchmark prompt processing and generation (llama-bench compatible)", "ferry bench"};
+  std::vector<std::string> models, prompts{"512"}, gens{"128"}, pgs, depths{"0"}, threads, ctk{"f16"}, ctv{"f16"},
+      vrams{""}, devices{"cpu"}, routings{"model"};
+  int32_t reps = 5, n_batch = 512;
+  std::string output = "md";
+  bool no_warmup = false;
+  OffloadArgs offa;
+  ObserveArgs oa;
+  app.add_option("-m,--model", models, "GGUF model file(s), comma-separated or repeated")->required();
+  app.add_option("-p,--n-prompt", prompts, "prompt tokens of the pp tests (0: none)")->capture_default_str();
+  app.add_option("-n,--n-gen", gens, "generated tokens of the tg tests (0: none)")->capture_default_str();
+  app.add_option("--pg", pgs, "PP,TG: a test of a PP-token prompt then TG generated tokens (-pg; repeatable)");
+  app.add_option("-d,--n-depth", depths, "context depth: tokens evaluated (untimed) before each test")
+      ->capture_default_str();
+  app.add_option("-r,--repetitions", reps, "repetitions of each test")->check(CLI::Range(1, 100000))->capture_default_str();
+  app.add_option("-t,--threads", threads, "CPU threads (default: physical cores)");
+  app.add_option("--cache-type-k", ctk, "KV cache type for K, f16 or f32 (-ctk)")->capture_default_str();
+  app.add_option("--cache-type-v", ctv, "KV cache type for V, f16 or f32 (-ctv)")->capture_default_str();
+  app.add_option("-b,--batch-size", n_batch, "tokens per forward step of the prompt")
+      ->check(CLI::Range(1, 65536))->capture_default_str();
+  app.add_option("--device", devices, "where routed experts run: cpu, sim, cuda, auto (comma-separated sweep)")
+      ->capture_default_str();
+  app.add_option("--vram", vrams, "device memory budgets (e.g. 12G,16G; sim/cuda only; none: every expert resident)");
+  app.add_option("--routing", routings, "expert choice: model, uniform, locality, trace:FILE (sweep)")
+      ->capture_default_str();
+  app.add_option("--routing-seed", oa.routing_seed, "seed of --routing uniform|locality")->capture_default_str();
+  app.add_option("--prefetch", offa.prefetch, "offload: layers ahead to predict and prefetch (0: off)")
+      ->check(CLI::Range(0, 8))->capture_default_str();
+  app.add_option("--cold", offa.cold, "offload: cold experts by auto (cost model), cpu, copy")
+      ->check(CLI::IsMember({"auto", "cpu", "copy"}))->capture_default_str();
+  app.add_option("--evict", offa.evict, "offload: eviction lrfu or lru")->check(CLI::IsMember({"lrfu", "lru"}))
+      ->capture_default_str();
+  app.add_option("--sim-link", offa.sim_link, "sim device link model GBPS[:LATENCY_US]")->capture_default_str();
+  app.add_option("--hw-profile", offa.hw_profile, "offload cost-model rates from a hardware profile JSON");
+  app.add_option("--host-load", offa.host_load, "offload host store fill: uring, mmap, alias")
+      ->check(CLI::IsMember({"uring", "mmap", "alias"}));
+  app.add_option("-o,--output", output, "output format: md, csv, json, jsonl")->capture_default_str();
+  app.add_flag("--no-warmup", no_warmup, "skip the warm-up run before each test");
+
+  // llama-bench's multi-letter short flags.
+  std::vector<std::string> args;
+  for (int i = 0; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "-pg") a = "--pg";
+    args.push_back(std::move(a));
+  }
+  std::vector<char*> ptrs;
+  for (auto& s : args) ptrs.push_back(s.data());
+  bool stop = false;
+  const int rc = parse(app, static_cast<int>(ptrs.size()), ptrs.data(), stop);
+  if (stop) return rc;
+
+  const BenchFormat format = parse_bench_format(output);
+  const std::vector<std::string> model_list = split_list(models);
+  std::vector<TestShape> shapes;
+  for (int32_t p : int_list(prompts, "-p", 0))
+    if (p > 0) shapes.push_back({p, 0});
+  for (int32_t g : int_list(gens, "-n", 0))
+    if (g > 0) shapes.push_back({0, g});
+  for (const std::string& pg : pgs) {
+    const std::vector<int32_t> v = int_list({pg}, "-pg", 0);
+    if (v.size() != 2) fail(ErrorKind::invalid_arg, "-pg '{}': expected PP,TG", pg);
+    if (v[0] + v[1] > 0) shapes.push_back({v[0], v[1]});
+  }
+  if (shapes.empty()) fail(ErrorKind::invalid_arg, "no tests: every -p, -n and -pg is 0");
+  const std::vector<int32_t> depth_list = int_list(depths, "-d", 0);
+  std::vector<int32_t> thread_list = threads.empty() ? std::vector<int32_t>{physical_cores()} : int_list(threads, "-t", 1);
+  const std::vector<std::string> ctk_list = split_list(ctk), ctv_list = split_list(ctv);
+  for (const auto& s : ctk_list) (void)parse_cache_type(s, "-ctk");
+  for (const auto& s : ctv_list) (void)parse_cache_type(s, "-ctv");
+  std::vector<std::string> device_list;
+  for (const std::string& d : split_list(devices)) {
+    const std::string k = d == "auto" ? device_kind_name(default_device_kind()) : d;
+    (void)parse_device_kind(k);
+    if (std::find(device_list.begin(), device_list.end(), k) == device_list.end()) device_list.push_back(k);
+  }
+  const std::vector<std::string> vram_list = split_list(vrams), routing_list = split_list(routings);
+  for (const std::string& v : vram_list)
+    if (!v.empty()) (void)parse_size(v);
+
+  // The plan of an offloaded load must hold the largest test of the run.
+  int64_t plan_ctx = 1;
+  for (const TestShape& s : shapes)
+    for (int32_t d : depth_list) plan_ctx = std::max<int64_t>(plan_ctx, int64_t{d} + s.n_prompt + s.n_gen);
+  const bool any_f32_k = std::find(ctk_list.begin(), ctk_list.end(), "f32") != ctk_list.end();
+  const bool any_f32_v = std::find(ctv_list.begin(), ctv_list.end(), "f32") != ctv_list.end();
+
+  struct Load {
+    std::string model, device, vram, routing;
+  };
+  std::vector<Load> loads;
+  for (const auto& m : model_list)
+    for (const auto& d : device_list)
+      for (const auto& v : vram_list) {
+        if (d == "cpu" && !v.empty()) {
+          std::fprintf(stderr, "ferry bench: --vram %s does not apply to --device cpu: skipped\n", v.c_str());
+          continue;
+        }
+        for (const auto& r : routing_list) loads.push_back({m, d, v, r});
+      }
+  const size_t per_load = thread_list.size() * ctk_list.size() * ctv_list.size() * depth_list.size() * shapes.size();
+  const size_t total = loads.size() * per_load;
+
+  BenchPrinter printer(format, stdout);
+  printer.header();
+  std::map<int32_t, double> host_bw;  // measured once per thread count
+  size_t index = 0;
+  int failures = 0;
+  for (const Load& L : loads) {
+    BenchLoadSpec spec;
+    spec.model = L.model;
+    spec.device = L.device;
+    spec.vram = L.vram;
+    spec.routing = L.routing;
+    spec.offload = offa;
+    spec.observe = oa;
+    spec.plan_ctx = plan_ctx;
+    spec.plan_type_k = any_f32_k ? GgmlType::F32 : GgmlType::F16;
+    spec.plan_type_v = any_f32_v ? GgmlType::F32 : GgmlType::F16;
+    spec.n_batch = n_batch;
+    std::string what = fmt::format("{} on {}", L.model, L.device);
+    if (!L.vram.empty()) what += fmt::format(" --vram {}", L.vram);
+    if (L.routing != "model") what += fmt::format(" --routing {}", L.routing);
+    std::unique_ptr<BenchModel> bm;
+    try {
+      bm = std::make_unique<BenchModel>(spec);
+    } catch (const Error& e) {
+      std::fprintf(stderr, "ferry bench: %s: cannot run: %s\n", what.c_str(), e.what());
+      failures += static_cast<int>(per_load);
+      index += per_load;
+      continue;
+    }
+    std::optional<double> device_bw;
+    if (L.device == "cuda" && bm->loaded().device()) device_bw = measure_device_copy_gbps(*bm->loaded().device());
+    for (int32_t nt : thread_list) {
+      ThreadLimit limit(nt);
+      std::optional<double> bw = device_bw;
+      if (L.device != "cuda") {
+        if (!host_bw.count(nt)) {
+          host_bw[nt] = measure_host_read_gbps();
+          std::fprintf(stderr, "ferry bench: host memory read bandwidth with %d threads: %.1f GB/s\n", nt, host_bw[nt]);
+        }
+        bw = host_bw[nt];
+      }
+      for (const auto& tk : ctk_list)
+        for (const auto& tv : ctv_list)
+          for (int32_t d : depth_list)
+            for (const TestShape& s : shapes) {
+              BenchTestSpec t;
+              t.n_prompt = s.n_prompt;
+              t.n_gen = s.n_gen;
+              t.n_depth = d;
+              t.n_threads = nt;
+              t.type_k = tk;
+              t.type_v = tv;
+              t.reps = reps;
+              t.warmup = !no_warmup;
+              ++index;
+              BenchResult probe;
+              probe.n_prompt = s.n_prompt;
+              probe.n_gen = s.n_gen;
+              probe.n_depth = d;
+              const std::string progress =
+                  fmt::format("ferry bench: {}/{} {} t={} {}", index, total, probe.test_name(), nt, what);
+              try {
+                printer.add(bm->run(t, bw, progress));
+              } catch (const Error& e) {
+                std::fprintf(stderr, "%s: failed: %s\n", progress.c_str(), e.what());
+                ++failures;
+              }
+            }
+    }
+  }
+  printer.footer();
+  if (failures > 0) std::fprintf(stderr, "ferry bench: %d of %zu runs failed\n", failures, total);
+  return failures > 0 ? 1 : 0;
+}
+
+}  // namespace
+
+FERRY_COMMAND("bench", "benchmark prompt processing and generation (llama-bench compatible)", bench_main);
+
+}  // namespace ferry::cli
