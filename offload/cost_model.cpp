@@ -4,11 +4,10 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "offload/cpu_experts.hpp"
 #include "runtime/backend/device.hpp"
@@ -17,7 +16,9 @@
 namespace ferry {
 namespace {
 
-double tiles(int64_t n_tokens) { return std::ceil(static_cast<double>(std::max<int64_t>(n_tokens, 1)) / 4.0); }
+double tiles(int64_t n_tokens) {
+  return std::ceil(static_cast<double>(std::max<int64_t>(n_tokens, 1)) / 4.0);
+}
 
 // The largest figure of a {"1MiB": x, "4MiB+": y} map or a plain number (the steady-state rate).
 double rate_of(const nlohmann::json& v) {
@@ -36,9 +37,12 @@ double rate_of(const nlohmann::json& v) {
 
 const char* cold_choice_name(ColdChoice c) {
   switch (c) {
-    case ColdChoice::wait_prefetch: return "wait";
-    case ColdChoice::cpu: return "cpu";
-    case ColdChoice::copy_now: return "copy";
+    case ColdChoice::wait_prefetch:
+      return "wait";
+    case ColdChoice::cpu:
+      return "cpu";
+    case ColdChoice::copy_now:
+      return "copy";
   }
   return "?";
 }
@@ -55,11 +59,14 @@ double CostModel::cpu_us(uint64_t bytes, int64_t n_tokens) const {
   return r_.cpu_handoff_us + static_cast<double>(bytes) / (r_.cpu_gbps * 1e3) * tiles(n_tokens);
 }
 
-ColdChoice CostModel::choose(uint64_t bytes, int64_t n_tokens, double remaining_prefetch_us, double link_queue_us) const {
+ColdChoice CostModel::choose(uint64_t bytes, int64_t n_tokens, double remaining_prefetch_us,
+                             double link_queue_us) const {
   const double cpu = cpu_us(bytes, n_tokens);
   const double dev = device_us(bytes, n_tokens);
-  if (remaining_prefetch_us >= 0) return remaining_prefetch_us + dev <= cpu ? ColdChoice::wait_prefetch : ColdChoice::cpu;
-  return std::max(0.0, link_queue_us) + copy_us(bytes) + dev < cpu ? ColdChoice::copy_now : ColdChoice::cpu;
+  if (remaining_prefetch_us >= 0)
+    return remaining_prefetch_us + dev <= cpu ? ColdChoice::wait_prefetch : ColdChoice::cpu;
+  return std::max(0.0, link_queue_us) + copy_us(bytes) + dev < cpu ? ColdChoice::copy_now
+                                                                   : ColdChoice::cpu;
 }
 
 HardwareRates rates_from_profile(const std::string& path) {
@@ -68,7 +75,8 @@ HardwareRates rates_from_profile(const std::string& path) {
   std::stringstream ss;
   ss << f.rdbuf();
   const auto j = nlohmann::json::parse(ss.str(), nullptr, false);
-  if (j.is_discarded() || !j.is_object()) fail(ErrorKind::format, "hardware profile {}: not a JSON object", path);
+  if (j.is_discarded() || !j.is_object())
+    fail(ErrorKind::format, "hardware profile {}: not a JSON object", path);
   HardwareRates r;
   r.source = path;
   if (j.contains("h2d_pinned_gbps")) r.h2d_gbps = rate_of(j["h2d_pinned_gbps"]);
@@ -84,8 +92,8 @@ HardwareRates rates_from_profile(const std::string& path) {
   return r;
 }
 
-HardwareRates calibrate_rates(Device& dev, const ExpertShape& s, const ExpertPtrs3& host, void* slot,
-                              const HardwareRates& base) {
+HardwareRates calibrate_rates(Device& dev, const ExpertShape& s, const ExpertPtrs3& host,
+                              void* slot, const HardwareRates& base) {
   using Clock = std::chrono::steady_clock;
   HardwareRates r = base;
   r.source = "calibrated";
@@ -99,8 +107,10 @@ HardwareRates calibrate_rates(Device& dev, const ExpertShape& s, const ExpertPtr
   double best_us = 1e30;
   for (int i = 0; i < 4; ++i) {
     const auto t0 = Clock::now();
-    compute_decode(s, x.data(), std::span<const ExpertPtrs3>(&host, 1), std::span<const uint8_t>(&one, 1), y.data());
-    best_us = std::min(best_us, std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    compute_decode(s, x.data(), std::span<const ExpertPtrs3>(&host, 1),
+                   std::span<const uint8_t>(&one, 1), y.data());
+    best_us =
+        std::min(best_us, std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
   }
   r.cpu_gbps = static_cast<double>(bytes) / (best_us * 1e3);
   if (dev.kind() == DeviceKind::sim) r.device_gbps = r.cpu_gbps;  // sim "kernels" are the CPU's
@@ -114,7 +124,8 @@ HardwareRates calibrate_rates(Device& dev, const ExpertShape& s, const ExpertPtr
     stream->copy_h2d(dst + s.gate_bytes(), host.up, s.up_bytes());
     stream->copy_h2d(dst + s.gate_bytes() + s.up_bytes(), host.down, s.down_bytes());
     stream->synchronize();
-    copy_best = std::min(copy_best, std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    copy_best =
+        std::min(copy_best, std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
   }
   // Split the measured time into latency (kept from base when plausible) and bandwidth.
   const double lat = std::min(base.copy_latency_us * 3, copy_best * 0.5);

@@ -39,7 +39,8 @@ class CostModel {
   double device_us(uint64_t bytes, int64_t n_tokens) const;
   double cpu_us(uint64_t bytes, int64_t n_tokens) const;
   // remaining_prefetch_us < 0: no prefetch in flight. link_queue_us: copies already queued ahead.
-  ColdChoice choose(uint64_t bytes, int64_t n_tokens, double remaining_prefetch_us, double link_queue_us) const;
+  ColdChoice choose(uint64_t bytes, int64_t n_tokens, double remaining_prefetch_us,
+                    double link_queue_us) const;
 
  private:
   HardwareRates r_;
@@ -51,7 +52,7 @@ HardwareRates rates_from_profile(const std::string& path);
 // Measures on this machine: one expert's CPU decode time (from `host`, the host store) and one
 // expert's copy into `slot` through the device. The device rate is kept from `base` (the sim
 // device computes with the CPU: there it is measured like the CPU rate).
-HardwareRates calibrate_rates(Device& dev, const ExpertShape& s, const ExpertPtrs3& host, void* slot,
-                              const HardwareRates& base = {});
+HardwareRates calibrate_rates(Device& dev, const ExpertShape& s, const ExpertPtrs3& host,
+                              void* slot, const HardwareRates& base = {});
 
 }  // namespace ferry

@@ -1,10 +1,10 @@
 #include "offload/cpu_experts.hpp"
 
-#include <algorithm>
-#include <cstring>
-
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
+
+#include <algorithm>
+#include <cstring>
 
 #include "offload/moe_cpu.hpp"
 #include "runtime/core/error.hpp"
@@ -41,16 +41,24 @@ void run_one(const ExpertShape& s, const ExpertPtrs3& w, const float* x, int64_t
 
 }  // namespace
 
-uint64_t ExpertShape::gate_bytes() const { return row_bytes(gate_type, static_cast<uint64_t>(n_embd)) * static_cast<uint64_t>(n_ff); }
-uint64_t ExpertShape::up_bytes() const { return row_bytes(up_type, static_cast<uint64_t>(n_embd)) * static_cast<uint64_t>(n_ff); }
-uint64_t ExpertShape::down_bytes() const { return row_bytes(down_type, static_cast<uint64_t>(n_ff)) * static_cast<uint64_t>(n_embd); }
+uint64_t ExpertShape::gate_bytes() const {
+  return row_bytes(gate_type, static_cast<uint64_t>(n_embd)) * static_cast<uint64_t>(n_ff);
+}
+uint64_t ExpertShape::up_bytes() const {
+  return row_bytes(up_type, static_cast<uint64_t>(n_embd)) * static_cast<uint64_t>(n_ff);
+}
+uint64_t ExpertShape::down_bytes() const {
+  return row_bytes(down_type, static_cast<uint64_t>(n_ff)) * static_cast<uint64_t>(n_embd);
+}
 
 ExpertShape expert_shape(const MoeLayerWeights& L) {
   return ExpertShape{L.gate.type, L.up.type, L.down.type, L.gate.n_in, L.gate.n_out};
 }
 
 ExpertPtrs3 expert_ptrs(const MoeLayerWeights& L, int32_t e) {
-  const auto off = [e](const ExpertTensor& t) { return t.base + static_cast<uint64_t>(e) * t.expert_stride_bytes; };
+  const auto off = [e](const ExpertTensor& t) {
+    return t.base + static_cast<uint64_t>(e) * t.expert_stride_bytes;
+  };
   return ExpertPtrs3{off(L.gate), off(L.up), off(L.down)};
 }
 
@@ -71,7 +79,8 @@ void ExpertBatch::compute_group(int32_t e, const ExpertPtrs3& w, float* y) const
   if (n_e == 0) return;
   const int64_t K = top_k_, E = s_.n_embd;
   const int64_t* idx = pairs_.data() + start_[e];
-  std::vector<float> xg(static_cast<size_t>(n_e * E)), ye(static_cast<size_t>(n_e * E));  // (n_e, E)
+  std::vector<float> xg(static_cast<size_t>(n_e * E)),
+      ye(static_cast<size_t>(n_e * E));  // (n_e, E)
   for (int64_t i = 0; i < n_e; ++i)
     std::memcpy(xg.data() + i * E, x_ + (idx[i] / K) * E, static_cast<size_t>(E) * sizeof(float));
   run_one(s_, w, xg.data(), n_e, ye.data());
@@ -83,10 +92,12 @@ void compute_decode(const ExpertShape& s, const float* x, std::span<const Expert
                     std::span<const uint8_t> compute, float* y) {
   // Experts in parallel (each runs its own row-block loop inside): independent outputs, so the
   // order does not change any bit.
-  tbb::parallel_for(tbb::blocked_range<size_t>(0, w.size(), 1), [&](const tbb::blocked_range<size_t>& r) {
-    for (size_t k = r.begin(); k < r.end(); ++k)
-      if (compute[k]) run_one(s, w[k], x, 1, y + static_cast<int64_t>(k) * s.n_embd);
-  });
+  tbb::parallel_for(tbb::blocked_range<size_t>(0, w.size(), 1),
+                    [&](const tbb::blocked_range<size_t>& r) {
+                      for (size_t k = r.begin(); k < r.end(); ++k)
+                        if (compute[k])
+                          run_one(s, w[k], x, 1, y + static_cast<int64_t>(k) * s.n_embd);
+                    });
 }
 
 void weighted_sum(const MoeRequest& req, const float* y) {

@@ -15,11 +15,16 @@ EvictionPolicy parse_eviction_policy(std::string_view s) {
 }
 
 ExpertCache::ExpertCache(int32_t n_slots, int32_t n_layer, int32_t n_expert, EvictionPolicy policy,
-                         SlotPartition partition, std::vector<int32_t> layer_slots, double half_life_ticks)
-    : policy_(policy), partition_(partition), n_layer_(n_layer), n_expert_(n_expert), half_life_(half_life_ticks) {
+                         SlotPartition partition, std::vector<int32_t> layer_slots,
+                         double half_life_ticks)
+    : policy_(policy),
+      partition_(partition),
+      n_layer_(n_layer),
+      n_expert_(n_expert),
+      half_life_(half_life_ticks) {
   if (n_slots < 0 || n_layer <= 0 || n_expert <= 0 || half_life_ticks <= 0)
-    fail(ErrorKind::invalid_arg, "expert cache: {} slots, {} layers, {} experts, half-life {}", n_slots, n_layer,
-         n_expert, half_life_ticks);
+    fail(ErrorKind::invalid_arg, "expert cache: {} slots, {} layers, {} experts, half-life {}",
+         n_slots, n_layer, n_expert, half_life_ticks);
   const auto n = static_cast<size_t>(n_slots);
   key_.assign(n, -1);
   state_.assign(n, SlotState::empty);
@@ -31,8 +36,9 @@ ExpertCache::ExpertCache(int32_t n_slots, int32_t n_layer, int32_t n_expert, Evi
   if (partition == SlotPartition::per_layer) {
     if (static_cast<int32_t>(layer_slots.size()) != n_layer ||
         std::accumulate(layer_slots.begin(), layer_slots.end(), int64_t{0}) != n_slots)
-      fail(ErrorKind::invalid_arg, "expert cache: per-layer slot counts must cover {} layers and sum to {} slots",
-           n_layer, n_slots);
+      fail(ErrorKind::invalid_arg,
+           "expert cache: per-layer slot counts must cover {} layers and sum to {} slots", n_layer,
+           n_slots);
     size_t s = 0;
     for (int32_t l = 0; l < n_layer; ++l)
       for (int32_t i = 0; i < layer_slots[static_cast<size_t>(l)]; ++i) owner_[s++] = l;
@@ -40,7 +46,8 @@ ExpertCache::ExpertCache(int32_t n_slots, int32_t n_layer, int32_t n_expert, Evi
 }
 
 int32_t ExpertCache::find(int32_t layer, int32_t expert) const {
-  return where_[static_cast<size_t>(layer) * static_cast<size_t>(n_expert_) + static_cast<size_t>(expert)];
+  return where_[static_cast<size_t>(layer) * static_cast<size_t>(n_expert_) +
+                static_cast<size_t>(expert)];
 }
 
 int32_t ExpertCache::layer_of(int32_t slot) const {
@@ -94,9 +101,10 @@ int32_t ExpertCache::victim(int32_t layer, uint64_t now) const {
 
 int32_t ExpertCache::insert(int32_t layer, int32_t expert, uint64_t now) {
   if (layer < 0 || layer >= n_layer_ || expert < 0 || expert >= n_expert_)
-    fail(ErrorKind::internal, "expert cache: insert of layer {} expert {} (cache of {} × {})", layer, expert, n_layer_,
-         n_expert_);
-  if (find(layer, expert) >= 0) fail(ErrorKind::internal, "expert cache: layer {} expert {} inserted twice", layer, expert);
+    fail(ErrorKind::internal, "expert cache: insert of layer {} expert {} (cache of {} × {})",
+         layer, expert, n_layer_, n_expert_);
+  if (find(layer, expert) >= 0)
+    fail(ErrorKind::internal, "expert cache: layer {} expert {} inserted twice", layer, expert);
   const int32_t slot = victim(layer, now);
   if (slot < 0) return -1;
   const auto s = static_cast<size_t>(slot);
@@ -114,7 +122,8 @@ int32_t ExpertCache::insert(int32_t layer, int32_t expert, uint64_t now) {
 }
 
 void ExpertCache::mark_ready(int32_t slot) {
-  if (key_[static_cast<size_t>(slot)] < 0) fail(ErrorKind::internal, "expert cache: slot {} is empty", slot);
+  if (key_[static_cast<size_t>(slot)] < 0)
+    fail(ErrorKind::internal, "expert cache: slot {} is empty", slot);
   state_[static_cast<size_t>(slot)] = SlotState::ready;
 }
 
@@ -127,10 +136,13 @@ void ExpertCache::clear(int32_t slot) {
   freq_[s] = 0.0;
 }
 
-void ExpertCache::pin(int32_t slot) { ++pins_[static_cast<size_t>(slot)]; }
+void ExpertCache::pin(int32_t slot) {
+  ++pins_[static_cast<size_t>(slot)];
+}
 
 void ExpertCache::unpin(int32_t slot) {
-  if (pins_[static_cast<size_t>(slot)] <= 0) fail(ErrorKind::internal, "expert cache: unpin of unpinned slot {}", slot);
+  if (pins_[static_cast<size_t>(slot)] <= 0)
+    fail(ErrorKind::internal, "expert cache: unpin of unpinned slot {}", slot);
   --pins_[static_cast<size_t>(slot)];
 }
 

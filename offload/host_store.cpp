@@ -3,6 +3,8 @@
 #include <fcntl.h>
 #include <liburing.h>
 #include <sys/stat.h>
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,9 +13,6 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
-
-#include <tbb/blocked_range.h>
-#include <tbb/parallel_for.h>
 
 #include "runtime/backend/device_size.hpp"
 #include "runtime/core/error.hpp"
@@ -29,8 +28,12 @@ constexpr unsigned kDepth = 16;
 // Left free for the OS and the rest of the process when checking MemAvailable.
 constexpr uint64_t kHostReserve = 1ull << 30;
 
-uint64_t down_align(uint64_t x) { return x / kAlign * kAlign; }
-uint64_t up_align(uint64_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+uint64_t down_align(uint64_t x) {
+  return x / kAlign * kAlign;
+}
+uint64_t up_align(uint64_t x) {
+  return (x + kAlign - 1) / kAlign * kAlign;
+}
 
 class Fd {
  public:
@@ -70,8 +73,8 @@ struct ReadJob {
 
 // Runs all reads with up to kDepth in flight. Returns -EINVAL when the file system rejected
 // O_DIRECT on the first reads (the caller retries buffered), 0 on success; other errors throw.
-int run_reads(int fd, const std::vector<ReadJob>& jobs, const std::string& path, const StoreProgress& progress,
-              uint64_t total) {
+int run_reads(int fd, const std::vector<ReadJob>& jobs, const std::string& path,
+              const StoreProgress& progress, uint64_t total) {
   Ring ring(kDepth);
   size_t next = 0, done_jobs = 0;
   unsigned in_flight = 0;
@@ -104,7 +107,9 @@ int run_reads(int fd, const std::vector<ReadJob>& jobs, const std::string& path,
       }
       return -EINVAL;
     }
-    if (res < 0) fail(ErrorKind::io, "{}: read at offset {} failed: {}", path, jobs[j].file_off + got[j], std::strerror(-res));
+    if (res < 0)
+      fail(ErrorKind::io, "{}: read at offset {} failed: {}", path, jobs[j].file_off + got[j],
+           std::strerror(-res));
     got[j] += static_cast<uint64_t>(res);
     done_bytes += static_cast<uint64_t>(res);
     if (got[j] < jobs[j].need && res > 0) {
@@ -112,10 +117,11 @@ int run_reads(int fd, const std::vector<ReadJob>& jobs, const std::string& path,
       continue;
     }
     if (got[j] < jobs[j].need)
-      fail(ErrorKind::io, "{}: file ends at {} inside expert data (needed up to {})", path, jobs[j].file_off + got[j],
-           jobs[j].file_off + jobs[j].need);
+      fail(ErrorKind::io, "{}: file ends at {} inside expert data (needed up to {})", path,
+           jobs[j].file_off + got[j], jobs[j].file_off + jobs[j].need);
     ++done_jobs;
-    if (progress) progress(std::min(1.0, static_cast<double>(done_bytes) / static_cast<double>(total)));
+    if (progress)
+      progress(std::min(1.0, static_cast<double>(done_bytes) / static_cast<double>(total)));
   }
   if (progress) progress(1.0);  // the last aligned chunk may stop short at the end of the file
   return 0;
@@ -132,9 +138,12 @@ HostLoad parse_host_load(std::string_view s) {
 
 const char* host_load_name(HostLoad m) {
   switch (m) {
-    case HostLoad::alias: return "alias";
-    case HostLoad::mmap: return "mmap";
-    case HostLoad::uring: return "uring";
+    case HostLoad::alias:
+      return "alias";
+    case HostLoad::mmap:
+      return "mmap";
+    case HostLoad::uring:
+      return "uring";
   }
   return "?";
 }
@@ -155,14 +164,16 @@ void check_host_memory(uint64_t bytes, std::string_view what) {
   const uint64_t usable = avail > kHostReserve ? avail - kHostReserve : 0;
   if (bytes > usable)
     fail(ErrorKind::budget,
-         "{} need {} of host RAM but only {} is available (MemAvailable {} minus a {} reserve): missing {}. Free "
-         "memory, use a smaller model or quantization, or keep more experts in VRAM (a disk tier is not there yet)",
-         what, format_size(bytes), format_size(usable), format_size(avail), format_size(kHostReserve),
-         format_size(bytes - usable));
+         "{} need {} of host RAM but only {} is available (MemAvailable {} minus a {} reserve): "
+         "missing {}. Free "
+         "memory, use a smaller model or quantization, or keep more experts in VRAM (a disk tier "
+         "is not there yet)",
+         what, format_size(bytes), format_size(usable), format_size(avail),
+         format_size(kHostReserve), format_size(bytes - usable));
 }
 
-HostStore::HostStore(Device* device, const std::string& path, std::vector<StoreRegion> regions, HostLoad mode,
-                     const StoreProgress& progress) {
+HostStore::HostStore(Device* device, const std::string& path, std::vector<StoreRegion> regions,
+                     HostLoad mode, const StoreProgress& progress) {
   stats_.mode = mode;
   for (const auto& r : regions) stats_.bytes += r.bytes;
   if (mode == HostLoad::alias) {
@@ -170,7 +181,8 @@ HostStore::HostStore(Device* device, const std::string& path, std::vector<StoreR
     if (progress) progress(1.0);
     return;
   }
-  if (!device) fail(ErrorKind::internal, "host store: loading mode {} needs a device", host_load_name(mode));
+  if (!device)
+    fail(ErrorKind::internal, "host store: loading mode {} needs a device", host_load_name(mode));
   uint64_t total = 0;
   for (const auto& r : regions) {
     buf_off_.push_back(total);
@@ -182,13 +194,16 @@ HostStore::HostStore(Device* device, const std::string& path, std::vector<StoreR
   stats_.pinned = buf_.pinned();
   auto* base = reinterpret_cast<uint8_t*>(up_align(reinterpret_cast<uintptr_t>(buf_.data())));
   for (size_t i = 0; i < regions.size(); ++i)
-    ptr_.push_back(base + buf_off_[i] + (regions[i].file_offset - down_align(regions[i].file_offset)));
+    ptr_.push_back(base + buf_off_[i] +
+                   (regions[i].file_offset - down_align(regions[i].file_offset)));
   if (mode == HostLoad::mmap)
     load_mmap(regions, progress);
   else
     load_uring(path, regions, progress);
-  stats_.load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  stats_.load_gbps = stats_.load_ms > 0 ? static_cast<double>(stats_.bytes) / (stats_.load_ms * 1e6) : 0.0;
+  stats_.load_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  stats_.load_gbps =
+      stats_.load_ms > 0 ? static_cast<double>(stats_.bytes) / (stats_.load_ms * 1e6) : 0.0;
 }
 
 void HostStore::load_mmap(const std::vector<StoreRegion>& regions, const StoreProgress& progress) {
@@ -197,11 +212,14 @@ void HostStore::load_mmap(const std::vector<StoreRegion>& regions, const StorePr
     const StoreRegion& r = regions[i];
     auto* dst = const_cast<uint8_t*>(ptr_[i]);
     // Several threads fault the mapping in parallel (one thread tops out far below DRAM speed).
-    tbb::parallel_for(tbb::blocked_range<uint64_t>(0, r.bytes, kChunk), [&](const tbb::blocked_range<uint64_t>& b) {
-      std::memcpy(dst + b.begin(), r.mapped + b.begin(), b.end() - b.begin());
-    });
+    tbb::parallel_for(tbb::blocked_range<uint64_t>(0, r.bytes, kChunk),
+                      [&](const tbb::blocked_range<uint64_t>& b) {
+                        std::memcpy(dst + b.begin(), r.mapped + b.begin(), b.end() - b.begin());
+                      });
     done += r.bytes;
-    if (progress) progress(static_cast<double>(done) / static_cast<double>(std::max<uint64_t>(stats_.bytes, 1)));
+    if (progress)
+      progress(static_cast<double>(done) /
+               static_cast<double>(std::max<uint64_t>(stats_.bytes, 1)));
   }
 }
 
@@ -210,7 +228,8 @@ void HostStore::load_uring(const std::string& path, const std::vector<StoreRegio
   std::vector<ReadJob> jobs;
   uint64_t total = 0;
   for (size_t i = 0; i < regions.size(); ++i) {
-    const uint64_t a0 = down_align(regions[i].file_offset), a1 = up_align(regions[i].file_offset + regions[i].bytes);
+    const uint64_t a0 = down_align(regions[i].file_offset),
+                   a1 = up_align(regions[i].file_offset + regions[i].bytes);
     const uint64_t need_end = regions[i].file_offset + regions[i].bytes;
     uint8_t* dst = const_cast<uint8_t*>(ptr_[i]) - (regions[i].file_offset - a0);
     for (uint64_t off = a0; off < a1; off += kChunk) {

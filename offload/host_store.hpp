@@ -29,17 +29,17 @@ HostLoad parse_host_load(std::string_view s);  // "alias" | "mmap" | "uring"
 const char* host_load_name(HostLoad m);
 
 struct StoreRegion {
-  uint64_t file_offset = 0;         // absolute offset in the file
+  uint64_t file_offset = 0;  // absolute offset in the file
   uint64_t bytes = 0;
   const uint8_t* mapped = nullptr;  // the same bytes in the file mapping
 };
 
 struct HostStoreStats {
-  uint64_t bytes = 0;     // expert bytes held
+  uint64_t bytes = 0;  // expert bytes held
   double load_ms = 0;
-  double load_gbps = 0;   // bytes / load time (0 for alias)
+  double load_gbps = 0;  // bytes / load time (0 for alias)
   bool pinned = false;
-  bool direct_io = false; // uring read with O_DIRECT
+  bool direct_io = false;  // uring read with O_DIRECT
   HostLoad mode = HostLoad::alias;
 };
 
@@ -49,19 +49,21 @@ using StoreProgress = std::function<void(double fraction)>;
 class HostStore {
  public:
   // device may be null only for alias. ErrorKind::io naming the file on a failed read.
-  HostStore(Device* device, const std::string& path, std::vector<StoreRegion> regions, HostLoad mode,
-            const StoreProgress& progress = {});
+  HostStore(Device* device, const std::string& path, std::vector<StoreRegion> regions,
+            HostLoad mode, const StoreProgress& progress = {});
   const uint8_t* data(size_t region) const { return ptr_[region]; }
   size_t n_regions() const { return ptr_.size(); }
   const HostStoreStats& stats() const { return stats_; }
 
  private:
   void load_mmap(const std::vector<StoreRegion>& regions, const StoreProgress& progress);
-  void load_uring(const std::string& path, const std::vector<StoreRegion>& regions, const StoreProgress& progress);
+  void load_uring(const std::string& path, const std::vector<StoreRegion>& regions,
+                  const StoreProgress& progress);
 
   HostBuffer buf_;
   std::vector<const uint8_t*> ptr_;  // (n_regions)
-  std::vector<uint64_t> buf_off_;    // (n_regions) where region r's first aligned file byte lands in buf_
+  std::vector<uint64_t>
+      buf_off_;  // (n_regions) where region r's first aligned file byte lands in buf_
   HostStoreStats stats_;
 };
 

@@ -1,11 +1,11 @@
 #include "offload/offload_executor.hpp"
 
-#include <algorithm>
-#include <chrono>
-
 #include <fmt/format.h>
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
+
+#include <algorithm>
+#include <chrono>
 
 #include "runtime/core/error.hpp"
 
@@ -13,7 +13,9 @@ namespace ferry {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
 
 }  // namespace
 
@@ -24,21 +26,24 @@ ColdMode parse_cold_mode(std::string_view s) {
   fail(ErrorKind::invalid_arg, "--cold '{}': expected auto, cpu or copy", s);
 }
 
-OffloadExecutor::OffloadExecutor(std::unique_ptr<Device> device, std::vector<MoeLayerWeights> layers,
-                                 OffloadOptions options)
+OffloadExecutor::OffloadExecutor(std::unique_ptr<Device> device,
+                                 std::vector<MoeLayerWeights> layers, OffloadOptions options)
     : o_(std::move(options)), device_(std::move(device)), layers_(std::move(layers)) {
   if (!device_) fail(ErrorKind::internal, "offload executor without a device");
   if (device_->kind() != DeviceKind::sim)
-    fail(ErrorKind::unsupported, "the offload executor runs on the sim device only so far (the {} path is not written)",
+    fail(ErrorKind::unsupported,
+         "the offload executor runs on the sim device only so far (the {} path is not written)",
          device_kind_name(device_->kind()));
   const Plan& plan = o_.plan;
   const auto L = static_cast<int32_t>(layers_.size());
-  if (L != plan.in.n_layer) fail(ErrorKind::internal, "offload plan for {} layers, model has {}", plan.in.n_layer, L);
+  if (L != plan.in.n_layer)
+    fail(ErrorKind::internal, "offload plan for {} layers, model has {}", plan.in.n_layer, L);
   for (int32_t l = 0; l < L; ++l) {
     const MoeLayerWeights& w = layers_[static_cast<size_t>(l)];
     shapes_.push_back(expert_shape(w));
     if (w.n_expert != plan.in.n_expert || shapes_.back().expert_bytes() > plan.slot_bytes)
-      fail(ErrorKind::internal, "offload plan: layer {} has {} experts of {} B, plan {} experts in slots of {} B", l,
+      fail(ErrorKind::internal,
+           "offload plan: layer {} has {} experts of {} B, plan {} experts in slots of {} B", l,
            w.n_expert, shapes_.back().expert_bytes(), plan.in.n_expert, plan.slot_bytes);
   }
 
@@ -48,11 +53,14 @@ OffloadExecutor::OffloadExecutor(std::unique_ptr<Device> device, std::vector<Moe
     const MoeLayerWeights& w = layers_[static_cast<size_t>(l)];
     const ExpertTensor* t[3] = {&w.gate, &w.up, &w.down};
     for (int i = 0; i < 3; ++i) {
-      const uint64_t off = o_.host_load == HostLoad::alias ? 0 : o_.file_offsets.at(static_cast<size_t>(l))[i];
-      regions.push_back({off, t[i]->expert_stride_bytes * static_cast<uint64_t>(w.n_expert), t[i]->base});
+      const uint64_t off =
+          o_.host_load == HostLoad::alias ? 0 : o_.file_offsets.at(static_cast<size_t>(l))[i];
+      regions.push_back(
+          {off, t[i]->expert_stride_bytes * static_cast<uint64_t>(w.n_expert), t[i]->base});
     }
   }
-  store_ = std::make_unique<HostStore>(device_.get(), o_.gguf_path, std::move(regions), o_.host_load, o_.progress);
+  store_ = std::make_unique<HostStore>(device_.get(), o_.gguf_path, std::move(regions),
+                                       o_.host_load, o_.progress);
   for (int32_t l = 0; l < L; ++l) {
     MoeLayerWeights& w = layers_[static_cast<size_t>(l)];
     w.gate.base = store_->data(static_cast<size_t>(3 * l));
@@ -62,24 +70,28 @@ OffloadExecutor::OffloadExecutor(std::unique_ptr<Device> device, std::vector<Moe
 
   // Device memory, in plan order; every allocation is charged to the budget.
   if (o_.reserve_fixed) {
-    const std::pair<uint64_t, const char*> fixed[] = {{plan.in.dense_bytes, "dense weights (reserved)"},
-                                                      {plan.in.kv_bytes, "KV cache (reserved)"},
-                                                      {plan.in.state_bytes, "recurrent state (reserved)"},
-                                                      {plan.in.workspace_bytes, "workspace (reserved)"}};
+    const std::pair<uint64_t, const char*> fixed[] = {
+        {plan.in.dense_bytes, "dense weights (reserved)"},
+        {plan.in.kv_bytes, "KV cache (reserved)"},
+        {plan.in.state_bytes, "recurrent state (reserved)"},
+        {plan.in.workspace_bytes, "workspace (reserved)"}};
     for (const auto& [bytes, tag] : fixed)
       if (bytes) reserved_.push_back(device_->alloc(bytes, tag));
   }
   table_ = device_->alloc(plan.table_bytes, "expert slot table");
   staging_ = device_->alloc(plan.staging_bytes, "prefill staging slots");
-  if (plan.n_slots > 0) slots_ = device_->alloc(plan.slot_bytes * static_cast<uint64_t>(plan.n_slots), "expert slots");
+  if (plan.n_slots > 0)
+    slots_ = device_->alloc(plan.slot_bytes * static_cast<uint64_t>(plan.n_slots), "expert slots");
   table_host_.resize(static_cast<size_t>(plan.n_slots));
 
   std::vector<int32_t> per_layer;
   if (o_.partition == SlotPartition::per_layer)
     for (const auto& h : plan.hot) per_layer.push_back(static_cast<int32_t>(h.size()));
-  cache_ = std::make_unique<ExpertCache>(plan.n_slots, L, plan.in.n_expert, o_.policy, o_.partition, per_layer);
+  cache_ = std::make_unique<ExpertCache>(plan.n_slots, L, plan.in.n_expert, o_.policy, o_.partition,
+                                         per_layer);
   prefetcher_ = std::make_unique<Prefetcher>(
-      *device_, *cache_, [this](int32_t slot, int32_t l, int32_t e, Stream& s) { fill_slot(slot, l, e, s); },
+      *device_, *cache_,
+      [this](int32_t slot, int32_t l, int32_t e, Stream& s) { fill_slot(slot, l, e, s); },
       plan.in.expert_bytes, o_.prefetch_in_flight);
   demand_ = device_->create_stream();
   demand_done_ = device_->create_event();
@@ -89,7 +101,9 @@ OffloadExecutor::OffloadExecutor(std::unique_ptr<Device> device, std::vector<Moe
   for (int32_t l = 0; l < L; ++l)
     for (int32_t e : plan.hot[static_cast<size_t>(l)]) {
       const int32_t slot = cache_->insert(l, e, 0);
-      if (slot < 0) fail(ErrorKind::internal, "offload: no slot for the initial hot set (layer {} expert {})", l, e);
+      if (slot < 0)
+        fail(ErrorKind::internal, "offload: no slot for the initial hot set (layer {} expert {})",
+             l, e);
       fill_slot(slot, l, e, *demand_);
       st_.init_bytes += shapes_[static_cast<size_t>(l)].expert_bytes();
     }
@@ -118,7 +132,8 @@ OffloadExecutor::~OffloadExecutor() {
 
 ExpertPtrs3 OffloadExecutor::slot_ptrs(int32_t slot, int32_t layer) const {
   const ExpertShape& s = shapes_[static_cast<size_t>(layer)];
-  const auto* base = static_cast<const uint8_t*>(slots_.data()) + static_cast<uint64_t>(slot) * o_.plan.slot_bytes;
+  const auto* base =
+      static_cast<const uint8_t*>(slots_.data()) + static_cast<uint64_t>(slot) * o_.plan.slot_bytes;
   return ExpertPtrs3{base, base + s.gate_bytes(), base + s.gate_bytes() + s.up_bytes()};
 }
 
@@ -135,11 +150,13 @@ void OffloadExecutor::fill_slot(int32_t slot, int32_t layer, int32_t expert, Str
   // The device-side slot table (read by device kernels): the slot's three pointers. The mirror
   // entry is stable until the slot is filled again, which cannot happen before this copy ran.
   table_host_[static_cast<size_t>(slot)] = dst;
-  s.copy_h2d(static_cast<uint8_t*>(table_.data()) + static_cast<uint64_t>(slot) * sizeof(ExpertPtrs3),
-             &table_host_[static_cast<size_t>(slot)], sizeof(ExpertPtrs3));
+  s.copy_h2d(
+      static_cast<uint8_t*>(table_.data()) + static_cast<uint64_t>(slot) * sizeof(ExpertPtrs3),
+      &table_host_[static_cast<size_t>(slot)], sizeof(ExpertPtrs3));
 }
 
-OffloadExecutor::Resolved OffloadExecutor::resolve(int32_t layer, int32_t expert, int64_t n_tokens, uint64_t now) {
+OffloadExecutor::Resolved OffloadExecutor::resolve(int32_t layer, int32_t expert, int64_t n_tokens,
+                                                   uint64_t now) {
   Resolved r;
   r.expert = expert;
   const uint64_t bytes = shapes_[static_cast<size_t>(layer)].expert_bytes();
@@ -149,7 +166,7 @@ OffloadExecutor::Resolved OffloadExecutor::resolve(int32_t layer, int32_t expert
   if (slot >= 0 && prefetcher_->in_flight(slot)) {
     ++st_.inflight;
     const double remaining = std::max(0.0, cost_.copy_us(bytes) - prefetcher_->age_us(slot));
-    const ColdChoice c = o_.cold == ColdMode::cpu ? ColdChoice::cpu
+    const ColdChoice c = o_.cold == ColdMode::cpu    ? ColdChoice::cpu
                          : o_.cold == ColdMode::copy ? ColdChoice::wait_prefetch
                                                      : cost_.choose(bytes, n_tokens, remaining, 0);
     if (counters_) counters_->miss(layer);
@@ -180,7 +197,8 @@ OffloadExecutor::Resolved OffloadExecutor::resolve(int32_t layer, int32_t expert
   const ColdChoice c = o_.cold == ColdMode::cpu    ? ColdChoice::cpu
                        : o_.cold == ColdMode::copy ? ColdChoice::copy_now
                                                    : cost_.choose(bytes, n_tokens, -1, 0);
-  if (c == ColdChoice::copy_now && n_tokens > 1) {  // prefill: stream through staging, keep the cache
+  if (c == ColdChoice::copy_now &&
+      n_tokens > 1) {  // prefill: stream through staging, keep the cache
     ++st_.streamed;
     if (counters_) counters_->h2d(layer, bytes);
     r.stream = true;
@@ -212,7 +230,8 @@ OffloadExecutor::Resolved OffloadExecutor::resolve(int32_t layer, int32_t expert
   r.w = host_ptrs(layer, expert);
   // Decode: bring it in behind the CPU compute, so the cache follows the routing's locality (a
   // prefill would push out the decode working set for experts used once).
-  if (n_tokens == 1 && o_.admit && c != ColdChoice::copy_now) prefetcher_->admit(layer, expert, now);
+  if (n_tokens == 1 && o_.admit && c != ColdChoice::copy_now)
+    prefetcher_->admit(layer, expert, now);
   return r;
 }
 
@@ -222,7 +241,8 @@ void OffloadExecutor::predict_and_prefetch(const MoeRequest& req) {
   o_.predictor->predict(req.layer, req.x, req.n_tokens, req.expert_ids, req.top_k, predicted_);
   for (const PredictedExpert& p : predicted_)
     if (p.layer < o_.plan.in.n_layer && p.expert >= 0 && p.expert < o_.plan.in.n_expert)
-      prefetcher_->request(p);  // stale ones (p.layer <= req.layer) are dropped and counted by issue()
+      prefetcher_->request(
+          p);  // stale ones (p.layer <= req.layer) are dropped and counted by issue()
   prefetcher_->issue(req.layer, tick_);
 }
 
@@ -232,12 +252,15 @@ void OffloadExecutor::run(const MoeRequest& req) {
     fail(ErrorKind::internal, "MoE step for layer {}: the executor has {} layers", req.layer, L);
   const MoeLayerWeights& W = layers_[static_cast<size_t>(req.layer)];
   if (req.n_embd != W.gate.n_in)
-    fail(ErrorKind::internal, "MoE step layer {}: n_embd {} but experts take {}", req.layer, req.n_embd, W.gate.n_in);
+    fail(ErrorKind::internal, "MoE step layer {}: n_embd {} but experts take {}", req.layer,
+         req.n_embd, W.gate.n_in);
   if (req.top_k <= 0 || req.n_tokens < 0)
-    fail(ErrorKind::internal, "MoE step layer {}: top_k {} n_tokens {}", req.layer, req.top_k, req.n_tokens);
+    fail(ErrorKind::internal, "MoE step layer {}: top_k {} n_tokens {}", req.layer, req.top_k,
+         req.n_tokens);
   for (int64_t i = 0; i < int64_t{req.n_tokens} * req.top_k; ++i)
     if (req.expert_ids[i] < 0 || req.expert_ids[i] >= W.n_expert)
-      fail(ErrorKind::internal, "MoE step layer {}: expert id {} outside [0, {})", req.layer, req.expert_ids[i], W.n_expert);
+      fail(ErrorKind::internal, "MoE step layer {}: expert id {} outside [0, {})", req.layer,
+           req.expert_ids[i], W.n_expert);
   if (req.n_tokens == 0) return;
   if (o_.record) o_.record->add(req.layer, req.expert_ids, req.n_tokens, req.top_k);
   // One tick per forward step: a step starts when the layer index does not increase.
@@ -249,7 +272,8 @@ void OffloadExecutor::run(const MoeRequest& req) {
   ++st_.steps;
   if (counters_) counters_->vram_in_use(device_->memory().used_bytes);
   prefetcher_->poll();
-  y_.resize(static_cast<size_t>(req.n_tokens) * static_cast<size_t>(req.top_k) * static_cast<size_t>(req.n_embd));
+  y_.resize(static_cast<size_t>(req.n_tokens) * static_cast<size_t>(req.top_k) *
+            static_cast<size_t>(req.n_embd));
   if (req.n_tokens == 1) {
     std::vector<Resolved> r;
     // Present experts first (pinned), then predictions may evict anything else, then the misses.
@@ -264,7 +288,8 @@ void OffloadExecutor::run(const MoeRequest& req) {
         missing.push_back(s);
     }
     predict_and_prefetch(req);
-    for (int32_t s : missing) r[static_cast<size_t>(s)] = resolve(req.layer, req.expert_ids[s], 1, tick_);
+    for (int32_t s : missing)
+      r[static_cast<size_t>(s)] = resolve(req.layer, req.expert_ids[s], 1, tick_);
     run_decode(req, r);
   } else {
     predict_and_prefetch(req);
@@ -307,9 +332,11 @@ void OffloadExecutor::run_prefill(const MoeRequest& req) {
     st_.h2d_bytes += shape.expert_bytes();
   };
   for (size_t i = 0; i < std::min<size_t>(2, streamed.size()); ++i) stage(i);
-  tbb::parallel_for(tbb::blocked_range<size_t>(0, direct.size(), 1), [&](const tbb::blocked_range<size_t>& rg) {
-    for (size_t i = rg.begin(); i < rg.end(); ++i) batch.compute_group(direct[i].expert, direct[i].w, y_.data());
-  });
+  tbb::parallel_for(tbb::blocked_range<size_t>(0, direct.size(), 1),
+                    [&](const tbb::blocked_range<size_t>& rg) {
+                      for (size_t i = rg.begin(); i < rg.end(); ++i)
+                        batch.compute_group(direct[i].expert, direct[i].w, y_.data());
+                    });
   for (size_t i = 0; i < streamed.size(); ++i) {
     const size_t b = i % 2;
     const auto tw = Clock::now();
@@ -317,7 +344,8 @@ void OffloadExecutor::run_prefill(const MoeRequest& req) {
     st_.wait_ms += ms_since(tw);
     if (counters_) counters_->wait(WaitCause::copy, static_cast<uint64_t>(ms_since(tw) * 1e6));
     const auto* base = static_cast<const uint8_t*>(staging_.data()) + b * o_.plan.slot_bytes;
-    const ExpertPtrs3 w{base, base + shape.gate_bytes(), base + shape.gate_bytes() + shape.up_bytes()};
+    const ExpertPtrs3 w{base, base + shape.gate_bytes(),
+                        base + shape.gate_bytes() + shape.up_bytes()};
     batch.compute_group(streamed[i].expert, w, y_.data());
     if (i + 2 < streamed.size()) stage(i + 2);  // the buffer is free: its compute is done
   }
@@ -358,33 +386,44 @@ void OffloadExecutor::reset_stats() {
 }
 
 std::string offload_stats_text(const OffloadStats& s) {
-  const auto pct = [](uint64_t a, uint64_t b) { return b ? 100.0 * static_cast<double>(a) / static_cast<double>(b) : 0.0; };
+  const auto pct = [](uint64_t a, uint64_t b) {
+    return b ? 100.0 * static_cast<double>(a) / static_cast<double>(b) : 0.0;
+  };
   std::string t = fmt::format(
-      "offload: {} slots, {} steps, {} tokens; expert uses {}: hits {} ({:.1f}%), prefetch in flight {} (waited {}), "
+      "offload: {} slots, {} steps, {} tokens; expert uses {}: hits {} ({:.1f}%), prefetch in "
+      "flight {} (waited {}), "
       "misses {} → cpu {}, copy-now {}, streamed {}\n",
-      s.n_slots, s.steps, s.tokens, s.uses, s.hits, pct(s.hits, s.uses), s.inflight, s.waited, s.misses,
-      s.cpu_experts, s.copy_now, s.streamed);
+      s.n_slots, s.steps, s.tokens, s.uses, s.hits, pct(s.hits, s.uses), s.inflight, s.waited,
+      s.misses, s.cpu_experts, s.copy_now, s.streamed);
   t += fmt::format(
-      "offload: prefetch issued {} used {} ({:.1f}% precision) wasted {} stale {} no-slot {}; admitted {} (dropped {})\n",
-      s.prefetch.issued, s.prefetch.used, pct(s.prefetch.used, s.prefetch.issued), s.prefetch.wasted,
-      s.prefetch.dropped_stale, s.prefetch.dropped_no_slot, s.prefetch.admitted, s.prefetch.admit_dropped);
+      "offload: prefetch issued {} used {} ({:.1f}% precision) wasted {} stale {} no-slot {}; "
+      "admitted {} (dropped {})\n",
+      s.prefetch.issued, s.prefetch.used, pct(s.prefetch.used, s.prefetch.issued),
+      s.prefetch.wasted, s.prefetch.dropped_stale, s.prefetch.dropped_no_slot, s.prefetch.admitted,
+      s.prefetch.admit_dropped);
   const double tok = static_cast<double>(std::max<uint64_t>(s.tokens, 1));
   t += fmt::format(
-      "offload: H2D {:.2f} MB/token (demand+stream {:.1f} MB, prefetch+admit {:.1f} MB, initial {:.1f} MB), host waited "
+      "offload: H2D {:.2f} MB/token (demand+stream {:.1f} MB, prefetch+admit {:.1f} MB, initial "
+      "{:.1f} MB), host waited "
       "{:.2f} ms/token on copies, compute {:.2f} ms/token\n",
-      static_cast<double>(s.h2d_bytes + s.prefetch.bytes) / 1e6 / tok, static_cast<double>(s.h2d_bytes) / 1e6,
-      static_cast<double>(s.prefetch.bytes) / 1e6, static_cast<double>(s.init_bytes) / 1e6, s.wait_ms / tok,
-      s.compute_ms / tok);
-  t += fmt::format("offload: device memory peak {:.1f} MiB of {:.1f} MiB budget; rates ({}): h2d {:.1f} GB/s, cpu {:.1f} GB/s, device {:.1f} GB/s\n",
-                   static_cast<double>(s.memory.peak_bytes) / 1048576.0,
-                   s.memory.budget_bytes == UINT64_MAX ? 0.0 : static_cast<double>(s.memory.budget_bytes) / 1048576.0,
-                   s.rates.source, s.rates.h2d_gbps, s.rates.cpu_gbps, s.rates.device_gbps);
+      static_cast<double>(s.h2d_bytes + s.prefetch.bytes) / 1e6 / tok,
+      static_cast<double>(s.h2d_bytes) / 1e6, static_cast<double>(s.prefetch.bytes) / 1e6,
+      static_cast<double>(s.init_bytes) / 1e6, s.wait_ms / tok, s.compute_ms / tok);
+  t += fmt::format(
+      "offload: device memory peak {:.1f} MiB of {:.1f} MiB budget; rates ({}): h2d {:.1f} GB/s, "
+      "cpu {:.1f} GB/s, device {:.1f} GB/s\n",
+      static_cast<double>(s.memory.peak_bytes) / 1048576.0,
+      s.memory.budget_bytes == UINT64_MAX ? 0.0
+                                          : static_cast<double>(s.memory.budget_bytes) / 1048576.0,
+      s.rates.source, s.rates.h2d_gbps, s.rates.cpu_gbps, s.rates.device_gbps);
   t += fmt::format("offload: host store {} ({}{}), {:.1f} MB", host_load_name(s.store.mode),
                    s.store.pinned ? "pinned" : "pageable", s.store.direct_io ? ", O_DIRECT" : "",
                    static_cast<double>(s.store.bytes) / 1e6);
-  if (s.store.load_gbps > 0) t += fmt::format(" loaded in {:.0f} ms ({:.2f} GB/s)", s.store.load_ms, s.store.load_gbps);
+  if (s.store.load_gbps > 0)
+    t += fmt::format(" loaded in {:.0f} ms ({:.2f} GB/s)", s.store.load_ms, s.store.load_gbps);
   t += "\noffload: hit rate per layer:";
-  for (size_t l = 0; l < s.layer_uses.size(); ++l) t += fmt::format(" {:.0f}%", pct(s.layer_hits[l], s.layer_uses[l]));
+  for (size_t l = 0; l < s.layer_uses.size(); ++l)
+    t += fmt::format(" {:.0f}%", pct(s.layer_hits[l], s.layer_uses[l]));
   t += "\n";
   return t;
 }

@@ -32,7 +32,7 @@
 
 namespace ferry {
 
-enum class ColdMode { auto_, cpu, copy };  // auto_: the cost model decides; others force a path
+enum class ColdMode { auto_, cpu, copy };      // auto_: the cost model decides; others force a path
 ColdMode parse_cold_mode(std::string_view s);  // "auto" | "cpu" | "copy"
 
 struct OffloadOptions {
@@ -58,15 +58,15 @@ struct OffloadOptions {
 
 struct OffloadStats {
   uint64_t steps = 0, tokens = 0;
-  uint64_t uses = 0;          // (step, distinct expert) pairs
-  uint64_t hits = 0;          // ready slot
-  uint64_t inflight = 0;      // prefetch still in flight when needed
-  uint64_t waited = 0;        // ... and waited for
-  uint64_t misses = 0;        // not in the cache
+  uint64_t uses = 0;      // (step, distinct expert) pairs
+  uint64_t hits = 0;      // ready slot
+  uint64_t inflight = 0;  // prefetch still in flight when needed
+  uint64_t waited = 0;    // ... and waited for
+  uint64_t misses = 0;    // not in the cache
   uint64_t cpu_experts = 0, copy_now = 0, streamed = 0;
-  uint64_t h2d_bytes = 0;     // demand and streaming copies (prefetch bytes: prefetch.bytes)
-  uint64_t init_bytes = 0;    // the initial hot set
-  double wait_ms = 0;         // host time blocked on copies (demand, stream, prefetch waits)
+  uint64_t h2d_bytes = 0;   // demand and streaming copies (prefetch bytes: prefetch.bytes)
+  uint64_t init_bytes = 0;  // the initial hot set
+  double wait_ms = 0;       // host time blocked on copies (demand, stream, prefetch waits)
   double cpu_ms = 0, compute_ms = 0;
   std::vector<uint64_t> layer_uses, layer_hits;  // (n_layer)
   PrefetchCounters prefetch;
@@ -81,7 +81,8 @@ std::string offload_stats_text(const OffloadStats& s);
 class OffloadExecutor final : public MoeExecutor {
  public:
   // layers: the experts as the model sees them (views into the GGUF mapping).
-  OffloadExecutor(std::unique_ptr<Device> device, std::vector<MoeLayerWeights> layers, OffloadOptions options);
+  OffloadExecutor(std::unique_ptr<Device> device, std::vector<MoeLayerWeights> layers,
+                  OffloadOptions options);
   ~OffloadExecutor() override;
   void run(const MoeRequest& req) override;
 
@@ -114,21 +115,21 @@ class OffloadExecutor final : public MoeExecutor {
 
   OffloadOptions o_;
   std::unique_ptr<Device> device_;
-  std::vector<MoeLayerWeights> layers_;     // host views (host store)
-  std::vector<ExpertShape> shapes_;         // (n_layer)
+  std::vector<MoeLayerWeights> layers_;  // host views (host store)
+  std::vector<ExpertShape> shapes_;      // (n_layer)
   std::unique_ptr<HostStore> store_;
-  std::vector<DeviceBuffer> reserved_;      // dense/KV/state/workspace reservations
+  std::vector<DeviceBuffer> reserved_;  // dense/KV/state/workspace reservations
   DeviceBuffer slots_, staging_, table_;
-  std::vector<ExpertPtrs3> table_host_;     // (n_slots) mirror of the device slot table
+  std::vector<ExpertPtrs3> table_host_;  // (n_slots) mirror of the device slot table
   std::unique_ptr<ExpertCache> cache_;
   std::unique_ptr<Prefetcher> prefetcher_;
-  std::unique_ptr<Stream> demand_;          // copy-now and prefill streaming
+  std::unique_ptr<Stream> demand_;  // copy-now and prefill streaming
   std::unique_ptr<Event> demand_done_;
   std::array<std::unique_ptr<Event>, 2> staging_done_;
   CostModel cost_;
   uint64_t tick_ = 0;
   int32_t last_layer_ = -1;
-  std::vector<float> y_;                    // (n_tokens, top_k, n_embd) per-slot expert outputs
+  std::vector<float> y_;  // (n_tokens, top_k, n_embd) per-slot expert outputs
   std::vector<PredictedExpert> predicted_;
   OffloadStats st_;
   StatsCounters* counters_ = nullptr;

@@ -1,10 +1,10 @@
 #include "offload/placement.hpp"
 
-#include <algorithm>
-#include <numeric>
-
 #include <fmt/format.h>
+
+#include <algorithm>
 #include <nlohmann/json.hpp>
+#include <numeric>
 
 #include "runtime/backend/device_size.hpp"
 #include "runtime/core/error.hpp"
@@ -13,7 +13,9 @@ namespace ferry {
 namespace {
 
 constexpr uint64_t kAlign = 256;  // Device::alloc charges in 256-byte units
-uint64_t align_up(uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+uint64_t align_up(uint64_t n) {
+  return (n + kAlign - 1) / kAlign * kAlign;
+}
 
 std::vector<std::vector<int32_t>> uniform_hot(int32_t L, int32_t E, int64_t slots) {
   std::vector<std::vector<int32_t>> hot(static_cast<size_t>(L));
@@ -36,7 +38,8 @@ std::vector<std::vector<int32_t>> profile_hot(const ExpertProfile& p, int64_t sl
     uint64_t total = 0;
     for (int32_t e = 0; e < p.n_expert(); ++e) total += p.count(l, e);
     for (int32_t e = 0; e < p.n_expert(); ++e)
-      c.push_back({total ? static_cast<double>(p.count(l, e)) / static_cast<double>(total) : 0.0, l, e});
+      c.push_back(
+          {total ? static_cast<double>(p.count(l, e)) / static_cast<double>(total) : 0.0, l, e});
   }
   // Highest share first; ties (unused experts) spread round-robin over layers by expert id.
   std::stable_sort(c.begin(), c.end(), [](const Cand& a, const Cand& b) {
@@ -45,7 +48,8 @@ std::vector<std::vector<int32_t>> profile_hot(const ExpertProfile& p, int64_t sl
   });
   std::vector<std::vector<int32_t>> hot(static_cast<size_t>(p.n_layer()));
   for (int64_t i = 0; i < std::min<int64_t>(slots, static_cast<int64_t>(c.size())); ++i)
-    hot[static_cast<size_t>(c[static_cast<size_t>(i)].layer)].push_back(c[static_cast<size_t>(i)].expert);
+    hot[static_cast<size_t>(c[static_cast<size_t>(i)].layer)].push_back(
+        c[static_cast<size_t>(i)].expert);
   for (auto& h : hot) std::sort(h.begin(), h.end());
   return hot;
 }
@@ -53,17 +57,21 @@ std::vector<std::vector<int32_t>> profile_hot(const ExpertProfile& p, int64_t sl
 }  // namespace
 
 uint64_t Plan::fixed_bytes() const {
-  return in.dense_bytes + in.kv_bytes + in.state_bytes + in.workspace_bytes + staging_bytes + table_bytes;
+  return in.dense_bytes + in.kv_bytes + in.state_bytes + in.workspace_bytes + staging_bytes +
+         table_bytes;
 }
 
 double Plan::resident_fraction() const {
-  return total_experts() ? static_cast<double>(n_slots) / static_cast<double>(total_experts()) : 0.0;
+  return total_experts() ? static_cast<double>(n_slots) / static_cast<double>(total_experts())
+                         : 0.0;
 }
 
-Plan make_plan(const PlacementInput& in, const ExpertProfile* profile, const std::string& profile_name) {
+Plan make_plan(const PlacementInput& in, const ExpertProfile* profile,
+               const std::string& profile_name) {
   if (in.n_layer <= 0 || in.n_expert <= 0 || in.n_expert_used <= 0 || in.expert_bytes == 0)
-    fail(ErrorKind::invalid_arg, "placement for {}: {} layers, {} experts ({} used), {} B per expert", in.model,
-         in.n_layer, in.n_expert, in.n_expert_used, in.expert_bytes);
+    fail(ErrorKind::invalid_arg,
+         "placement for {}: {} layers, {} experts ({} used), {} B per expert", in.model, in.n_layer,
+         in.n_expert, in.n_expert_used, in.expert_bytes);
   Plan p;
   p.in = in;
   p.slot_bytes = align_up(in.expert_bytes);
@@ -79,19 +87,24 @@ Plan make_plan(const PlacementInput& in, const ExpertProfile* profile, const std
     const uint64_t need = p.fixed_bytes() + static_cast<uint64_t>(min_slots) * p.slot_bytes;
     if (need > in.budget_bytes)
       fail(ErrorKind::budget,
-           "--vram {} is too small for {}: it needs {} (missing {}): dense weights {}, KV cache {} (-c {}, "
-           "{}), recurrent state {}, workspace {}, at least {} expert slots of {}. Use a smaller -c, a smaller "
+           "--vram {} is too small for {}: it needs {} (missing {}): dense weights {}, KV cache {} "
+           "(-c {}, "
+           "{}), recurrent state {}, workspace {}, at least {} expert slots of {}. Use a smaller "
+           "-c, a smaller "
            "KV type (-ctk/-ctv), or a larger --vram",
-           format_size(in.budget_bytes), in.model, format_size(need), format_size(need - in.budget_bytes),
-           format_size(in.dense_bytes), format_size(in.kv_bytes), in.n_ctx, in.kv_types, format_size(in.state_bytes),
-           format_size(in.workspace_bytes + p.staging_bytes + p.table_bytes), min_slots, format_size(p.slot_bytes));
-    p.n_slots = static_cast<int32_t>(std::min<uint64_t>(static_cast<uint64_t>(total),
-                                                        (in.budget_bytes - p.fixed_bytes()) / p.slot_bytes));
+           format_size(in.budget_bytes), in.model, format_size(need),
+           format_size(need - in.budget_bytes), format_size(in.dense_bytes),
+           format_size(in.kv_bytes), in.n_ctx, in.kv_types, format_size(in.state_bytes),
+           format_size(in.workspace_bytes + p.staging_bytes + p.table_bytes), min_slots,
+           format_size(p.slot_bytes));
+    p.n_slots = static_cast<int32_t>(std::min<uint64_t>(
+        static_cast<uint64_t>(total), (in.budget_bytes - p.fixed_bytes()) / p.slot_bytes));
   }
   if (profile && p.n_slots < total) {
     if (profile->n_layer() != in.n_layer || profile->n_expert() != in.n_expert)
-      fail(ErrorKind::invalid_arg, "profile {} is for {} layers × {} experts, {} has {} × {}", profile_name,
-           profile->n_layer(), profile->n_expert(), in.model, in.n_layer, in.n_expert);
+      fail(ErrorKind::invalid_arg, "profile {} is for {} layers × {} experts, {} has {} × {}",
+           profile_name, profile->n_layer(), profile->n_expert(), in.model, in.n_layer,
+           in.n_expert);
     p.hot = profile_hot(*profile, p.n_slots);
     p.hot_source = "profile " + profile_name;
   } else {
@@ -102,19 +115,23 @@ Plan make_plan(const PlacementInput& in, const ExpertProfile* profile, const std
 }
 
 std::string plan_text(const Plan& p) {
-  std::string s = fmt::format("offload plan for {} (budget {}):\n", p.in.model,
-                              p.in.budget_bytes ? format_size(p.in.budget_bytes) : std::string("unlimited"));
-  const auto line = [&](const char* what, uint64_t b) { s += fmt::format("  {:<26} {:>12}\n", what, format_size(b)); };
+  std::string s =
+      fmt::format("offload plan for {} (budget {}):\n", p.in.model,
+                  p.in.budget_bytes ? format_size(p.in.budget_bytes) : std::string("unlimited"));
+  const auto line = [&](const char* what, uint64_t b) {
+    s += fmt::format("  {:<26} {:>12}\n", what, format_size(b));
+  };
   line("dense weights", p.in.dense_bytes);
   line(fmt::format("KV cache (-c {}, {})", p.in.n_ctx, p.in.kv_types).c_str(), p.in.kv_bytes);
   line("recurrent state", p.in.state_bytes);
   line("workspace", p.in.workspace_bytes);
   line("prefill staging (2 slots)", p.staging_bytes);
   line("slot table", p.table_bytes);
-  line(fmt::format("expert slots ({} × {})", p.n_slots, format_size(p.slot_bytes)).c_str(), p.slots_bytes());
+  line(fmt::format("expert slots ({} × {})", p.n_slots, format_size(p.slot_bytes)).c_str(),
+       p.slots_bytes());
   line("total", p.total_bytes());
-  s += fmt::format("  experts resident: {} of {} ({:.1f}%), initial set: {}\n  per layer:", p.n_slots,
-                   p.total_experts(), 100.0 * p.resident_fraction(), p.hot_source);
+  s += fmt::format("  experts resident: {} of {} ({:.1f}%), initial set: {}\n  per layer:",
+                   p.n_slots, p.total_experts(), 100.0 * p.resident_fraction(), p.hot_source);
   for (size_t l = 0; l < p.hot.size(); ++l) s += fmt::format(" {}", p.hot[l].size());
   s += "\n";
   return s;

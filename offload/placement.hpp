@@ -17,8 +17,8 @@
 namespace ferry {
 
 struct PlacementInput {
-  std::string model;  // for messages
-  int32_t n_layer = 0;        // layers with routed experts
+  std::string model;    // for messages
+  int32_t n_layer = 0;  // layers with routed experts
   int32_t n_expert = 0;
   int32_t n_expert_used = 0;
   uint64_t expert_bytes = 0;  // one expert's gate + up + down (largest over layers)
@@ -33,13 +33,13 @@ struct PlacementInput {
 
 struct Plan {
   PlacementInput in;
-  uint64_t slot_bytes = 0;      // expert_bytes rounded up to the device alignment (256)
-  uint64_t staging_bytes = 0;   // two slots for prefill double buffering (part of workspace)
-  uint64_t table_bytes = 0;     // device-side slot table
+  uint64_t slot_bytes = 0;     // expert_bytes rounded up to the device alignment (256)
+  uint64_t staging_bytes = 0;  // two slots for prefill double buffering (part of workspace)
+  uint64_t table_bytes = 0;    // device-side slot table
   int32_t n_slots = 0;
   std::vector<std::vector<int32_t>> hot;  // (n_layer) experts loaded into slots at start
 
-  uint64_t fixed_bytes() const;   // dense + kv + state + workspace + staging + table
+  uint64_t fixed_bytes() const;  // dense + kv + state + workspace + staging + table
   uint64_t slots_bytes() const { return slot_bytes * static_cast<uint64_t>(n_slots); }
   uint64_t total_bytes() const { return fixed_bytes() + slots_bytes(); }
   int64_t total_experts() const { return int64_t{in.n_layer} * in.n_expert; }

@@ -1,26 +1,29 @@
 #include "offload/placement_profile.hpp"
 
 #include <fstream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "runtime/core/error.hpp"
 
 namespace ferry {
 
-ExpertProfile::ExpertProfile(int32_t n_layer, int32_t n_expert) : n_layer_(n_layer), n_expert_(n_expert) {
+ExpertProfile::ExpertProfile(int32_t n_layer, int32_t n_expert)
+    : n_layer_(n_layer), n_expert_(n_expert) {
   if (n_layer <= 0 || n_expert <= 0)
     fail(ErrorKind::invalid_arg, "expert profile of {} layers × {} experts", n_layer, n_expert);
   counts_.assign(static_cast<size_t>(n_layer) * static_cast<size_t>(n_expert), 0);
 }
 
 void ExpertProfile::add(int32_t layer, const int32_t* ids, int64_t n_tokens, int32_t top_k) {
-  if (layer < 0 || layer >= n_layer_) fail(ErrorKind::internal, "expert profile: layer {} of {}", layer, n_layer_);
+  if (layer < 0 || layer >= n_layer_)
+    fail(ErrorKind::internal, "expert profile: layer {} of {}", layer, n_layer_);
   for (int64_t i = 0; i < n_tokens * top_k; ++i) {
     if (ids[i] < 0 || ids[i] >= n_expert_)
-      fail(ErrorKind::internal, "expert profile: layer {} expert id {} of {}", layer, ids[i], n_expert_);
-    ++counts_[static_cast<size_t>(layer) * static_cast<size_t>(n_expert_) + static_cast<size_t>(ids[i])];
+      fail(ErrorKind::internal, "expert profile: layer {} expert id {} of {}", layer, ids[i],
+           n_expert_);
+    ++counts_[static_cast<size_t>(layer) * static_cast<size_t>(n_expert_) +
+              static_cast<size_t>(ids[i])];
   }
   if (layer == 0) tokens_ += static_cast<uint64_t>(n_tokens);
 }
@@ -50,7 +53,8 @@ void ExpertProfile::write(const std::string& path) const {
     f << to_json();
     if (!f.flush()) fail(ErrorKind::io, "writing expert profile {} failed", tmp);
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) fail(ErrorKind::io, "cannot rename {} to {}", tmp, path);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    fail(ErrorKind::io, "cannot rename {} to {}", tmp, path);
 }
 
 ExpertProfile ExpertProfile::read(const std::string& path) {
@@ -59,13 +63,17 @@ ExpertProfile ExpertProfile::read(const std::string& path) {
   std::stringstream ss;
   ss << f.rdbuf();
   nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) fail(ErrorKind::format, "expert profile {}: not a JSON object", path);
+  if (j.is_discarded() || !j.is_object())
+    fail(ErrorKind::format, "expert profile {}: not a JSON object", path);
   if (j.value("format", std::string()) != "ferry-expert-profile")
     fail(ErrorKind::format, "expert profile {}: \"format\" is not \"ferry-expert-profile\"", path);
-  if (j.value("version", 0) != 1) fail(ErrorKind::format, "expert profile {}: unsupported \"version\"", path);
+  if (j.value("version", 0) != 1)
+    fail(ErrorKind::format, "expert profile {}: unsupported \"version\"", path);
   const auto get_int = [&](const char* key, int64_t lo, int64_t hi) {
-    if (!j.contains(key) || !j[key].is_number_integer() || j[key].get<int64_t>() < lo || j[key].get<int64_t>() > hi)
-      fail(ErrorKind::format, "expert profile {}: \"{}\" missing or outside [{}, {}]", path, key, lo, hi);
+    if (!j.contains(key) || !j[key].is_number_integer() || j[key].get<int64_t>() < lo ||
+        j[key].get<int64_t>() > hi)
+      fail(ErrorKind::format, "expert profile {}: \"{}\" missing or outside [{}, {}]", path, key,
+           lo, hi);
     return j[key].get<int64_t>();
   };
   const auto L = static_cast<int32_t>(get_int("n_layer", 1, 4096));
@@ -83,7 +91,8 @@ ExpertProfile ExpertProfile::read(const std::string& path) {
       const auto& v = row[static_cast<size_t>(e)];
       if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<int64_t>() >= 0))
         fail(ErrorKind::format, "expert profile {}: counts[{}][{}] is not a count", path, l, e);
-      p.counts_[static_cast<size_t>(l) * static_cast<size_t>(E) + static_cast<size_t>(e)] = v.get<uint64_t>();
+      p.counts_[static_cast<size_t>(l) * static_cast<size_t>(E) + static_cast<size_t>(e)] =
+          v.get<uint64_t>();
     }
   }
   return p;

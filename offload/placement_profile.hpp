@@ -23,7 +23,8 @@ class ExpertProfile {
   int32_t n_expert() const { return n_expert_; }
   uint64_t tokens() const { return tokens_; }
   uint64_t count(int32_t layer, int32_t expert) const {
-    return counts_[static_cast<size_t>(layer) * static_cast<size_t>(n_expert_) + static_cast<size_t>(expert)];
+    return counts_[static_cast<size_t>(layer) * static_cast<size_t>(n_expert_) +
+                   static_cast<size_t>(expert)];
   }
   // One MoE step: ids (n_tokens, top_k). Tokens are counted on layer 0's steps.
   void add(int32_t layer, const int32_t* ids, int64_t n_tokens, int32_t top_k);

@@ -9,14 +9,21 @@ namespace ferry {
 namespace {
 
 double now_us() {
-  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  return std::chrono::duration<double, std::micro>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
 }
 
 }  // namespace
 
-Prefetcher::Prefetcher(Device& dev, ExpertCache& cache, SlotCopy copy, uint64_t expert_bytes, int32_t max_in_flight)
-    : dev_(dev), cache_(cache), copy_(std::move(copy)), expert_bytes_(expert_bytes),
-      max_in_flight_(std::max(1, max_in_flight)), stream_(dev.create_stream()) {
+Prefetcher::Prefetcher(Device& dev, ExpertCache& cache, SlotCopy copy, uint64_t expert_bytes,
+                       int32_t max_in_flight)
+    : dev_(dev),
+      cache_(cache),
+      copy_(std::move(copy)),
+      expert_bytes_(expert_bytes),
+      max_in_flight_(std::max(1, max_in_flight)),
+      stream_(dev.create_stream()) {
   slots_.resize(static_cast<size_t>(cache.n_slots()));
   for (auto& s : slots_) s.done = dev.create_event();
 }
@@ -29,8 +36,9 @@ void Prefetcher::request(const PredictedExpert& p) {
 void Prefetcher::issue(int32_t current_layer, uint64_t now) {
   poll();
   // Best first; stable so that equal scores keep the predictor's order.
-  std::stable_sort(queue_.begin(), queue_.end(),
-                   [](const PredictedExpert& a, const PredictedExpert& b) { return a.score > b.score; });
+  std::stable_sort(
+      queue_.begin(), queue_.end(),
+      [](const PredictedExpert& a, const PredictedExpert& b) { return a.score > b.score; });
   std::vector<PredictedExpert> keep;
   for (const PredictedExpert& p : queue_) {
     if (p.layer <= current_layer) {
@@ -114,14 +122,20 @@ void Prefetcher::wait(int32_t slot) {
   const auto t0 = std::chrono::steady_clock::now();
   s.done->synchronize();
   if (counters_)
-    counters_->wait(WaitCause::copy, static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                         std::chrono::steady_clock::now() - t0).count()));
+    counters_->wait(WaitCause::copy,
+                    static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                              std::chrono::steady_clock::now() - t0)
+                                              .count()));
   complete(slot);
 }
 
-bool Prefetcher::in_flight(int32_t slot) const { return slots_[static_cast<size_t>(slot)].in_flight; }
+bool Prefetcher::in_flight(int32_t slot) const {
+  return slots_[static_cast<size_t>(slot)].in_flight;
+}
 
-double Prefetcher::age_us(int32_t slot) const { return now_us() - slots_[static_cast<size_t>(slot)].issued_at_us; }
+double Prefetcher::age_us(int32_t slot) const {
+  return now_us() - slots_[static_cast<size_t>(slot)].issued_at_us;
+}
 
 void Prefetcher::note_use(int32_t slot) {
   Slot& s = slots_[static_cast<size_t>(slot)];
@@ -134,7 +148,8 @@ void Prefetcher::note_use(int32_t slot) {
 
 void Prefetcher::note_evict(int32_t slot) {
   Slot& s = slots_[static_cast<size_t>(slot)];
-  if (s.in_flight) fail(ErrorKind::internal, "prefetcher: slot {} reused while its copy is in flight", slot);
+  if (s.in_flight)
+    fail(ErrorKind::internal, "prefetcher: slot {} reused while its copy is in flight", slot);
   if (s.unused) {
     s.unused = false;
     ++c_.wasted;

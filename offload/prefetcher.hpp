@@ -33,8 +33,8 @@ class ExpertPredictor {
   virtual ~ExpertPredictor() = default;
   // Called with the MoE input of `layer` (x: (n_tokens, n_embd) normalized hidden state) and the
   // experts it routed to (ids: (n_tokens, top_k)). Appends experts later layers are likely to use.
-  virtual void predict(int32_t layer, const float* x, int32_t n_tokens, const int32_t* ids, int32_t top_k,
-                       std::vector<PredictedExpert>& out) = 0;
+  virtual void predict(int32_t layer, const float* x, int32_t n_tokens, const int32_t* ids,
+                       int32_t top_k, std::vector<PredictedExpert>& out) = 0;
 };
 
 struct PrefetchCounters {
@@ -47,7 +47,8 @@ class Prefetcher {
  public:
   // copy(slot, layer, expert, stream): enqueue the copies that fill `slot` on `stream`.
   using SlotCopy = std::function<void(int32_t slot, int32_t layer, int32_t expert, Stream& stream)>;
-  Prefetcher(Device& dev, ExpertCache& cache, SlotCopy copy, uint64_t expert_bytes, int32_t max_in_flight);
+  Prefetcher(Device& dev, ExpertCache& cache, SlotCopy copy, uint64_t expert_bytes,
+             int32_t max_in_flight);
 
   void request(const PredictedExpert& p);
   // Drops stale requests (layer ≤ current_layer) and issues the best ones. now: the cache tick.
@@ -56,7 +57,7 @@ class Prefetcher {
   // background, so that its next use (temporal locality) hits. Issued at once, ahead of queued
   // predictions; dropped when max_in_flight copies are already outstanding or no slot is free.
   void admit(int32_t layer, int32_t expert, uint64_t now);
-  void poll();           // completed copies → ready slots
+  void poll();              // completed copies → ready slots
   void wait(int32_t slot);  // blocks until slot's copy has landed (ready afterwards)
   bool in_flight(int32_t slot) const;
   // Microseconds since the copy into `slot` was issued (the cost model's remaining-time estimate

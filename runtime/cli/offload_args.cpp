@@ -1,12 +1,11 @@
 #include "runtime/cli/offload_args.hpp"
 
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
-
-#include <fmt/format.h>
 
 #include "runtime/backend/device_size.hpp"
 #include "runtime/core/error.hpp"
@@ -23,9 +22,11 @@ SimLinkModel parse_sim_link(const std::string& s) {
     m.h2d_gbps = std::stod(s.substr(0, colon));
     if (colon != std::string::npos) m.latency_us = std::stod(s.substr(colon + 1));
   } catch (const std::exception&) {
-    fail(ErrorKind::invalid_arg, "--sim-link '{}': expected GBPS or GBPS:LATENCY_US (e.g. 13:10)", s);
+    fail(ErrorKind::invalid_arg, "--sim-link '{}': expected GBPS or GBPS:LATENCY_US (e.g. 13:10)",
+         s);
   }
-  if (m.h2d_gbps < 0 || m.latency_us < 0) fail(ErrorKind::invalid_arg, "--sim-link '{}': negative figures", s);
+  if (m.h2d_gbps < 0 || m.latency_us < 0)
+    fail(ErrorKind::invalid_arg, "--sim-link '{}': negative figures", s);
   m.d2h_gbps = m.h2d_gbps;
   return m;
 }
@@ -39,25 +40,35 @@ bool beyond_layers(const std::string& name, int32_t n_layer) {
 }  // namespace
 
 void add_offload_args(CLI::App& app, OffloadArgs& a) {
-  app.add_option("--device", a.device, "where routed experts run: cpu, sim (offload engine on the host), cuda, auto")
+  app.add_option("--device", a.device,
+                 "where routed experts run: cpu, sim (offload engine on the host), cuda, auto")
       ->check(CLI::IsMember({"cpu", "sim", "cuda", "auto"}));
-  app.add_option("--vram", a.vram, "device memory budget, e.g. 16G, 512M (default: every expert resident)");
+  app.add_option("--vram", a.vram,
+                 "device memory budget, e.g. 16G, 512M (default: every expert resident)");
   app.add_flag("--print-plan", a.print_plan, "print the VRAM placement plan");
   app.add_option("--plan-json", a.plan_json, "write the placement plan as JSON");
-  app.add_option("--profile", a.profile, "activation profile (per-layer expert frequencies) for the initial hot set");
+  app.add_option("--profile", a.profile,
+                 "activation profile (per-layer expert frequencies) for the initial hot set");
   app.add_option("--record-profile", a.record_profile, "write this run's activation profile");
-  app.add_option("--host-load", a.host_load, "fill the host expert store by uring, mmap or alias (no copy)")
+  app.add_option("--host-load", a.host_load,
+                 "fill the host expert store by uring, mmap or alias (no copy)")
       ->check(CLI::IsMember({"uring", "mmap", "alias"}));
-  app.add_option("--cold", a.cold, "cold experts: auto (cost model), cpu, copy")->check(CLI::IsMember({"auto", "cpu", "copy"}));
-  app.add_option("--evict", a.evict, "expert cache eviction: lrfu, lru")->check(CLI::IsMember({"lrfu", "lru"}));
-  app.add_option("--prefetch", a.prefetch, "layers ahead to predict and prefetch (0: off)")->check(CLI::Range(0, 8));
-  app.add_option("--sim-link", a.sim_link, "sim device link model GBPS[:LATENCY_US] (0: memcpy speed)");
-  app.add_option("--hw-profile", a.hw_profile, "cost-model rates from a hardware profile JSON (default: calibrate)");
+  app.add_option("--cold", a.cold, "cold experts: auto (cost model), cpu, copy")
+      ->check(CLI::IsMember({"auto", "cpu", "copy"}));
+  app.add_option("--evict", a.evict, "expert cache eviction: lrfu, lru")
+      ->check(CLI::IsMember({"lrfu", "lru"}));
+  app.add_option("--prefetch", a.prefetch, "layers ahead to predict and prefetch (0: off)")
+      ->check(CLI::Range(0, 8));
+  app.add_option("--sim-link", a.sim_link,
+                 "sim device link model GBPS[:LATENCY_US] (0: memcpy speed)");
+  app.add_option("--hw-profile", a.hw_profile,
+                 "cost-model rates from a hardware profile JSON (default: calibrate)");
   app.add_flag("--offload-stats", a.stats, "print the offload executor's counters at the end");
 }
 
-PlacementInput placement_input(const gguf::File& f, const ModelConfig& c, int64_t n_ctx, GgmlType type_k,
-                               GgmlType type_v, int32_t n_batch, uint64_t budget_bytes) {
+PlacementInput placement_input(const gguf::File& f, const ModelConfig& c, int64_t n_ctx,
+                               GgmlType type_k, GgmlType type_v, int32_t n_batch,
+                               uint64_t budget_bytes) {
   PlacementInput in;
   in.model = f.path();
   in.n_layer = c.n_layer;
@@ -69,32 +80,37 @@ PlacementInput placement_input(const gguf::File& f, const ModelConfig& c, int64_
   }
   for (int32_t l = 0; l < c.n_layer; ++l) {
     uint64_t b = 0;
-    for (const char* m : {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"}) b += f.tensor(layer_tensor(l, m)).nb[2];
+    for (const char* m : {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"})
+      b += f.tensor(layer_tensor(l, m)).nb[2];
     in.expert_bytes = std::max(in.expert_bytes, b);
   }
   const auto L_attn = static_cast<uint64_t>(c.n_attention_layers());
   const auto ctx = static_cast<uint64_t>(n_ctx);
   in.kv_bytes = L_attn * ctx * static_cast<uint64_t>(c.n_head_kv) *
-                (row_bytes(type_k, static_cast<uint64_t>(c.head_dim_k)) + row_bytes(type_v, static_cast<uint64_t>(c.head_dim_v)));
+                (row_bytes(type_k, static_cast<uint64_t>(c.head_dim_k)) +
+                 row_bytes(type_v, static_cast<uint64_t>(c.head_dim_v)));
   const uint64_t L_rec = static_cast<uint64_t>(c.n_layer) - L_attn;
   if (L_rec > 0) {
     // Per DeltaNet layer: the conv window (kernel−1 columns of q, k, v) and the per-head state
     // matrices (state_size × head_v_dim per value head = state_size × inner), F32.
-    const uint64_t conv_dim = 2ull * static_cast<uint64_t>(c.ssm_state_size) * static_cast<uint64_t>(c.ssm_group_count) +
-                              static_cast<uint64_t>(c.ssm_inner_size);
-    in.state_bytes = L_rec * 4 *
-                     (static_cast<uint64_t>(std::max(c.ssm_conv_kernel - 1, 0)) * conv_dim +
-                      static_cast<uint64_t>(c.ssm_state_size) * static_cast<uint64_t>(c.ssm_inner_size));
+    const uint64_t conv_dim =
+        2ull * static_cast<uint64_t>(c.ssm_state_size) * static_cast<uint64_t>(c.ssm_group_count) +
+        static_cast<uint64_t>(c.ssm_inner_size);
+    in.state_bytes =
+        L_rec * 4 *
+        (static_cast<uint64_t>(std::max(c.ssm_conv_kernel - 1, 0)) * conv_dim +
+         static_cast<uint64_t>(c.ssm_state_size) * static_cast<uint64_t>(c.ssm_inner_size));
   }
   // Workspace estimate per token of a batch: residual + norms + attention/MoE outputs (8·n_embd),
   // q/k/v and gate (3·n_head·head_dim), router logits; plus one row of logits (generation needs
   // the last token's only).
   const auto nb = static_cast<uint64_t>(std::min<int64_t>(n_batch, n_ctx));
-  in.workspace_bytes = nb * 4 *
-                           (8ull * static_cast<uint64_t>(c.n_embd) +
-                            3ull * static_cast<uint64_t>(c.n_head) * static_cast<uint64_t>(c.head_dim_k) +
-                            static_cast<uint64_t>(c.n_expert)) +
-                       4ull * static_cast<uint64_t>(c.n_vocab);
+  in.workspace_bytes =
+      nb * 4 *
+          (8ull * static_cast<uint64_t>(c.n_embd) +
+           3ull * static_cast<uint64_t>(c.n_head) * static_cast<uint64_t>(c.head_dim_k) +
+           static_cast<uint64_t>(c.n_expert)) +
+      4ull * static_cast<uint64_t>(c.n_vocab);
   in.n_ctx = n_ctx;
   in.kv_types = fmt::format("{}/{}", type_name(type_k), type_name(type_v));
   in.budget_bytes = budget_bytes;
@@ -104,24 +120,30 @@ PlacementInput placement_input(const gguf::File& f, const ModelConfig& c, int64_
 Offload::Offload(OffloadArgs a, int64_t n_ctx, GgmlType type_k, GgmlType type_v, int32_t n_batch)
     : a_(std::move(a)), n_ctx_(n_ctx), type_k_(type_k), type_v_(type_v), n_batch_(n_batch) {
   if (a_.device == "auto") a_.device = device_kind_name(default_device_kind());
-  const bool planning = a_.print_plan || !a_.plan_json.empty() || !a_.profile.empty() || !a_.record_profile.empty();
+  const bool planning =
+      a_.print_plan || !a_.plan_json.empty() || !a_.profile.empty() || !a_.record_profile.empty();
   if (a_.device == "cuda" && planning)
     fail(ErrorKind::unsupported,
-         "expert offloading on cuda is not written yet (--device sim runs it on the host); on cuda --vram "
+         "expert offloading on cuda is not written yet (--device sim runs it on the host); on cuda "
+         "--vram "
          "budgets the resident backend");
   if (a_.device == "cpu" && (!a_.vram.empty() || planning))
-    fail(ErrorKind::invalid_arg, "--vram, --print-plan, --plan-json and the profiles need --device sim (or cuda)");
+    fail(ErrorKind::invalid_arg,
+         "--vram, --print-plan, --plan-json and the profiles need --device sim (or cuda)");
   if (!a_.vram.empty()) (void)parse_size(a_.vram);  // bad sizes fail before loading
   (void)parse_sim_link(a_.sim_link);
 }
 
 Offload::~Offload() = default;
 
-bool Offload::active() const { return a_.device == "sim"; }
+bool Offload::active() const {
+  return a_.device == "sim";
+}
 
 MoeExecutorWrap Offload::wrap(MoeExecutorWrap then) {
   if (!active()) return then;
-  return [this, then](std::unique_ptr<MoeExecutor> inner, const gguf::File& f) -> std::unique_ptr<MoeExecutor> {
+  return [this, then](std::unique_ptr<MoeExecutor> inner,
+                      const gguf::File& f) -> std::unique_ptr<MoeExecutor> {
     inner.reset();  // the engine's CPU executor is replaced
     const ModelConfig c = read_config(f);
     const WeightLoader w(f);
@@ -143,9 +165,11 @@ MoeExecutorWrap Offload::wrap(MoeExecutorWrap then) {
     const int64_t n_ctx = n_ctx_ > 0 ? n_ctx_ : default_context(c);
     const uint64_t budget = a_.vram.empty() ? 0 : parse_size(a_.vram);
     std::unique_ptr<ExpertProfile> profile;
-    if (!a_.profile.empty()) profile = std::make_unique<ExpertProfile>(ExpertProfile::read(a_.profile));
+    if (!a_.profile.empty())
+      profile = std::make_unique<ExpertProfile>(ExpertProfile::read(a_.profile));
     OffloadOptions o;
-    o.plan = make_plan(placement_input(f, c, n_ctx, type_k_, type_v_, n_batch_, budget), profile.get(), a_.profile);
+    o.plan = make_plan(placement_input(f, c, n_ctx, type_k_, type_v_, n_batch_, budget),
+                       profile.get(), a_.profile);
     if (a_.print_plan) std::fputs(plan_text(o.plan).c_str(), stderr);
     if (!a_.plan_json.empty()) {
       std::ofstream out(a_.plan_json, std::ios::trunc);
@@ -154,15 +178,17 @@ MoeExecutorWrap Offload::wrap(MoeExecutorWrap then) {
     const DeviceKind kind = parse_device_kind(a_.device);
     o.gguf_path = f.path();
     o.file_offsets = std::move(offsets);
-    o.host_load = a_.host_load.empty() ? (kind == DeviceKind::sim ? HostLoad::alias : HostLoad::uring)
-                                       : parse_host_load(a_.host_load);
+    o.host_load = a_.host_load.empty()
+                      ? (kind == DeviceKind::sim ? HostLoad::alias : HostLoad::uring)
+                      : parse_host_load(a_.host_load);
     o.policy = parse_eviction_policy(a_.evict);
     o.cold = parse_cold_mode(a_.cold);
     if (!a_.hw_profile.empty()) o.rates = rates_from_profile(a_.hw_profile);
     if (a_.prefetch > 0) {
       PredictorOptions po;
       po.depth = a_.prefetch;
-      predictor_ = std::make_unique<RouterPredictor>(routers, c.n_layer, c.n_expert, c.n_expert_used, po);
+      predictor_ =
+          std::make_unique<RouterPredictor>(routers, c.n_layer, c.n_expert, c.n_expert_used, po);
       o.predictor = predictor_.get();
     }
     if (!a_.record_profile.empty()) {
@@ -174,18 +200,22 @@ MoeExecutorWrap Offload::wrap(MoeExecutorWrap then) {
       const int pct = static_cast<int>(frac * 100.0);
       if (pct == last || (!tty && pct != 100)) return;
       last = pct;
-      std::fprintf(stderr, "%sferry: host expert store %3d%%%s", tty ? "\r" : "", pct, pct == 100 ? "\n" : "");
+      std::fprintf(stderr, "%sferry: host expert store %3d%%%s", tty ? "\r" : "", pct,
+                   pct == 100 ? "\n" : "");
     };
     DeviceOptions d;
     d.budget_bytes = budget;
     d.sim_link = parse_sim_link(a_.sim_link);
-    auto e = std::make_unique<OffloadExecutor>(make_device(kind, d), std::move(layers), std::move(o));
+    auto e =
+        std::make_unique<OffloadExecutor>(make_device(kind, d), std::move(layers), std::move(o));
     executor_ = e.get();
     const HostStoreStats& hs = e->stats().store;
     if (hs.load_gbps > 0)
-      std::fprintf(stderr, "ferry: host store: %.1f MB of experts by %s (%s%s) in %.0f ms, %.2f GB/s\n",
-                   static_cast<double>(hs.bytes) / 1e6, host_load_name(hs.mode), hs.pinned ? "pinned" : "pageable",
-                   hs.direct_io ? ", O_DIRECT" : "", hs.load_ms, hs.load_gbps);
+      std::fprintf(stderr,
+                   "ferry: host store: %.1f MB of experts by %s (%s%s) in %.0f ms, %.2f GB/s\n",
+                   static_cast<double>(hs.bytes) / 1e6, host_load_name(hs.mode),
+                   hs.pinned ? "pinned" : "pageable", hs.direct_io ? ", O_DIRECT" : "", hs.load_ms,
+                   hs.load_gbps);
     std::unique_ptr<MoeExecutor> out = std::move(e);
     return then ? then(std::move(out), f) : std::move(out);
   };

@@ -14,10 +14,9 @@
 // The engine builds its CPU executor; wrap() replaces it by the offload executor when --device is
 // sim (the CUDA offload executor is not written yet). The expert views are rebuilt from the GGUF:
 // the same mapping, so nothing is copied twice.
+#include <CLI/CLI.hpp>
 #include <memory>
 #include <string>
-
-#include <CLI/CLI.hpp>
 
 #include "offload/offload_executor.hpp"
 #include "offload/predictor.hpp"
@@ -34,7 +33,8 @@ struct OffloadArgs {
   std::string host_load;  // "" = the device's default
   std::string cold = "auto";
   std::string evict = "lrfu";
-  int32_t prefetch = 0;  // measured: on synthetic models prefetch displaced hot experts (bench/results)
+  int32_t prefetch =
+      0;  // measured: on synthetic models prefetch displaced hot experts (bench/results)
   std::string sim_link = "13:10";
   std::string hw_profile;
   bool stats = false;
@@ -71,7 +71,8 @@ class Offload {
 
 // The placement input of a model: dense bytes from the tensor table, KV and recurrent state for the
 // context, a workspace estimate for n_batch tokens.
-PlacementInput placement_input(const gguf::File& f, const ModelConfig& c, int64_t n_ctx, GgmlType type_k,
-                               GgmlType type_v, int32_t n_batch, uint64_t budget_bytes);
+PlacementInput placement_input(const gguf::File& f, const ModelConfig& c, int64_t n_ctx,
+                               GgmlType type_k, GgmlType type_v, int32_t n_batch,
+                               uint64_t budget_bytes);
 
 }  // namespace ferry::cli

@@ -1,13 +1,13 @@
 #pragma once
 // Shared by the tests/offload programs: synthetic models written once per program, a model run
 // through any MoE executor, and offload options built straight from a GGUF.
+#include <unistd.h>
+
 #include <filesystem>
 #include <memory>
 #include <random>
 #include <string>
 #include <vector>
-
-#include <unistd.h>
 
 #include "offload/offload_executor.hpp"
 #include "runtime/backend/cpu_ops.hpp"
@@ -19,8 +19,8 @@
 namespace ferry::test {
 
 inline std::string scratch_dir() {
-  const std::filesystem::path d =
-      std::filesystem::path(FERRY_BINARY_DIR) / "test-scratch" / ("offload-" + std::to_string(::getpid()));
+  const std::filesystem::path d = std::filesystem::path(FERRY_BINARY_DIR) / "test-scratch" /
+                                  ("offload-" + std::to_string(::getpid()));
   std::filesystem::create_directories(d);
   return d.string();
 }
@@ -32,7 +32,8 @@ inline void remove_scratch() {
 
 inline std::string write_model(const synth::Options& o, const std::string& name) {
   const std::string path = scratch_dir() + "/" + name + ".gguf";
-  if (!std::filesystem::exists(path)) synth::write_model(synth::make_plan(o), path, synth::WriteOptions{2, {}});
+  if (!std::filesystem::exists(path))
+    synth::write_model(synth::make_plan(o), path, synth::WriteOptions{2, {}});
   return path;
 }
 
@@ -45,25 +46,28 @@ inline std::vector<int32_t> random_tokens(size_t n, int32_t n_vocab, uint32_t se
 }
 
 // Per-layer file offsets of the three expert tensors (for uring / mmap host stores).
-inline std::vector<std::array<uint64_t, 3>> expert_file_offsets(const gguf::File& f, int32_t n_layer) {
+inline std::vector<std::array<uint64_t, 3>> expert_file_offsets(const gguf::File& f,
+                                                                int32_t n_layer) {
   std::vector<std::array<uint64_t, 3>> off;
   for (int32_t l = 0; l < n_layer; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".ffn_";
-    off.push_back({f.tensor(p + "gate_exps.weight").file_offset, f.tensor(p + "up_exps.weight").file_offset,
+    off.push_back({f.tensor(p + "gate_exps.weight").file_offset,
+                   f.tensor(p + "up_exps.weight").file_offset,
                    f.tensor(p + "down_exps.weight").file_offset});
   }
   return off;
 }
 
 // A placement input with a fixed part of `fixed_bytes` and a budget for `slots` expert slots.
-inline PlacementInput input_for_slots(const std::vector<MoeLayerWeights>& layers, int32_t top_k, int64_t slots,
-                                      uint64_t fixed_bytes = 1 << 20) {
+inline PlacementInput input_for_slots(const std::vector<MoeLayerWeights>& layers, int32_t top_k,
+                                      int64_t slots, uint64_t fixed_bytes = 1 << 20) {
   PlacementInput in;
   in.model = "test";
   in.n_layer = static_cast<int32_t>(layers.size());
   in.n_expert = layers[0].n_expert;
   in.n_expert_used = top_k;
-  for (const auto& L : layers) in.expert_bytes = std::max(in.expert_bytes, expert_shape(L).expert_bytes());
+  for (const auto& L : layers)
+    in.expert_bytes = std::max(in.expert_bytes, expert_shape(L).expert_bytes());
   in.dense_bytes = fixed_bytes;
   in.kv_types = "f16/f16";
   const uint64_t slot = (in.expert_bytes + 255) / 256 * 256;
@@ -83,7 +87,8 @@ inline std::vector<float> run_logits(Model& m, const std::vector<int32_t>& toks,
   std::vector<float> out(toks.size() * V);
   m.forward(*st, std::span<const int32_t>(toks.data(), prefill), LogitsMode::all, out.data());
   for (size_t i = prefill; i < toks.size(); ++i)
-    m.forward(*st, std::span<const int32_t>(toks.data() + i, 1), LogitsMode::last, out.data() + i * V);
+    m.forward(*st, std::span<const int32_t>(toks.data() + i, 1), LogitsMode::last,
+              out.data() + i * V);
   return out;
 }
 

@@ -79,8 +79,8 @@ TEST(ExpertCache, PinnedAndLoadingSlotsAreNeverEvicted) {
 // A routing trace: per layer, each token picks k distinct experts; with probability p_reuse a slot
 // repeats one of the previous `window` tokens' experts, else draws by a skewed popularity
 // (exp(-lambda·rank/E), a random rank order per layer).
-std::vector<int32_t> make_trace(int32_t L, int32_t E, int32_t K, int32_t T, double p_reuse, double lambda,
-                                uint32_t seed) {
+std::vector<int32_t> make_trace(int32_t L, int32_t E, int32_t K, int32_t T, double p_reuse,
+                                double lambda, uint32_t seed) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<double> u(0, 1);
   std::vector<int32_t> ids(static_cast<size_t>(T) * L * K);  // (T, L, K)
@@ -96,7 +96,8 @@ std::vector<int32_t> make_trace(int32_t L, int32_t E, int32_t K, int32_t T, doub
       while (static_cast<int32_t>(chosen.size()) < K) {
         int32_t e;
         if (t > 0 && u(rng) < p_reuse) {
-          const int32_t back = 1 + static_cast<int32_t>(rng() % static_cast<uint32_t>(std::min(t, 8)));
+          const int32_t back =
+              1 + static_cast<int32_t>(rng() % static_cast<uint32_t>(std::min(t, 8)));
           e = ids[(static_cast<size_t>(t - back) * L + l) * K + rng() % static_cast<uint32_t>(K)];
         } else {
           const double x = u(rng) * acc;
@@ -104,14 +105,16 @@ std::vector<int32_t> make_trace(int32_t L, int32_t E, int32_t K, int32_t T, doub
         }
         if (std::find(chosen.begin(), chosen.end(), e) == chosen.end()) chosen.push_back(e);
       }
-      std::copy(chosen.begin(), chosen.end(), ids.begin() + (static_cast<ptrdiff_t>(t) * L + l) * K);
+      std::copy(chosen.begin(), chosen.end(),
+                ids.begin() + (static_cast<ptrdiff_t>(t) * L + l) * K);
     }
   }
   return ids;
 }
 
-double hit_rate(const std::vector<int32_t>& ids, int32_t L, int32_t E, int32_t K, int32_t T, int32_t slots,
-                EvictionPolicy pol, SlotPartition part, int32_t warmup, double half_life = 4.0) {
+double hit_rate(const std::vector<int32_t>& ids, int32_t L, int32_t E, int32_t K, int32_t T,
+                int32_t slots, EvictionPolicy pol, SlotPartition part, int32_t warmup,
+                double half_life = 4.0) {
   std::vector<int32_t> per_layer(static_cast<size_t>(L), slots / L);
   for (int32_t l = 0; l < slots % L; ++l) ++per_layer[static_cast<size_t>(l)];
   ExpertCache c(slots, L, E, pol, part, per_layer, half_life);
@@ -141,20 +144,28 @@ TEST(ExpertCache, PoliciesOnLocalityTraces) {
     for (int32_t l = 0; l < L; ++l) {
       const auto one = make_trace(1, E, K, T, 0.45, 1.0 + l, 100 + static_cast<uint32_t>(l));
       for (int32_t t = 0; t < T; ++t)
-        std::copy(one.begin() + t * K, one.begin() + (t + 1) * K, c_trace.begin() + (static_cast<ptrdiff_t>(t) * L + l) * K);
+        std::copy(one.begin() + t * K, one.begin() + (t + 1) * K,
+                  c_trace.begin() + (static_cast<ptrdiff_t>(t) * L + l) * K);
     }
   }
   const std::vector<std::pair<const char*, std::vector<int32_t>>> traces = {
-      {"A", make_trace(L, E, K, T, 0.45, 4.8, 7)}, {"B", make_trace(L, E, K, T, 0.6, 3.0, 8)}, {"C", c_trace}};
+      {"A", make_trace(L, E, K, T, 0.45, 4.8, 7)},
+      {"B", make_trace(L, E, K, T, 0.6, 3.0, 8)},
+      {"C", c_trace}};
   std::printf("trace resident  lru/pool  lrfu/pool  lru/layer  lrfu/layer\n");
   for (const auto& [name, trace] : traces) {
     for (double frac : {0.25, 0.40, 0.60}) {
       const auto slots = static_cast<int32_t>(frac * L * E);
-      const double lru = hit_rate(trace, L, E, K, T, slots, EvictionPolicy::lru, SlotPartition::pool, 100);
-      const double lrfu = hit_rate(trace, L, E, K, T, slots, EvictionPolicy::lrfu, SlotPartition::pool, 100);
-      const double lru_l = hit_rate(trace, L, E, K, T, slots, EvictionPolicy::lru, SlotPartition::per_layer, 100);
-      const double lrfu_l = hit_rate(trace, L, E, K, T, slots, EvictionPolicy::lrfu, SlotPartition::per_layer, 100);
-      std::printf("%5s %7.0f%%  %8.3f  %9.3f  %9.3f  %10.3f\n", name, frac * 100, lru, lrfu, lru_l, lrfu_l);
+      const double lru =
+          hit_rate(trace, L, E, K, T, slots, EvictionPolicy::lru, SlotPartition::pool, 100);
+      const double lrfu =
+          hit_rate(trace, L, E, K, T, slots, EvictionPolicy::lrfu, SlotPartition::pool, 100);
+      const double lru_l =
+          hit_rate(trace, L, E, K, T, slots, EvictionPolicy::lru, SlotPartition::per_layer, 100);
+      const double lrfu_l =
+          hit_rate(trace, L, E, K, T, slots, EvictionPolicy::lrfu, SlotPartition::per_layer, 100);
+      std::printf("%5s %7.0f%%  %8.3f  %9.3f  %9.3f  %10.3f\n", name, frac * 100, lru, lrfu, lru_l,
+                  lrfu_l);
       // A cache must beat its size on a skewed, local trace, and recency+frequency must not lose
       // to recency alone.
       EXPECT_GT(lru, frac) << name;
@@ -164,13 +175,15 @@ TEST(ExpertCache, PoliciesOnLocalityTraces) {
   for (double hl : {2.0, 4.0, 8.0, 16.0, 64.0}) {
     std::printf("LRFU half-life %4.0f on A:", hl);
     for (double frac : {0.25, 0.40, 0.60})
-      std::printf(" %.3f", hit_rate(traces[0].second, L, E, K, T, static_cast<int32_t>(frac * L * E),
-                                    EvictionPolicy::lrfu, SlotPartition::pool, 100, hl));
+      std::printf(" %.3f",
+                  hit_rate(traces[0].second, L, E, K, T, static_cast<int32_t>(frac * L * E),
+                           EvictionPolicy::lrfu, SlotPartition::pool, 100, hl));
     std::printf("\n");
   }
   // Uniform, memoryless routing: any policy's hit rate is the resident fraction (±noise).
   const auto flat = make_trace(L, E, K, T, 0.0, 0.0, 9);
-  const double h = hit_rate(flat, L, E, K, T, L * E / 2, EvictionPolicy::lrfu, SlotPartition::pool, 100);
+  const double h =
+      hit_rate(flat, L, E, K, T, L * E / 2, EvictionPolicy::lrfu, SlotPartition::pool, 100);
   EXPECT_NEAR(h, 0.5, 0.05);
 }
 

@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <fstream>
 #include <iterator>
-
 #include <nlohmann/json.hpp>
 
 #include "offload_test_util.hpp"
@@ -15,7 +14,9 @@
 namespace ferry {
 namespace {
 
-std::string ferry_binary() { return std::string(FERRY_BINARY_DIR) + "/ferry"; }
+std::string ferry_binary() {
+  return std::string(FERRY_BINARY_DIR) + "/ferry";
+}
 
 // Runs a command; returns its exit status and (stdout + stderr) in `out`.
 int run(const std::string& cmd, std::string& out) {
@@ -57,8 +58,8 @@ class OffloadCli : public ::testing::Test {
   std::string logits(const std::string& flags, const std::string& name, int expect_rc = 0) {
     std::string out;
     const std::string path = dir_ + "/" + name + ".npy";
-    const int rc = run(ferry_binary() + " logits -t 2 -c 64 -m " + model_ + " --tokens " + tokens_ + " -o " + path +
-                           " " + flags,
+    const int rc = run(ferry_binary() + " logits -t 2 -c 64 -m " + model_ + " --tokens " + tokens_ +
+                           " -o " + path + " " + flags,
                        out);
     EXPECT_EQ(rc, expect_rc) << flags << "\n" << out;
     last_output_ = out;
@@ -84,18 +85,27 @@ TEST_F(OffloadCli, SimWithHalfTheExpertsGivesTheCpuBytes) {
   ASSERT_FALSE(cpu.empty());
   EXPECT_EQ(cpu, slurp(dir_ + "/all.npy"));
   for (const char* cold : {"auto", "cpu", "copy"}) {
-    EXPECT_EQ(logits(std::string("--device sim --vram ") + vram + " --cold " + cold, std::string("sim-") + cold), cpu)
+    EXPECT_EQ(logits(std::string("--device sim --vram ") + vram + " --cold " + cold,
+                     std::string("sim-") + cold),
+              cpu)
         << cold;
-    EXPECT_EQ(logits(std::string("--device sim --vram ") + vram + " --decode --offload-stats --cold " + cold,
+    EXPECT_EQ(logits(std::string("--device sim --vram ") + vram +
+                         " --decode --offload-stats --cold " + cold,
                      std::string("simd-") + cold),
               cpu_decode)
         << cold;
     EXPECT_NE(last_output_.find("offload: 64 slots"), std::string::npos) << last_output_;
   }
-  EXPECT_EQ(logits("--device sim --vram " + vram + " --decode --prefetch 2 --host-load uring", "simd-pf"), cpu_decode);
+  EXPECT_EQ(
+      logits("--device sim --vram " + vram + " --decode --prefetch 2 --host-load uring", "simd-pf"),
+      cpu_decode);
 
-  ASSERT_FALSE(logits("--device sim --vram " + vram + " --print-plan --plan-json " + dir_ + "/half.json", "half").empty());
-  EXPECT_NE(last_output_.find("experts resident: 64 of 128 (50.0%)"), std::string::npos) << last_output_;
+  ASSERT_FALSE(
+      logits("--device sim --vram " + vram + " --print-plan --plan-json " + dir_ + "/half.json",
+             "half")
+          .empty());
+  EXPECT_NE(last_output_.find("experts resident: 64 of 128 (50.0%)"), std::string::npos)
+      << last_output_;
   const auto half = nlohmann::json::parse(slurp(dir_ + "/half.json"));
   EXPECT_EQ(half["n_slots"].get<int>(), 64);
   EXPECT_LE(half["total_bytes"].get<uint64_t>(), std::stoull(vram));

@@ -17,14 +17,16 @@ namespace {
 // enough to exercise issue / wait / waste / stale paths with a deterministic schedule.
 class TestPredictor final : public ExpertPredictor {
  public:
-  TestPredictor(int32_t n_layer, int32_t n_expert) : last_(static_cast<size_t>(n_layer)), n_expert_(n_expert) {}
+  TestPredictor(int32_t n_layer, int32_t n_expert)
+      : last_(static_cast<size_t>(n_layer)), n_expert_(n_expert) {}
   void predict(int32_t layer, const float*, int32_t n_tokens, const int32_t* ids, int32_t top_k,
                std::vector<PredictedExpert>& out) override {
     last_[static_cast<size_t>(layer)].assign(ids + (n_tokens - 1) * top_k, ids + n_tokens * top_k);
     if (static_cast<size_t>(layer + 1) < last_.size())
       for (int32_t e : last_[static_cast<size_t>(layer + 1)]) out.push_back({layer + 1, e, 1.0f});
     for (int i = 0; i < 2; ++i)
-      out.push_back({layer + 1 + i, static_cast<int32_t>(rng_() % static_cast<uint32_t>(n_expert_)), 0.5f});
+      out.push_back(
+          {layer + 1 + i, static_cast<int32_t>(rng_() % static_cast<uint32_t>(n_expert_)), 0.5f});
     out.push_back({layer, 0, 2.0f});  // stale: must be dropped
   }
 
@@ -46,22 +48,26 @@ class OffloadExecutorTest : public ::testing::Test {
  protected:
   static void TearDownTestSuite() { test::remove_scratch(); }
 
-  static std::vector<float> reference(const std::string& path, const std::vector<int32_t>& toks, size_t prefill) {
+  static std::vector<float> reference(const std::string& path, const std::vector<int32_t>& toks,
+                                      size_t prefill) {
     const gguf::File f = gguf::File::open(path);
     CpuOps ops;
-    auto m = load_model(f, ops, [](const std::vector<MoeLayerWeights>& l) { return std::make_unique<MoeCpuExecutor>(l); });
+    auto m = load_model(f, ops, [](const std::vector<MoeLayerWeights>& l) {
+      return std::make_unique<MoeCpuExecutor>(l);
+    });
     return test::run_logits(*m, toks, prefill);
   }
 
   // Runs with the offload executor; returns logits and leaves its stats in `stats`.
-  static std::vector<float> offloaded(const std::string& path, const std::vector<int32_t>& toks, size_t prefill,
-                                      const Variant& v, OffloadStats& stats) {
+  static std::vector<float> offloaded(const std::string& path, const std::vector<int32_t>& toks,
+                                      size_t prefill, const Variant& v, OffloadStats& stats) {
     const gguf::File f = gguf::File::open(path);
     CpuOps ops;
     OffloadExecutor* ex = nullptr;
     std::unique_ptr<TestPredictor> pred;
     auto m = load_model(f, ops, [&](const std::vector<MoeLayerWeights>& layers) {
-      const int32_t top_k = static_cast<int32_t>(f.get_u32(f.architecture() + ".expert_used_count"));
+      const int32_t top_k =
+          static_cast<int32_t>(f.get_u32(f.architecture() + ".expert_used_count"));
       const int64_t total = int64_t{layers[0].n_expert} * static_cast<int64_t>(layers.size());
       const auto slots = static_cast<int64_t>(static_cast<double>(total) * v.resident);
       OffloadOptions o;
@@ -74,7 +80,8 @@ class OffloadExecutorTest : public ::testing::Test {
       o.policy = v.policy;
       o.prefetch_in_flight = 4;
       if (v.predictor) {
-        pred = std::make_unique<TestPredictor>(static_cast<int32_t>(layers.size()), layers[0].n_expert);
+        pred = std::make_unique<TestPredictor>(static_cast<int32_t>(layers.size()),
+                                               layers[0].n_expert);
         o.predictor = pred.get();
       }
       DeviceOptions d;
@@ -88,16 +95,19 @@ class OffloadExecutorTest : public ::testing::Test {
     ex->drain();
     stats = ex->stats();
     EXPECT_LE(stats.memory.peak_bytes, stats.memory.budget_bytes);
-    for (int32_t s = 0; s < ex->cache().n_slots(); ++s) EXPECT_EQ(ex->cache().pins(s), 0) << "slot " << s;
+    for (int32_t s = 0; s < ex->cache().n_slots(); ++s)
+      EXPECT_EQ(ex->cache().pins(s), 0) << "slot " << s;
     return out;
   }
 
-  static void expect_identical(const std::vector<float>& a, const std::vector<float>& b, const char* what) {
+  static void expect_identical(const std::vector<float>& a, const std::vector<float>& b,
+                               const char* what) {
     ASSERT_EQ(a.size(), b.size());
     size_t first = a.size();
     for (size_t i = 0; i < a.size() && first == a.size(); ++i)
       if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) first = i;
-    EXPECT_EQ(first, a.size()) << what << ": first difference at " << first << ": " << a[first] << " vs " << b[first];
+    EXPECT_EQ(first, a.size()) << what << ": first difference at " << first << ": " << a[first]
+                               << " vs " << b[first];
   }
 };
 
@@ -117,7 +127,9 @@ TEST_F(OffloadExecutorTest, TinyF32EveryColdPathIsBitIdentical) {
   expect_identical(reference(path, toks, 8), ref, "reference twice");
   {
     OffloadStats st;
-    expect_identical(offloaded(path, toks, 8, Variant{HostLoad::alias, ColdMode::cpu, false, 1.0}, st), ref, "all resident");
+    expect_identical(
+        offloaded(path, toks, 8, Variant{HostLoad::alias, ColdMode::cpu, false, 1.0}, st), ref,
+        "all resident");
   }
   for (ColdMode cold : {ColdMode::cpu, ColdMode::copy, ColdMode::auto_}) {
     for (bool pred : {false, true}) {
@@ -155,8 +167,10 @@ TEST_F(OffloadExecutorTest, QuantizedWiderModelWithUringAndMmapStores) {
   for (HostLoad load : {HostLoad::uring, HostLoad::mmap, HostLoad::alias}) {
     for (ColdMode cold : {ColdMode::copy, ColdMode::cpu}) {
       OffloadStats st;
-      const auto got = offloaded(path, toks, 12, Variant{load, cold, true, 0.5, EvictionPolicy::lru}, st);
-      const std::string what = fmt::format("load {} cold {}", host_load_name(load), static_cast<int>(cold));
+      const auto got =
+          offloaded(path, toks, 12, Variant{load, cold, true, 0.5, EvictionPolicy::lru}, st);
+      const std::string what =
+          fmt::format("load {} cold {}", host_load_name(load), static_cast<int>(cold));
       expect_identical(got, ref, what.c_str());
       EXPECT_EQ(st.store.mode, load);
       if (load != HostLoad::alias) {
@@ -186,7 +200,8 @@ TEST_F(OffloadExecutorTest, MinimalSlotsStillCorrect) {
   const auto toks = test::random_tokens(12, 768, 21);
   const auto ref = reference(path, toks, 4);
   OffloadStats st;
-  const auto got = offloaded(path, toks, 4, Variant{HostLoad::alias, ColdMode::copy, true, 2.0 / 32.0}, st);
+  const auto got =
+      offloaded(path, toks, 4, Variant{HostLoad::alias, ColdMode::copy, true, 2.0 / 32.0}, st);
   expect_identical(got, ref, "2 slots");
   EXPECT_GT(st.cache.evictions, 0u);
 }

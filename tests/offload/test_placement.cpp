@@ -4,10 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
-
-#include <nlohmann/json.hpp>
 
 #include "offload/host_store.hpp"
 #include "offload/placement.hpp"
@@ -40,8 +39,9 @@ TEST(Placement, SlotsFillWhatRemains) {
   EXPECT_GE(p.slot_bytes, p.in.expert_bytes);
   EXPECT_LE(p.total_bytes(), p.in.budget_bytes);
   EXPECT_GT(p.total_bytes() + p.slot_bytes, p.in.budget_bytes);  // one more slot would not fit
-  const int64_t placed = std::accumulate(p.hot.begin(), p.hot.end(), int64_t{0},
-                                         [](int64_t a, const auto& h) { return a + static_cast<int64_t>(h.size()); });
+  const int64_t placed =
+      std::accumulate(p.hot.begin(), p.hot.end(), int64_t{0},
+                      [](int64_t a, const auto& h) { return a + static_cast<int64_t>(h.size()); });
   EXPECT_EQ(placed, p.n_slots);
   // Uniform: layers differ by at most one slot; ids are distinct and in range.
   size_t lo = SIZE_MAX, hi = 0;
@@ -101,7 +101,11 @@ TEST(Placement, ProfileChoosesTheHotSetAndRoundTrips) {
   in.dense_bytes = 0;
   in.kv_bytes = 0;
   in.workspace_bytes = 0;
-  const Plan probe = make_plan([&] { auto x = in; x.budget_bytes = 0; return x; }());
+  const Plan probe = make_plan([&] {
+    auto x = in;
+    x.budget_bytes = 0;
+    return x;
+  }());
   in.budget_bytes = probe.fixed_bytes() + 12 * probe.slot_bytes;  // 12 of 48 experts
   ExpertProfile prof(3, 16);
   std::mt19937 rng(5);
@@ -109,8 +113,10 @@ TEST(Placement, ProfileChoosesTheHotSetAndRoundTrips) {
   for (int t = 0; t < 400; ++t)
     for (int32_t l = 0; l < 3; ++l) {
       // Layer l prefers experts l, l+1, l+2, l+3 (80%), else uniform.
-      ids[0] = (rng() % 10 < 8) ? l + static_cast<int32_t>(rng() % 4) : static_cast<int32_t>(rng() % 16);
-      do ids[1] = static_cast<int32_t>(rng() % 16); while (ids[1] == ids[0]);
+      ids[0] =
+          (rng() % 10 < 8) ? l + static_cast<int32_t>(rng() % 4) : static_cast<int32_t>(rng() % 16);
+      do ids[1] = static_cast<int32_t>(rng() % 16);
+      while (ids[1] == ids[0]);
       prof.add(l, ids.data(), 1, 2);
     }
   EXPECT_EQ(prof.tokens(), 400u);
@@ -123,15 +129,18 @@ TEST(Placement, ProfileChoosesTheHotSetAndRoundTrips) {
   EXPECT_EQ(p.n_slots, 12);
   for (int32_t l = 0; l < 3; ++l)
     for (int32_t e = l; e < l + 4; ++e)
-      EXPECT_NE(std::find(p.hot[static_cast<size_t>(l)].begin(), p.hot[static_cast<size_t>(l)].end(), e),
-                p.hot[static_cast<size_t>(l)].end())
+      EXPECT_NE(
+          std::find(p.hot[static_cast<size_t>(l)].begin(), p.hot[static_cast<size_t>(l)].end(), e),
+          p.hot[static_cast<size_t>(l)].end())
           << "layer " << l << " expert " << e;
   // Shape mismatch and malformed files.
   ExpertProfile other(4, 16);
   EXPECT_THROW((void)make_plan(in, &other, "x"), Error);
-  for (const char* bad : {"[]", "{\"format\":\"ferry-expert-profile\",\"version\":1,\"n_layer\":1,\"n_expert\":2,"
-                                "\"tokens\":1,\"counts\":[[1]]}",
-                          "{\"format\":\"nope\"}", "not json"}) {
+  for (const char* bad :
+       {"[]",
+        "{\"format\":\"ferry-expert-profile\",\"version\":1,\"n_layer\":1,\"n_expert\":2,"
+        "\"tokens\":1,\"counts\":[[1]]}",
+        "{\"format\":\"nope\"}", "not json"}) {
     std::ofstream(path) << bad;
     EXPECT_THROW((void)ExpertProfile::read(path), Error) << bad;
   }
@@ -144,11 +153,14 @@ TEST(HostStore, UringAndMmapReadTheFileBytes) {
   std::vector<uint8_t> bytes(3 * 1024 * 1024 + 777);
   std::mt19937 rng(9);
   for (auto& b : bytes) b = static_cast<uint8_t>(rng());
-  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-  const std::vector<StoreRegion> regions = {{13, 100000, bytes.data() + 13},
-                                            {4096, 1 << 20, bytes.data() + 4096},
-                                            {1500000, 123457, bytes.data() + 1500000},
-                                            {bytes.size() - 5000, 5000, bytes.data() + bytes.size() - 5000}};
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(bytes.data()),
+             static_cast<std::streamsize>(bytes.size()));
+  const std::vector<StoreRegion> regions = {
+      {13, 100000, bytes.data() + 13},
+      {4096, 1 << 20, bytes.data() + 4096},
+      {1500000, 123457, bytes.data() + 1500000},
+      {bytes.size() - 5000, 5000, bytes.data() + bytes.size() - 5000}};
   auto dev = make_sim_device(DeviceOptions{});
   for (HostLoad mode : {HostLoad::uring, HostLoad::mmap, HostLoad::alias}) {
     double last = 0;
