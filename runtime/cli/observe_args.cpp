@@ -99,7 +99,9 @@ void Observability::finish() {
     s += locality_->table();
     s += prediction_table(predictor_->quality());
     StatsSnapshot snap = counters_->snapshot();
-    if (offload_) {
+    // The offload executor feeds the counters itself once attached (Offload::attach); its own
+    // totals are the fallback when nothing was fed.
+    if (offload_ && snap.total.hit + snap.total.miss == 0) {
       const double wall_ms = snap.wall_ms;
       snap = snapshot_of(offload_->stats());
       snap.wall_ms = wall_ms;
