@@ -95,60 +95,71 @@ void CpuOps::attention(const AttentionArgs& a) {
   const size_t v_row_bytes = static_cast<size_t>(kv.n_head_kv) * dv * vb;
   const auto* kbase = static_cast<const uint8_t*>(kv.k);
   const auto* vbase = static_cast<const uint8_t*>(kv.v);
-  const int64_t n_pairs = int64_t{a.n_tokens} * a.n_head;
+  const int64_t n_tasks = int64_t{a.n_tokens} * kv.n_head_kv;
   const int W = cpu_math::tiled_lanes();
+  const int64_t n_window = (a.pos0 + a.n_tokens + 15) / 16 * 16;
 
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, n_pairs, 1), [&](auto r) {
+  // One task per (token, KV head): the `group` query heads that share a KV head are done together
+  // so each cache row is read (and an F16 V row converted) once per group, not once per head.
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, n_tasks, 1), [&](auto r) {
     // Scores padded with -inf to a multiple of 16: llama.cpp's KV window is padded (masked), so its
     // softmax runs whole vector chunks; padding keeps our exp bits identical to its.
-    std::vector<float> scores(static_cast<size_t>((a.pos0 + a.n_tokens + 15) / 16 * 16));
-    std::vector<float> qr(static_cast<size_t>(dk)), vrow(static_cast<size_t>(dv));
-    std::vector<float> lanes(static_cast<size_t>(W) * dv);  // (W, dv) partial sums of the V product
-    for (int64_t pair = r.begin(); pair < r.end(); ++pair) {
-      const int64_t t = pair / a.n_head;
-      const int32_t h = static_cast<int32_t>(pair % a.n_head);
-      const int32_t hk = h / group;
+    std::vector<float> scores(static_cast<size_t>(group * n_window));      // (group, n_window)
+    std::vector<float> qr(static_cast<size_t>(group) * dk), vrow(static_cast<size_t>(dv));
+    std::vector<float> lanes(static_cast<size_t>(group) * W * dv);          // (group, W, dv)
+    std::vector<float> inv(static_cast<size_t>(group));
+    for (int64_t task = r.begin(); task < r.end(); ++task) {
+      const int64_t t = task / kv.n_head_kv;
+      const int32_t hk = static_cast<int32_t>(task % kv.n_head_kv);
+      const int32_t h0 = hk * group;
       const int64_t n_kv = a.pos0 + t + 1;
-      const float* q = a.q + t * a.q_token_stride + h * a.q_head_stride;
-      // An F16 cache is dotted in F16: ggml converts the query to vec_dot_type(F16) first.
-      for (int32_t d = 0; d < dk; ++d) qr[d] = k16 ? fp16_to_fp32(fp32_to_fp16(q[d])) : q[d];
-      float mx = -INFINITY;
+      const int64_t n_pad = (n_kv + 15) / 16 * 16;
+      for (int32_t g = 0; g < group; ++g) {
+        const float* q = a.q + t * a.q_token_stride + (h0 + g) * a.q_head_stride;
+        // An F16 cache is dotted in F16: ggml converts the query to vec_dot_type(F16) first.
+        for (int32_t d = 0; d < dk; ++d) qr[g * dk + d] = k16 ? fp16_to_fp32(fp32_to_fp16(q[d])) : q[d];
+      }
       for (int64_t j = 0; j < n_kv; ++j) {
         const uint8_t* krow = kbase + static_cast<size_t>(j) * k_row_bytes + static_cast<size_t>(hk) * dk * kb;
-        const float s = cpu_math::dot_lanes(krow, k16, qr.data(), dk, W) * a.scale;
-        scores[j] = s;
-        mx = std::max(mx, s);
+        for (int32_t g = 0; g < group; ++g)
+          scores[g * n_window + j] = cpu_math::dot_lanes(krow, k16, qr.data() + g * dk, dk, W) * a.scale;
       }
-      const int64_t n_pad = (n_kv + 15) / 16 * 16;
-      std::fill(scores.begin() + n_kv, scores.begin() + n_pad, -INFINITY);
-      const double sum = cpu_math::exp_sum(scores.data(), scores.data(), n_pad, mx);
-      const float inv = static_cast<float>(1.0 / sum);
+      for (int32_t g = 0; g < group; ++g) {
+        float* sg = scores.data() + g * n_window;
+        const float mx = *std::max_element(sg, sg + n_kv);
+        std::fill(sg + n_kv, sg + n_pad, -INFINITY);
+        inv[g] = static_cast<float>(1.0 / cpu_math::exp_sum(sg, sg, n_pad, mx));
+      }
       // out = Σ_j p_j·v_j with lane (j mod W) partial sums, as ggml's tiled F16/F32 product runs
       // over the (masked, zero-probability-padded) KV window.
       std::fill(lanes.begin(), lanes.end(), 0.0f);
       for (int64_t j = 0; j < n_kv; ++j) {
-        float p = scores[j] * inv;
-        // ggml multiplies probabilities with an F16 V cache in F16: round them the same way.
-        if (v16) p = fp16_to_fp32(fp32_to_fp16(p));
         const uint8_t* vr = vbase + static_cast<size_t>(j) * v_row_bytes + static_cast<size_t>(hk) * dv * vb;
-        const float* vf;
+        const float* vf = reinterpret_cast<const float*>(vr);
         if (v16) {
           cpu::dequantize_row(GgmlType::F16, vr, vrow.data(), dv);
           vf = vrow.data();
-        } else {
-          vf = reinterpret_cast<const float*>(vr);
         }
-        cpu_math::axpy_fma(p, vf, lanes.data() + (j % W) * dv, dv);
+        for (int32_t g = 0; g < group; ++g) {
+          float p = scores[g * n_window + j] * inv[g];
+          // ggml multiplies probabilities with an F16 V cache in F16: round them the same way.
+          if (v16) p = fp16_to_fp32(fp32_to_fp16(p));
+          cpu_math::axpy_fma(p, vf, lanes.data() + (static_cast<size_t>(g) * W + j % W) * dv, dv);
+        }
       }
-      float* out = a.out + (t * a.n_head + h) * int64_t{dv};
-      float col[16];
-      for (int32_t d = 0; d < dv; ++d) {
-        for (int l = 0; l < W; ++l) col[l] = lanes[static_cast<size_t>(l) * dv + d];
-        out[d] = cpu_math::lane_tree(col, W);
-      }
-      if (a.gate) {
-        const float* g = a.gate + t * a.q_token_stride + h * a.q_head_stride;
-        for (int32_t d = 0; d < dv; ++d) out[d] = out[d] * (1.0f / (1.0f + std::exp(-g[d])));
+      for (int32_t g = 0; g < group; ++g) {
+        const int32_t h = h0 + g;
+        float* out = a.out + (t * a.n_head + h) * int64_t{dv};
+        const float* lg = lanes.data() + static_cast<size_t>(g) * W * dv;
+        float col[16];
+        for (int32_t d = 0; d < dv; ++d) {
+          for (int l = 0; l < W; ++l) col[l] = lg[static_cast<size_t>(l) * dv + d];
+          out[d] = cpu_math::lane_tree(col, W);
+        }
+        if (a.gate) {
+          const float* gt = a.gate + t * a.q_token_stride + h * a.q_head_stride;
+          for (int32_t d = 0; d < dv; ++d) out[d] = out[d] * (1.0f / (1.0f + std::exp(-gt[d])));
+        }
       }
     }
   });
