@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <fstream>
 #include <random>
+#include <string>
 #include <vector>
 
 #include <tbb/blocked_range.h>
@@ -32,7 +34,29 @@ uint64_t sum_words(const uint64_t* p, size_t n) {
 
 }  // namespace
 
+size_t probe_bytes() {
+  size_t llc = 0;
+  for (int index = 0; index < 8; ++index) {
+    std::ifstream in("/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/size");
+    std::string s;
+    if (!(in >> s) || s.empty()) continue;
+    size_t v = 0;
+    try {
+      v = std::stoull(s);
+    } catch (const std::exception&) {
+      continue;
+    }
+    const char unit = s.back();
+    if (unit == 'K') v <<= 10;
+    else if (unit == 'M') v <<= 20;
+    else if (unit == 'G') v <<= 30;
+    llc = std::max(llc, v);
+  }
+  return std::clamp<size_t>(4 * llc, size_t{256} << 20, size_t{2} << 30);
+}
+
 double measure_host_read_gbps(size_t bytes, int passes) {
+  if (bytes == 0) bytes = probe_bytes();
   const size_t n = std::max<size_t>(bytes / sizeof(uint64_t), 1 << 16);
   std::vector<uint64_t> buf(n);
   // Random contents touch every page (no zero-page sharing) and defeat any compression.

@@ -198,7 +198,8 @@ int bench_main(int argc, char** argv) {
       if (L.device != "cuda") {
         if (!host_bw.count(nt)) {
           host_bw[nt] = measure_host_read_gbps();
-          std::fprintf(stderr, "ferry bench: host memory read bandwidth with %d threads: %.1f GB/s\n", nt, host_bw[nt]);
+          std::fprintf(stderr, "ferry bench: host memory read bandwidth with %d threads: %.1f GB/s (best of 5 passes over %zu MiB)\n",
+                       nt, host_bw[nt], probe_bytes() >> 20);
         }
         bw = host_bw[nt];
       }
