@@ -1,5 +1,7 @@
 #include "runtime/model/model.hpp"
 
+#include <algorithm>
+
 #include "runtime/core/error.hpp"
 #include "runtime/gguf/gguf.hpp"
 #include "runtime/model/qwen35moe.hpp"
@@ -25,6 +27,27 @@ std::unique_ptr<Model> load_model(const gguf::File& f, Ops& ops, const MoeExecut
   }
   fail(ErrorKind::unsupported, "architecture '{}' in {} is not supported (supported: {})",
        arch_name(cfg.arch), f.path(), supported_architectures());
+}
+
+void forward_in_batches(ModelState& st, const ModelConfig& c, std::span<const int32_t> tokens,
+                        LogitsMode mode, float* logits,
+                        const std::function<void(std::span<const int32_t>)>& step,
+                        const std::function<void(int64_t, int64_t, float*)>& emit) {
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  if (n == 0) return;
+  if (st.n_past() + n > st.n_ctx())
+    fail(ErrorKind::context,
+         "context full: {} positions used + {} new tokens exceed the context size of {} (use a larger -c)",
+         st.n_past(), n, st.n_ctx());
+  for (int32_t t : tokens)
+    if (t < 0 || t >= c.n_vocab) fail(ErrorKind::invalid_arg, "token id {} out of range [0, {})", t, c.n_vocab);
+  for (int64_t start = 0; start < n; start += st.n_batch()) {
+    const int64_t nb = std::min<int64_t>(st.n_batch(), n - start);
+    step(tokens.subspan(static_cast<size_t>(start), static_cast<size_t>(nb)));
+    if (mode == LogitsMode::all) emit(0, nb, logits + start * c.n_vocab);
+    else if (mode == LogitsMode::last && start + nb == n) emit(nb - 1, 1, logits);
+    st.advance(nb);
+  }
 }
 
 }  // namespace ferry

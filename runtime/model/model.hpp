@@ -100,4 +100,12 @@ using LoadProgress = std::function<void(float fraction)>;
 std::unique_ptr<Model> load_model(const gguf::File& f, Ops& ops, const MoeExecutorFactory& moe,
                                   const LoadProgress& progress = {});
 
+// The forward driver every architecture shares: checks the context and the token ids, splits the
+// tokens into steps of at most n_batch, runs step(first, count) for each, asks emit(row, n_rows,
+// out) for the logits the mode wants, and advances the state.
+void forward_in_batches(ModelState& st, const ModelConfig& c, std::span<const int32_t> tokens,
+                        LogitsMode mode, float* logits,
+                        const std::function<void(std::span<const int32_t>)>& step,
+                        const std::function<void(int64_t row, int64_t n_rows, float* out)>& emit);
+
 }  // namespace ferry

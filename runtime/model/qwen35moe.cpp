@@ -138,22 +138,9 @@ class Hybrid final : public Model {
                float* logits) override {
     auto* st = dynamic_cast<State*>(&base);
     if (!st) fail(ErrorKind::internal, "{} forward: the state was made by another model", arch_name(cfg_.arch));
-    const int64_t n = static_cast<int64_t>(tokens.size());
-    if (n == 0) return;
-    if (st->n_past() + n > st->n_ctx())
-      fail(ErrorKind::context,
-           "context full: {} positions used + {} new tokens exceed the context size of {} (use a larger -c)",
-           st->n_past(), n, st->n_ctx());
-    for (int32_t t : tokens)
-      if (t < 0 || t >= cfg_.n_vocab)
-        fail(ErrorKind::invalid_arg, "token id {} out of range [0, {})", t, cfg_.n_vocab);
-    for (int64_t start = 0; start < n; start += st->n_batch()) {
-      const int64_t nb = std::min<int64_t>(st->n_batch(), n - start);
-      step(*st, tokens.subspan(static_cast<size_t>(start), static_cast<size_t>(nb)));
-      if (mode == LogitsMode::all) emit_logits(*st, 0, nb, logits + start * cfg_.n_vocab);
-      else if (mode == LogitsMode::last && start + nb == n) emit_logits(*st, nb - 1, 1, logits);
-      st->advance(nb);
-    }
+    forward_in_batches(*st, cfg_, tokens, mode, logits,
+                       [&](std::span<const int32_t> step_tokens) { step(*st, step_tokens); },
+                       [&](int64_t row, int64_t n_rows, float* out) { emit_logits(*st, row, n_rows, out); });
   }
 
  private:
