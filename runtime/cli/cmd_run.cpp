@@ -5,6 +5,7 @@
 
 #include "runtime/cli/command.hpp"
 #include "runtime/cli/common_args.hpp"
+#include "runtime/cli/load_observed.hpp"
 #include "runtime/cli/observe_args.hpp"
 #include "runtime/cli/offload_args.hpp"
 #include "runtime/core/error.hpp"
@@ -60,10 +61,7 @@ int run_main(int argc, char** argv) {
   Observability obs(oa);
   const SessionOptions offload_so = session_options(ma);
   Offload offload(offa, offload_so.n_ctx, offload_so.type_k, offload_so.type_v, offload_so.n_batch);
-  auto model = load_model_verbose(ma.model, /*allow_default=*/true, offload.wrap(obs.wrap()),
-                                  backend_options(offload.args().device, offload.args().vram, offload.active()));
-  obs.attach(*model);
-  offload.attach(obs.counters());
+  auto model = load_observed(ma, offload, obs);
   const Tokenizer& tok = model->tokenizer();
   Session session(*model, session_options(ma));
 
