@@ -72,8 +72,8 @@ struct Q8_0Kernel {
     const BlockQ8_0* x[NX];
     rows_of(xv, stride, x);
     const __m256i ones = _mm256_set1_epi16(1);
-    __m256 acc[NX][2];  // two chains per row hide the FMA latency
-    for (int k = 0; k < NX; ++k) acc[k][0] = acc[k][1] = _mm256_setzero_ps();
+    __m256 acc[NX];  // one chain per row, as ggml adds (dot_ref.cpp)
+    for (int k = 0; k < NX; ++k) acc[k] = _mm256_setzero_ps();
     for (int64_t ib = 0; ib < n / kQK8_0; ++ib) {
       prefetch_ahead<1>(w + ib);
       const __m256i qw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[ib].qs));
@@ -83,19 +83,24 @@ struct Q8_0Kernel {
         const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[k][ib].qs));
         const __m256i p16 = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(qx, qw));
         const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
-        acc[k][ib & 1] = _mm256_fmadd_ps(_mm256_set1_ps(dw * h2f(x[k][ib].d)), p, acc[k][ib & 1]);
+        acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(dw * h2f(x[k][ib].d)), p, acc[k]);
       }
     }
-    for (int k = 0; k < NX; ++k) out[k] = hsum8(_mm256_add_ps(acc[k][0], acc[k][1]));
+    for (int k = 0; k < NX; ++k) out[k] = hsum8(acc[k]);
   }
 };
 
 // ---- Q4_K / Q5_K × Q8_K. Per 64-value chunk: the 32 low nibbles (sub-block 2c) and 32 high
 // nibbles (2c+1) against 64 consecutive activations; scales applied with madd on the s16 pair
 // sums; the mins term is dmin·Σ m_j·(sum of the 32 activations of sub-block j), from bsums.
+// Float steps as dot_ref.cpp: Q5_K in 8 lanes, Q4_K per block on the whole integer sum.
 
-template <bool kQ5>
+// kOrder (dot_ref.cpp): row = Q5_K's 8 lanes / Q4_K's per-block sums; group4 = Q4_K per 64-value
+// chunk; tiled = Q5_K per block as the tiled kernel.
+template <bool kQ5, detail::DotOrder kOrder = detail::DotOrder::row>
 struct Q45KKernel {
+  static constexpr bool kGrouped = kOrder == detail::DotOrder::group4;
+  static constexpr bool kTiled = kOrder == detail::DotOrder::tiled;
   using Block = std::conditional_t<kQ5, BlockQ5K, BlockQ4K>;
   template <int NX>
   static void run(int64_t n, const void* wv, const void* xv, size_t stride, float* out) {
@@ -104,11 +109,12 @@ struct Q45KKernel {
     rows_of(xv, stride, x);
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     const __m256i m1 = _mm256_set1_epi8(1);
-    __m256 acc[NX];
-    __m128 accm[NX];
+    __m256 acc[NX];   // Q5_K: 8 lanes
+    float mins[NX];   // Q5_K: the mins term; tiled: the sum
+    Q4KAcc acc4[NX];  // Q4_K
     for (int k = 0; k < NX; ++k) {
       acc[k] = _mm256_setzero_ps();
-      accm[k] = _mm_setzero_ps();
+      mins[k] = 0;
     }
     for (int64_t i = 0; i < n / kQK_K; ++i) {
       const Block& b = w[i];
@@ -118,6 +124,7 @@ struct Q45KKernel {
       __m256i hbits = _mm256_setzero_si256();
       if constexpr (kQ5) hbits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh));
       __m256i sumi[NX];
+      int32_t chunk[NX][4];  // kGrouped: the integer sum of each 64-value chunk
       for (int k = 0; k < NX; ++k) sumi[k] = _mm256_setzero_si256();
       for (int c = 0; c < 4; ++c) {
         const __m256i sc_lo = _mm256_shuffle_epi8(scales, _mm256_set1_epi16(static_cast<short>(0x0100 + 0x0202 * (2 * c))));
@@ -135,18 +142,29 @@ struct Q45KKernel {
           const __m256i y_hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y + 32));
           const __m256i p_lo = _mm256_madd_epi16(_mm256_maddubs_epi16(q_lo, y_lo), sc_lo);
           const __m256i p_hi = _mm256_madd_epi16(_mm256_maddubs_epi16(q_hi, y_hi), sc_hi);
-          sumi[k] = _mm256_add_epi32(sumi[k], _mm256_add_epi32(p_lo, p_hi));
+          if constexpr (kGrouped) chunk[k][c] = hsum_i32(_mm256_add_epi32(p_lo, p_hi));
+          else sumi[k] = _mm256_add_epi32(sumi[k], _mm256_add_epi32(p_lo, p_hi));
         }
       }
-      const __m128i mins = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
+      const __m128i m16 = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
       const float dw = h2f(b.d), dmw = h2f(b.dmin);
       for (int k = 0; k < NX; ++k) {
         const BlockQ8K& y = x[k][i];
-        accm[k] = _mm_fmadd_ps(_mm_set1_ps(dmw * y.d), q4k_mins_term(mins, y.bsums), accm[k]);
-        acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(dw * y.d), _mm256_cvtepi32_ps(sumi[k]), acc[k]);
+        if constexpr (kTiled) {
+          mins[k] = tiled_add<true>(mins[k], hsum_i32(sumi[k]), q4k_mins_int(m16, y.bsums), dw, dmw, y.d);
+        } else if constexpr (kQ5) {
+          mins[k] = q5k_add_mins(mins[k], q4k_mins_int(m16, y.bsums), dmw, y.d);
+          acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(dw * y.d), _mm256_cvtepi32_ps(sumi[k]), acc[k]);
+        } else if constexpr (kGrouped) {
+          alignas(16) int32_t mc[4];
+          _mm_store_si128(reinterpret_cast<__m128i*>(mc), q4k_mins_chunks(m16, y.bsums));
+          for (int c = 0; c < 4; ++c) acc4[k].add(chunk[k][c], mc[c], dw * y.d, dmw * y.d);
+        } else {
+          acc4[k].add(hsum_i32(sumi[k]), q4k_mins_int(m16, y.bsums), dw * y.d, dmw * y.d);
+        }
       }
     }
-    for (int k = 0; k < NX; ++k) out[k] = hsum8(acc[k]) - hsum4(accm[k]);
+    for (int k = 0; k < NX; ++k) out[k] = kTiled ? mins[k] : kQ5 ? hsum8(acc[k]) + mins[k] : acc4[k].result();
   }
 };
 
@@ -165,6 +183,7 @@ alignas(16) constexpr uint8_t kQ6ScaleShuffle[8][16] = {
     {14, 14, 14, 14, 14, 14, 14, 14, 15, 15, 15, 15, 15, 15, 15, 15},
 };
 
+template <bool kTiled = false>  // kTiled: per block as the tiled kernel (dot_ref.cpp)
 struct Q6KKernel {
   template <int NX>
   static void run(int64_t n, const void* wv, const void* xv, size_t stride, float* out) {
@@ -174,7 +193,11 @@ struct Q6KKernel {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     const __m256i m3 = _mm256_set1_epi8(3);
     __m256 acc[NX];
-    for (int k = 0; k < NX; ++k) acc[k] = _mm256_setzero_ps();
+    float sum[NX];  // kTiled
+    for (int k = 0; k < NX; ++k) {
+      acc[k] = _mm256_setzero_ps();
+      sum[k] = 0;
+    }
     for (int64_t i = 0; i < n / kQK_K; ++i) {
       const BlockQ6K& b = w[i];
       prefetch_ahead<4>(&b);  // 210 bytes
@@ -210,17 +233,20 @@ struct Q6KKernel {
         const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.bsums));
         const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(sc16, bs), 5);  // 32·Σ sc·bsum
         const __m256i s = _mm256_sub_epi32(sumi[k], offset);
-        acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(dw * y.d), _mm256_cvtepi32_ps(s), acc[k]);
+        if constexpr (kTiled) sum[k] = tiled_add<false>(sum[k], hsum_i32(s), 0, dw, 0, y.d);
+        else acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(dw * y.d), _mm256_cvtepi32_ps(s), acc[k]);
       }
     }
-    for (int k = 0; k < NX; ++k) out[k] = hsum8(acc[k]);
+    for (int k = 0; k < NX; ++k) out[k] = kTiled ? sum[k] : hsum8(acc[k]);
   }
 };
 
 constexpr detail::DotKernels kAvx2{
     by_nx<FloatKernel<LoadF32>>, by_nx<FloatKernel<LoadF16>>, by_nx<FloatKernel<LoadBF16>>,
     by_nx<Q8_0Kernel>,           by_nx<Q45KKernel<false>>,    by_nx<Q45KKernel<true>>,
-    by_nx<Q6KKernel>,
+    by_nx<Q6KKernel<>>,
+    by_nx<Q45KKernel<false, detail::DotOrder::group4>>, by_nx<Q45KKernel<true, detail::DotOrder::tiled>>,
+    by_nx<Q6KKernel<true>>,
 };
 
 }  // namespace

@@ -25,6 +25,12 @@ inline __m512i join_256(__m256i lo, __m256i hi) {
   return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 
+// Lower half + upper half of 16 int32 lanes: each 256-bit half covers 32 consecutive values of
+// the block, so this gives the lanes of the 256-bit kernels (exact: integers).
+inline __m256i fold_512(__m512i v) {
+  return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+}
+
 // ---- float-like weights: 16 values per step, masked loads for the tail.
 
 struct Load512F32 {
@@ -77,8 +83,8 @@ struct Float512Kernel {
 
 // ---- Q8_0 × Q8_0, one 32-value block per 256-bit step: a 512-bit register would hold two blocks
 // with two different scales, and the per-block scale handling then costs more than it saves
-// (measured). |w| · sign(x, w) turns s8×s8 into the u8×s8 form of maddubs / vpdpbusd; two
-// accumulators per row hide the FMA latency.
+// (measured). |w| · sign(x, w) turns s8×s8 into the u8×s8 form of maddubs / vpdpbusd; one FMA
+// chain of 8 lanes per row, the order dot_ref.cpp documents.
 
 template <bool kVnni>
 inline __m256i dot_u8s8_256(__m256i u, __m256i s) {
@@ -93,8 +99,8 @@ struct Q8_0Kernel512 {
     const auto* w = static_cast<const BlockQ8_0*>(wv);
     const BlockQ8_0* x[NX];
     rows_of(xv, stride, x);
-    __m256 acc[NX][2];
-    for (int k = 0; k < NX; ++k) acc[k][0] = acc[k][1] = _mm256_setzero_ps();
+    __m256 acc[NX];
+    for (int k = 0; k < NX; ++k) acc[k] = _mm256_setzero_ps();
     for (int64_t ib = 0; ib < n / kQK8_0; ++ib) {
       prefetch_ahead<1>(w + ib);
       const __m256i qw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[ib].qs));
@@ -103,10 +109,10 @@ struct Q8_0Kernel512 {
       for (int k = 0; k < NX; ++k) {
         const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[k][ib].qs));
         const __m256 p = _mm256_cvtepi32_ps(dot_u8s8_256<kVnni>(aw, _mm256_sign_epi8(qx, qw)));
-        acc[k][ib & 1] = _mm256_fmadd_ps(_mm256_set1_ps(dw * h2f(x[k][ib].d)), p, acc[k][ib & 1]);
+        acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(dw * h2f(x[k][ib].d)), p, acc[k]);
       }
     }
-    for (int k = 0; k < NX; ++k) out[k] = hsum8(_mm256_add_ps(acc[k][0], acc[k][1]));
+    for (int k = 0; k < NX; ++k) out[k] = hsum8(acc[k]);
   }
 };
 
@@ -126,8 +132,11 @@ constexpr ScaleIndex kScaleIndex{};
 
 inline __m512i load_index(const uint16_t* p) { return _mm512_load_si512(p); }
 
-template <bool kVnni, bool kQ5>
+// kOrder as dot_avx2.cpp's Q45KKernel.
+template <bool kVnni, bool kQ5, detail::DotOrder kOrder = detail::DotOrder::row>
 struct Q45KKernel512 {
+  static constexpr bool kGrouped = kOrder == detail::DotOrder::group4;
+  static constexpr bool kTiled = kOrder == detail::DotOrder::tiled;
   using Block = std::conditional_t<kQ5, BlockQ5K, BlockQ4K>;
   template <int NX>
   static void run(int64_t n, const void* wv, const void* xv, size_t stride, float* out) {
@@ -136,11 +145,12 @@ struct Q45KKernel512 {
     rows_of(xv, stride, x);
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     const __m512i m1 = _mm512_set1_epi8(1);
-    __m512 acc[NX];
-    __m128 accm[NX];
+    __m256 acc[NX];   // Q5_K: 8 lanes (dot_ref.cpp's order)
+    float mins[NX];   // Q5_K: the mins term; tiled: the sum
+    Q4KAcc acc4[NX];  // Q4_K
     for (int k = 0; k < NX; ++k) {
-      acc[k] = _mm512_setzero_ps();
-      accm[k] = _mm_setzero_ps();
+      acc[k] = _mm256_setzero_ps();
+      mins[k] = 0;
     }
     for (int64_t i = 0; i < n / kQK_K; ++i) {
       const Block& b = w[i];
@@ -150,6 +160,7 @@ struct Q45KKernel512 {
       __m256i hbits = _mm256_setzero_si256();
       if constexpr (kQ5) hbits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh));
       __m512i sumi[NX];
+      int32_t chunk[NX][4];  // kGrouped: the integer sum of each 64-value chunk
       for (int k = 0; k < NX; ++k) sumi[k] = _mm512_setzero_si512();
       for (int c = 0; c < 4; ++c) {
         const __m512i sc = _mm512_permutexvar_epi16(load_index(kScaleIndex.q4k[c]), sc8);
@@ -161,22 +172,38 @@ struct Q45KKernel512 {
         }
         for (int k = 0; k < NX; ++k) {
           const __m512i y = _mm512_loadu_si512(x[k][i].qs + 64 * c);
-          sumi[k] = dot_s16<kVnni>(sumi[k], _mm512_maddubs_epi16(q, y), sc);
+          if constexpr (kGrouped)
+            chunk[k][c] = hsum_i32(fold_512(dot_s16<kVnni>(_mm512_setzero_si512(), _mm512_maddubs_epi16(q, y), sc)));
+          else
+            sumi[k] = dot_s16<kVnni>(sumi[k], _mm512_maddubs_epi16(q, y), sc);
         }
       }
-      const __m128i mins = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
+      const __m128i m16 = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
       const float dw = h2f(b.d), dmw = h2f(b.dmin);
       for (int k = 0; k < NX; ++k) {
         const BlockQ8K& y = x[k][i];
-        accm[k] = _mm_fmadd_ps(_mm_set1_ps(dmw * y.d), q4k_mins_term(mins, y.bsums), accm[k]);
-        acc[k] = _mm512_fmadd_ps(_mm512_set1_ps(dw * y.d), _mm512_cvtepi32_ps(sumi[k]), acc[k]);
+        // The upper half holds the high-nibble sub-blocks: lane l of the two halves together is
+        // the 8-lane kernels' lane l.
+        const __m256i s8 = fold_512(sumi[k]);
+        if constexpr (kTiled) {
+          mins[k] = tiled_add<true>(mins[k], hsum_i32(s8), q4k_mins_int(m16, y.bsums), dw, dmw, y.d);
+        } else if constexpr (kQ5) {
+          mins[k] = q5k_add_mins(mins[k], q4k_mins_int(m16, y.bsums), dmw, y.d);
+          acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(dw * y.d), _mm256_cvtepi32_ps(s8), acc[k]);
+        } else if constexpr (kGrouped) {
+          alignas(16) int32_t mc[4];
+          _mm_store_si128(reinterpret_cast<__m128i*>(mc), q4k_mins_chunks(m16, y.bsums));
+          for (int c = 0; c < 4; ++c) acc4[k].add(chunk[k][c], mc[c], dw * y.d, dmw * y.d);
+        } else {
+          acc4[k].add(hsum_i32(s8), q4k_mins_int(m16, y.bsums), dw * y.d, dmw * y.d);
+        }
       }
     }
-    for (int k = 0; k < NX; ++k) out[k] = hsum16(acc[k]) - hsum4(accm[k]);
+    for (int k = 0; k < NX; ++k) out[k] = kTiled ? mins[k] : kQ5 ? hsum8(acc[k]) + mins[k] : acc4[k].result();
   }
 };
 
-template <bool kVnni>
+template <bool kVnni, bool kTiled = false>  // kTiled: per block as the tiled kernel
 struct Q6KKernel512 {
   template <int NX>
   static void run(int64_t n, const void* wv, const void* xv, size_t stride, float* out) {
@@ -185,8 +212,12 @@ struct Q6KKernel512 {
     rows_of(xv, stride, x);
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     const __m512i m3 = _mm512_set1_epi8(3);
-    __m512 acc[NX];
-    for (int k = 0; k < NX; ++k) acc[k] = _mm512_setzero_ps();
+    __m256 acc[NX];  // 8 lanes, dot_ref.cpp's order
+    float sum[NX];   // kTiled
+    for (int k = 0; k < NX; ++k) {
+      acc[k] = _mm256_setzero_ps();
+      sum[k] = 0;
+    }
     for (int64_t i = 0; i < n / kQK_K; ++i) {
       const BlockQ6K& b = w[i];
       prefetch_ahead<4>(&b);  // 210 bytes
@@ -217,11 +248,12 @@ struct Q6KKernel512 {
         const BlockQ8K& y = x[k][i];
         const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.bsums));
         const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(sc16, bs), 5);  // 32·Σ sc·bsum
-        const __m512i s = _mm512_sub_epi32(sumi[k], _mm512_zextsi256_si512(offset));
-        acc[k] = _mm512_fmadd_ps(_mm512_set1_ps(dw * y.d), _mm512_cvtepi32_ps(s), acc[k]);
+        const __m256i s = _mm256_sub_epi32(fold_512(sumi[k]), offset);
+        if constexpr (kTiled) sum[k] = tiled_add<false>(sum[k], hsum_i32(s), 0, dw, 0, y.d);
+        else acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(dw * y.d), _mm256_cvtepi32_ps(s), acc[k]);
       }
     }
-    for (int k = 0; k < NX; ++k) out[k] = hsum16(acc[k]);
+    for (int k = 0; k < NX; ++k) out[k] = kTiled ? sum[k] : hsum8(acc[k]);
   }
 };
 
@@ -231,6 +263,9 @@ constexpr detail::DotKernels kAvx512Table{
     by_nx<Float512Kernel<Load512BF16>>, by_nx<Q8_0Kernel512<kVnni>>,
     by_nx<Q45KKernel512<kVnni, false>>, by_nx<Q45KKernel512<kVnni, true>>,
     by_nx<Q6KKernel512<kVnni>>,
+    by_nx<Q45KKernel512<kVnni, false, detail::DotOrder::group4>>,
+    by_nx<Q45KKernel512<kVnni, true, detail::DotOrder::tiled>>,
+    by_nx<Q6KKernel512<kVnni, true>>,
 };
 
 }  // namespace

@@ -28,6 +28,8 @@ constexpr int64_t kMinParallelWork = 256 * 1024;
 // Interleaved row streams per matvec task, and the fewest rows per stream worth splitting for.
 constexpr int64_t kStreams = 4;
 constexpr int64_t kMinStreamRows = 4;
+// Fewest activation rows for which llama.cpp's CPU backend takes its tiled K-quant kernel.
+constexpr int64_t kTiledMinRows = 8;
 // Smallest chunk of work one task gets.
 constexpr int64_t kMinTaskWork = 64 * 1024;
 
@@ -42,6 +44,7 @@ void check_matmul(const char* what, GgmlType w, int64_t rows, int64_t cols, int6
 
 struct Job {
   detail::DotFn dot;
+  detail::DotFn dot_grouped;  // full groups of kMaxNx rows (dense products; see matmul.hpp)
   const uint8_t* W;   // (rows, w_row_bytes)
   size_t w_row_bytes;
   int64_t cols;
@@ -73,8 +76,9 @@ struct Job {
       for (int64_t b = 0; b < n_batch; b += kMaxNx) {
         const int nx = static_cast<int>(std::min<int64_t>(kMaxNx, n_batch - b));
         const uint8_t* x = Xq + b * ldxq;
+        const detail::DotFn f = nx == kMaxNx ? dot_grouped : dot;
         for (int64_t r = t0; r < t1; ++r) {
-          dot(cols, W + r * w_row_bytes, x, ldxq, nx, tmp);
+          f(cols, W + r * w_row_bytes, x, ldxq, nx, tmp);
           for (int j = 0; j < nx; ++j) Y[(b + j) * ldy + r] = tmp[j];
         }
       }
@@ -99,16 +103,22 @@ void run(const Job& job, int64_t rows, bool parallel) {
 }  // namespace
 
 void matmul_q(GgmlType w, const void* W, int64_t rows, int64_t cols, const void* Xq, int64_t ldxq,
-              int64_t n_batch, float* Y, int64_t ldy, bool parallel) {
+              int64_t n_batch, float* Y, int64_t ldy, bool parallel, bool dense) {
   check_matmul("matmul_q", w, rows, cols, n_batch, ldy);
-  const detail::DotFn dot = detail::dot_fn(detail::dot_kernels(active_isa()), w);
+  const detail::DotKernels& kernels = detail::dot_kernels(active_isa());
+  // llama.cpp's x86 CPU backend sends products of 8 or more rows with Q5_K/Q6_K (not repacked)
+  // weights through its tiled kernel, dense or per expert; see matmul.hpp.
+  const detail::DotFn dot =
+      detail::dot_fn(kernels, w, n_batch >= kTiledMinRows ? detail::DotOrder::tiled : detail::DotOrder::row);
   if (!dot) fail(ErrorKind::unsupported, "matmul_q: type {} is not a weight type", type_name(w));
   const auto x_row_bytes = static_cast<int64_t>(row_bytes(vec_dot_type(w), static_cast<uint64_t>(cols)));
   if (n_batch > 1 && ldxq < x_row_bytes)
     fail(ErrorKind::invalid_arg, "matmul_q: activation stride {} B is smaller than a row ({} B)", ldxq,
          x_row_bytes);
   if (rows == 0 || n_batch == 0) return;
+  static_assert(kMaxNx == 4, "the grouped order is ggml's 4-row kernel's");
   const Job job{dot,
+                dense && w == GgmlType::Q4_K ? detail::dot_fn(kernels, w, detail::DotOrder::group4) : dot,
                 static_cast<const uint8_t*>(W),
                 static_cast<size_t>(row_bytes(w, static_cast<uint64_t>(cols))),
                 cols,
@@ -128,7 +138,7 @@ void matmul(GgmlType w, const void* W, int64_t rows, int64_t cols, const float* 
   if (rows == 0 || n_batch == 0) return;
   const GgmlType vt = vec_dot_type(w);
   if (vt == GgmlType::F32) {  // F32 weights dot the float activations as they are
-    matmul_q(w, W, rows, cols, X, ldx * 4, n_batch, Y, ldy, parallel);
+    matmul_q(w, W, rows, cols, X, ldx * 4, n_batch, Y, ldy, parallel, true);
     return;
   }
   const auto x_row_bytes = static_cast<size_t>(row_bytes(vt, static_cast<uint64_t>(cols)));
@@ -141,7 +151,7 @@ void matmul(GgmlType w, const void* W, int64_t rows, int64_t cols, const float* 
                       [&](const tbb::blocked_range<int64_t>& r) { quantize(r.begin(), r.end()); });
   else
     quantize(0, n_batch);
-  matmul_q(w, W, rows, cols, xq.data(), static_cast<int64_t>(x_row_bytes), n_batch, Y, ldy, parallel);
+  matmul_q(w, W, rows, cols, xq.data(), static_cast<int64_t>(x_row_bytes), n_batch, Y, ldy, parallel, true);
 }
 
 }  // namespace ferry::cpu

@@ -24,6 +24,14 @@ float vec_dot_ref(GgmlType w, const void* wrow, const void* xq, int64_t n);  // 
 // Activations are quantized once per call to vec_dot_type(w). Parallel over rows (oneTBB) when
 // the work is large enough; `parallel=false` forces the calling thread only (used inside
 // already-parallel expert loops).
+// Results are bit-identical to llama.cpp's x86 CPU backend (see dot_ref.cpp), which adds in
+// different orders depending on the product's shape, and so does this:
+//   Q4_K (repacked there): a dense batch of n rows takes its 4-row kernel for the first
+//        n − n mod 4 rows and its 1-row kernel for the rest; expert products (mul_mat_id) the
+//        1-row kernel for every row — matmul_q with dense = false;
+//   Q5_K, Q6_K: its tiled kernel when the product has 8 or more activation rows (dense, or the
+//        tokens routed to one expert), else vec_dot;
+//   Q8_0 and the float types: one order.
 void matmul(GgmlType w, const void* W, int64_t rows, int64_t cols, const float* X, int64_t ldx,
             int64_t n_batch, float* Y, int64_t ldy, bool parallel = true);
 
@@ -35,6 +43,6 @@ inline void matvec(GgmlType w, const void* W, int64_t rows, int64_t cols, const 
 // As matmul, with X already quantized to vec_dot_type(w) (row stride ldxq bytes); lets a caller
 // quantize an activation once and reuse it for several weights (gate and up of all experts).
 void matmul_q(GgmlType w, const void* W, int64_t rows, int64_t cols, const void* Xq, int64_t ldxq,
-              int64_t n_batch, float* Y, int64_t ldy, bool parallel = true);
+              int64_t n_batch, float* Y, int64_t ldy, bool parallel = true, bool dense = false);
 
 }  // namespace ferry::cpu

@@ -75,12 +75,54 @@ inline __m128i q4k_scales_mins(const uint8_t* s12) {
                        static_cast<int>(scales_hi), static_cast<int>(u[0] & kmask1));
 }
 
-// Mins term of Q4_K/Q5_K for one activation block: Σ_j m_j · (sum of the 32 activations of
-// sub-block j), from the 16-value group sums (|sum of 32| ≤ 32·127 fits int16). mins16: 8 × s16.
-inline __m128 q4k_mins_term(__m128i mins16, const int16_t* bsums) {
+// Σ of the int32 lanes (exact).
+inline int32_t hsum_i32(__m128i v) {
+  v = _mm_add_epi32(v, _mm_unpackhi_epi64(v, v));
+  return _mm_cvtsi128_si32(_mm_add_epi32(v, _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 3, 0, 1))));
+}
+inline int32_t hsum_i32(__m256i v) {
+  return hsum_i32(_mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1)));
+}
+
+// Integer mins term of Q4_K/Q5_K for one activation block: Σ_j m_j · (sum of the 32 activations
+// of sub-block j), from the 16-value group sums (|sum of 32| ≤ 32·127 fits int16). mins16: 8 × s16.
+inline int32_t q4k_mins_int(__m128i mins16, const int16_t* bsums) {
   const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bsums));
   const __m128i q8s = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
-  return _mm_cvtepi32_ps(_mm_madd_epi16(mins16, q8s));
+  return hsum_i32(_mm_madd_epi16(mins16, q8s));
+}
+
+// The per-chunk mins terms of Q4_K for one activation block: lane c = m_2c·(sum of sub-block 2c)
+// + m_2c+1·(sum of sub-block 2c+1), as ggml's 4-row kernel forms them.
+inline __m128i q4k_mins_chunks(__m128i mins16, const int16_t* bsums) {
+  const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bsums));
+  const __m128i q8s = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+  return _mm_madd_epi16(mins16, q8s);
+}
+
+// The float steps shared by the SIMD Q4_K/Q5_K kernels, in the order dot_ref.cpp documents
+// (scalar FMAs: the accumulation order is what keeps results bit-identical to llama.cpp's).
+struct Q4KAcc {  // Q4_K: integer sums of a block (or chunk), one FMA each for scale and mins terms
+  float acc = 0, acc_min = 0;
+  void add(int32_t sum, int32_t mins, float d, float dmin) {  // d = d_w·d_y, dmin = dmin_w·d_y
+    acc = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(static_cast<float>(sum)), _mm_set_ss(d), _mm_set_ss(acc)));
+    acc_min = _mm_cvtss_f32(
+        _mm_fmadd_ss(_mm_set_ss(static_cast<float>(mins)), _mm_set_ss(dmin), _mm_set_ss(acc_min)));
+  }
+  float result() const { return acc - acc_min; }
+};
+// ggml's tiled kernel (Q5_K/Q6_K products of 8+ rows), one block: r = d_w·s, then r − dmin_w·m
+// fused when the type has mins, then fma(r, d_y, acc).
+template <bool kHasMin>
+inline float tiled_add(float acc, int32_t s, int32_t m, float dw, float dmw, float dy) {
+  __m128 r = _mm_mul_ss(_mm_set_ss(dw), _mm_set_ss(static_cast<float>(s)));
+  if constexpr (kHasMin) r = _mm_fnmadd_ss(_mm_set_ss(dmw), _mm_set_ss(static_cast<float>(m)), r);
+  return _mm_cvtss_f32(_mm_fmadd_ss(r, _mm_set_ss(dy), _mm_set_ss(acc)));
+}
+
+// Q5_K: the mins term as ggml's kernel adds it, fma(−d_y·dmin_w, mins, sum).
+inline float q5k_add_mins(float sum, int32_t mins, float dmw, float dy) {
+  return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(-dy * dmw), _mm_set_ss(static_cast<float>(mins)), _mm_set_ss(sum)));
 }
 
 // Activation rows x_j = x + j·stride as a typed pointer array.

@@ -175,7 +175,10 @@ TEST(Matmul, ParallelPathIsDeterministic) {
   }
 }
 
-// matmul_q with activations quantized by the caller (strided) gives the same numbers as matmul.
+// matmul_q with activations quantized by the caller (strided) gives the same numbers as matmul
+// (dense = true); with dense = false (expert products) every row is the 1-row vec_dot; with
+// dense = true Q4_K's full 4-row groups take the grouped order (ggml's 4-row kernel) and differ
+// from it somewhere, the other types never.
 TEST(Matmul, PreQuantizedActivationsMatchMatmul) {
   std::mt19937 rng(33);
   for (GgmlType t : kWeightTypes) {
@@ -188,8 +191,21 @@ TEST(Matmul, PreQuantizedActivationsMatchMatmul) {
       cpu::quantize_activation(t, p.X.data() + b * p.ldx, xq.data() + b * ldxq, cols);
     std::vector<float> a(static_cast<size_t>(p.n_batch * p.ldy)), q(a.size());
     cpu::matmul(t, p.W.data(), p.rows, cols, p.X.data(), p.ldx, p.n_batch, a.data(), p.ldy);
-    cpu::matmul_q(t, p.W.data(), p.rows, cols, xq.data(), ldxq, p.n_batch, q.data(), p.ldy);
+    cpu::matmul_q(t, p.W.data(), p.rows, cols, xq.data(), ldxq, p.n_batch, q.data(), p.ldy, true, true);
     EXPECT_EQ(a, q) << type_name(t);
+    std::vector<float> e(a.size());
+    cpu::matmul_q(t, p.W.data(), p.rows, cols, xq.data(), ldxq, p.n_batch, e.data(), p.ldy, true, false);
+    const size_t wrb = row_bytes(t, static_cast<uint64_t>(cols));
+    int64_t differ = 0;
+    for (int64_t b = 0; b < p.n_batch; ++b)
+      for (int64_t r = 0; r < p.rows; ++r) {
+        const size_t i = static_cast<size_t>(b * p.ldy + r);
+        ASSERT_EQ(e[i], cpu::vec_dot(t, p.W.data() + r * wrb, xq.data() + b * ldxq, cols)) << type_name(t);
+        if (b >= p.n_batch - p.n_batch % 4) ASSERT_EQ(a[i], e[i]) << type_name(t) << " tail row " << b;
+        differ += a[i] != e[i];
+      }
+    if (t == GgmlType::Q4_K) EXPECT_GT(differ, 0) << "grouped and 1-row orders never differed";
+    else EXPECT_EQ(differ, 0) << type_name(t);
   }
 }
 
