@@ -33,11 +33,14 @@ if [[ "${FERRY_SKIP_PY:-0}" != 1 ]]; then
     "$venv/bin/pip" install -q --upgrade pip >/dev/null
     "$venv/bin/pip" install -q "numpy<3" "gguf>=0.17"
   fi
-  if ! "$venv/bin/python" -c "import llama_cpp" 2>/dev/null; then
+  # Pinned: Ferry's CPU kernels add in the orders of this version's ggml (kernels/cpu/dot_ref.cpp),
+  # and the oracle tests hold quantized logits to it bit for bit.
+  llama_version=0.3.36
+  if ! "$venv/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('llama_cpp_python') != '$llama_version')" 2>/dev/null; then
     echo "[install-deps] building llama-cpp-python (compiles llama.cpp, several minutes)"
     CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF" \
       CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
-      "$venv/bin/pip" install -q "llama-cpp-python==0.3.*"
+      "$venv/bin/pip" install -q "llama-cpp-python==$llama_version"
   fi
 fi
 echo "[install-deps] ok"

@@ -4,19 +4,11 @@
 A tiny synthetic qwen3moe (`ferry synth`) at F32 and, made from it by llama.cpp's own quantizer,
 Q8_0 and Q4_K_M. For each file, Ferry's logits at every position of a 128-token sequence (one
 prefill batch, `ferry logits`) are compared with llama.cpp's (Llama(logits_all=True).eval):
-  F32:        NMSE <= 1e-5 over the sequence, argmax equal at >= 99% of positions. (On an AVX2
-              ggml build, as the pip-built oracle is, Ferry's F32 path is bit-identical: NMSE 0.)
-  quantized:  NMSE <= 5e-4 over the sequence, and argmax equal at >= 99% of the decisive positions
-              (llama.cpp's top-2 margin > 2x the error RMS of that position; >= 90% of positions
-              must be decisive); the raw argmax agreement is printed and must be >= 95%.
-Why "decisive" for quantized files: activations are rounded to int8 (Q8_0/Q8_K) before every
-quantized product, so a 1-ulp difference of float accumulation order (Ferry's quantized dot kernels
-do not add in ggml's order; its F32/F16 products, softmax, SiLU and RoPE do) now and then moves a
-value across a rounding step, and on a tiny random model
-(flat logits, top-2 of 8 experts) that sometimes flips an expert choice. Ferry's own ISA paths
-disagree with each other at the same rate (printed below: FERRY_ISA=scalar vs the default), so
-near-ties cannot be held to exact agreement. F32 has no activation rounding and is held to all
-positions.
+  F32:        NMSE <= 1e-5, argmax equal at >= 99% of positions;
+  quantized:  NMSE <= 5e-4, argmax equal at >= 99% of positions.
+(The issue's bounds. On the pinned AVX2 llama.cpp build the oracle uses, all three are in fact
+bit-identical — NMSE 0 — because Ferry's CPU kernels add in ggml's orders, including the ones
+that depend on the product's shape: kernels/cpu/dot_ref.cpp, matmul.hpp; printed below.)
 Also (F32): `ferry logits --decode` (one token at a time through the KV cache) vs the prefill batch,
 NMSE <= 1e-5, with F16 and F32 caches; F32 cache vs llama.cpp with an F32 cache (type_k/type_v).
 """
@@ -88,20 +80,12 @@ def ferry_logits(path, tokens, tag, *extra, env=None):
 def compare(label, ours, ref, quantized):
     total = nmse(ours, ref)
     agree = ours.argmax(1) == ref.argmax(1)
-    err_rms = np.sqrt(np.mean((ours - ref) ** 2, axis=1))
-    top2 = np.sort(ref, axis=1)[:, -2:]
-    decisive = (top2[:, 1] - top2[:, 0]) > 2 * err_rms
-    print(f"{label}: NMSE {total:.3g}, argmax equal {agree.mean():.2%} ({(~agree).sum()} of {len(agree)}), "
-          f"decisive positions {decisive.mean():.1%}, argmax equal there {agree[decisive].mean():.2%}")
-    if not quantized:
-        check(total <= 1e-5, f"{label}: NMSE {total:.3g} <= 1e-5")
-        check(agree.mean() >= 0.99, f"{label}: argmax agreement {agree.mean():.2%} >= 99%")
-    else:
-        check(total <= 5e-4, f"{label}: NMSE {total:.3g} <= 5e-4")
-        check(decisive.mean() >= 0.9, f"{label}: {decisive.mean():.1%} decisive positions >= 90%")
-        check(agree[decisive].mean() >= 0.99, f"{label}: argmax agreement at decisive positions "
-              f"{agree[decisive].mean():.2%} >= 99%")
-        check(agree.mean() >= 0.95, f"{label}: raw argmax agreement {agree.mean():.2%} >= 95%")
+    identical = np.array_equal(ours.astype(np.float32), ref.astype(np.float32))
+    print(f"{label}: NMSE {total:.3g}, argmax equal {agree.mean():.2%} ({(~agree).sum()} of {len(agree)} differ), "
+          f"bit-identical: {identical}")
+    bound = 5e-4 if quantized else 1e-5
+    check(total <= bound, f"{label}: NMSE {total:.3g} <= {bound:g}")
+    check(agree.mean() >= 0.99, f"{label}: argmax agreement {agree.mean():.2%} >= 99%")
 
 
 def main():
@@ -120,11 +104,6 @@ def main():
         ref = llama_logits(path, tokens)
         ours = ferry_logits(path, tokens, name)
         compare(f"{name} prefill vs llama.cpp", ours, ref, quantized=name != "f32")
-        if name != "f32":
-            scalar = ferry_logits(path, tokens, name + "-scalar", env=dict(os.environ, FERRY_ISA="scalar"))
-            a = ours.argmax(1) == scalar.argmax(1)
-            print(f"  (for scale: Ferry scalar vs Ferry {name} default ISA: NMSE {nmse(scalar, ours):.3g}, "
-                  f"argmax equal {a.mean():.2%})")
 
     # Prefill vs decode through the KV cache, both cache types; F32 cache vs llama.cpp's F32 cache.
     for cache in ("f16", "f32"):
