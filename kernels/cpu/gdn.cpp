@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include <tbb/blocked_range.h>
@@ -111,16 +113,37 @@ void gdn_delta_rule_chunked(const GdnShape& shape, const GdnInputs& in, int64_t 
                     });
 }
 
+GdnPrefill gdn_prefill_form() {
+  static const GdnPrefill form = [] {
+    const char* env = std::getenv("FERRY_GDN_PREFILL");
+    if (env && !std::strcmp(env, "recurrent")) return GdnPrefill::recurrent;
+    if (env && !std::strcmp(env, "chunked")) return GdnPrefill::chunked;
+    if (env && *env)
+      fail(ErrorKind::invalid_arg, "FERRY_GDN_PREFILL={}: expected 'chunked' or 'recurrent'", env);
+    return GdnPrefill::recurrent;
+  }();
+  return form;
+}
+
 void gdn_delta_rule(const GdnShape& shape, const GdnInputs& in, int64_t n_tokens, float scale,
                     float* state, float* out, int64_t ldo) {
-  if (n_tokens >= kGdnChunkedMinTokens)
+  if (n_tokens >= kGdnChunkedMinTokens && gdn_prefill_form() == GdnPrefill::chunked)
     gdn_delta_rule_chunked(shape, in, n_tokens, scale, state, out, ldo);
   else
     gdn_delta_rule_recurrent(shape, in, n_tokens, scale, state, out, ldo);
 }
 
+namespace {
+
+void silu_row(SiluRowFn silu, const float* x, float* y, int64_t n) {
+  if (silu) return silu(x, y, n);
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] / (1.0f + std::exp(-x[i]));
+}
+
+}  // namespace
+
 void gdn_conv_silu(const float* x, int64_t ldx, const float* w, int32_t kernel, float* state,
-                   float* y, int64_t ldy, int64_t n_tokens, int64_t n_ch) {
+                   float* y, int64_t ldy, int64_t n_tokens, int64_t n_ch, SiluRowFn silu) {
   if (kernel < 1 || kernel > 16 || n_ch <= 0 || n_tokens < 0 || ldx < n_ch || ldy < n_ch)
     fail(ErrorKind::invalid_arg,
          "gdn conv: bad arguments (kernel {}, channels {}, tokens {}, ldx {}, ldy {})", kernel,
@@ -141,10 +164,9 @@ void gdn_conv_silu(const float* x, int64_t ldx, const float* w, int32_t kernel, 
       for (int32_t k = 0; k < kernel; ++k) {
         const int64_t tau = t - tail + k;  // input time of tap k
         const float* in = tau >= 0 ? x + tau * ldx + c0 : state + (tail + tau) * n_ch + c0;
-        for (int64_t c = 0; c < nc; ++c) acc[c] += wt[k][c] * in[c];
+        for (int64_t c = 0; c < nc; ++c) acc[c] += wt[k][c] * in[c];  // product, then sum: as ggml
       }
-      float* yr = y + t * ldy + c0;
-      for (int64_t c = 0; c < nc; ++c) yr[c] = acc[c] / (1.0f + std::exp(-acc[c]));
+      silu_row(silu, acc, y + t * ldy + c0, nc);
     }
     // The new tail is the last K−1 inputs of [state | x]; rows are written in increasing order
     // and read from a row ≥ the one written, so in place is safe.
@@ -171,38 +193,42 @@ void gdn_l2_norm_heads(float* x, int64_t ld, int64_t n_tokens, int32_t n_heads, 
   if (n_tokens < 0 || n_heads <= 0 || dim <= 0 || ld < int64_t(n_heads) * dim)
     fail(ErrorKind::invalid_arg, "gdn l2 norm: bad shape (tokens {}, heads {}, dim {}, ld {})",
          n_tokens, n_heads, dim, ld);
+  // As llama.cpp builds it: rms_norm(x, eps/n) then a scale by 1/√n, i.e. x / √(‖x‖² + eps),
+  // with each of those steps rounded as ggml rounds it (squares summed in double).
+  const float eps_n = eps / static_cast<float>(dim);
+  const float post = 1.0f / std::sqrt(static_cast<float>(dim));
   for (int64_t t = 0; t < n_tokens; ++t) {
     for (int32_t h = 0; h < n_heads; ++h) {
       float* v = x + t * ld + int64_t(h) * dim;
-      double sum = 0.0;  // ggml accumulates squares in double
+      double sum = 0.0;
       for (int32_t i = 0; i < dim; ++i) sum += double(v[i] * v[i]);
-      const float scale = 1.0f / std::max(std::sqrt(float(sum)), eps);
-      for (int32_t i = 0; i < dim; ++i) v[i] *= scale;
+      const float mean = static_cast<float>(sum / dim);
+      const float scale = 1.0f / std::sqrt(mean + eps_n);
+      for (int32_t i = 0; i < dim; ++i) v[i] = (v[i] * scale) * post;
     }
   }
 }
 
 void gdn_gated_rms_norm(const float* o, int64_t ldo, const float* z, int64_t ldz,
                         const float* weight, float* out, int64_t ldout, int64_t n_tokens,
-                        int32_t n_heads, int32_t dim, float eps) {
+                        int32_t n_heads, int32_t dim, float eps, SiluRowFn silu) {
   const int64_t width = int64_t(n_heads) * dim;
   if (n_tokens < 0 || n_heads <= 0 || dim <= 0 || ldo < width || ldz < width || ldout < width)
     fail(ErrorKind::invalid_arg,
          "gdn gated norm: bad shape (tokens {}, heads {}, dim {}, ld {}/{}/{})", n_tokens,
          n_heads, dim, ldo, ldz, ldout);
+  std::vector<float> sz(static_cast<size_t>(dim));
   for (int64_t t = 0; t < n_tokens; ++t) {
     for (int32_t h = 0; h < n_heads; ++h) {
       const float* orow = o + t * ldo + int64_t(h) * dim;
       const float* zrow = z + t * ldz + int64_t(h) * dim;
       float* dst = out + t * ldout + int64_t(h) * dim;
+      silu_row(silu, zrow, sz.data(), dim);
       double sum = 0.0;
       for (int32_t i = 0; i < dim; ++i) sum += double(orow[i] * orow[i]);
       const float scale = 1.0f / std::sqrt(float(sum / dim) + eps);
       // Same float operation order as ggml's rms_norm → mul(weight) → mul(silu(z)).
-      for (int32_t i = 0; i < dim; ++i) {
-        const float silu = zrow[i] / (1.0f + std::exp(-zrow[i]));
-        dst[i] = ((orow[i] * scale) * weight[i]) * silu;
-      }
+      for (int32_t i = 0; i < dim; ++i) dst[i] = ((orow[i] * scale) * weight[i]) * sz[i];
     }
   }
 }

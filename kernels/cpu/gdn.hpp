@@ -63,20 +63,36 @@ void gdn_delta_rule_recurrent(const GdnShape& shape, const GdnInputs& in, int64_
 void gdn_delta_rule_chunked(const GdnShape& shape, const GdnInputs& in, int64_t n_tokens,
                             float scale, float* state, float* out, int64_t ldo);
 
+// Which form gdn_delta_rule uses for batches of kGdnChunkedMinTokens or more. Default: the
+// recurrence, whose float order is llama.cpp's own (its CPU op runs the recurrence for prompts
+// too), so CPU logits are bit-identical to llama.cpp's; on the CPU it is as fast as the chunked
+// form (pp512 of the small qwen35moe Q4_K_M, 1 thread: 32.5 vs 32.2 tok/s — the delta rule is a
+// few percent of a token's work next to the experts), and both are linear in the prompt length.
+// FERRY_GDN_PREFILL=chunked selects the chunked form (the GPU's form; agrees to float rounding).
+enum class GdnPrefill { chunked, recurrent };
+GdnPrefill gdn_prefill_form();
+
 inline constexpr int kGdnChunk = 64;             // tokens per chunk of the chunked form
 inline constexpr int64_t kGdnChunkedMinTokens = 16;  // gdn_delta_rule: chunked from this many tokens
 
+// y[i] = silu(x[i]) over one row; lets a caller round SiLU exactly as a given llama.cpp build does
+// (runtime/backend/cpu_ops_math.hpp). nullptr: x / (1 + exp(−x)) with libm's exp. Rows passed
+// start at a multiple of 16 values from the start of the tensor row.
+using SiluRowFn = void (*)(const float* x, float* y, int64_t n);
+
 // Causal depthwise conv1d (kernel K, no bias) followed by SiLU, with a rolling state holding the
 // last K−1 inputs of every channel (ggml_ssm_conv + ggml_silu):
-//   y[t][c] = silu(Σ_{k<K} w[c][k] · in[t − (K−1) + k][c]),  in[τ < 0] taken from the state.
+//   y[t][c] = silu(Σ_{k<K} w[c][k] · in[t − (K−1) + k][c]),  in[τ < 0] taken from the state,
+//   summed from the oldest tap, each product rounded (as ggml_ssm_conv).
 //   x:     (n_tokens, n_ch), token stride ldx
 //   w:     (n_ch, K), the GGUF ssm_conv1d tensor {K, n_ch}
 //   state: (K−1, n_ch), oldest input first; updated in place to the last K−1 inputs
 //   y:     (n_tokens, n_ch), token stride ldy; must not alias x
 void gdn_conv_silu(const float* x, int64_t ldx, const float* w, int32_t kernel, float* state,
-                   float* y, int64_t ldy, int64_t n_tokens, int64_t n_ch);
+                   float* y, int64_t ldy, int64_t n_tokens, int64_t n_ch, SiluRowFn silu = nullptr);
 
-// In place, per head vector of length dim: x ← x / max(‖x‖₂, eps) (ggml_l2_norm).
+// In place, per head vector of length dim: x ← x / √(‖x‖₂² + eps), computed as llama.cpp's graph
+// does (rms_norm with eps/dim, then a scale by 1/√dim).
 //   x: (n_tokens, n_heads, dim), token stride ld
 void gdn_l2_norm_heads(float* x, int64_t ld, int64_t n_tokens, int32_t n_heads, int32_t dim,
                        float eps);
@@ -89,7 +105,7 @@ void gdn_l2_norm_heads(float* x, int64_t ld, int64_t n_tokens, int32_t n_heads, 
 //   out:    (n_tokens, n_heads, dim), token stride ldout; may alias o
 void gdn_gated_rms_norm(const float* o, int64_t ldo, const float* z, int64_t ldz,
                         const float* weight, float* out, int64_t ldout, int64_t n_tokens,
-                        int32_t n_heads, int32_t dim, float eps);
+                        int32_t n_heads, int32_t dim, float eps, SiluRowFn silu = nullptr);
 
 // Gates from the two small projections:
 //   beta[t][h] = sigmoid(b_raw[t][h])

@@ -49,76 +49,83 @@ inline vf fmadd(vf a, vf b, vf c) {
 #endif
 }
 
+// a·b + c rounded once on every path (the scalar path has no FMA instruction: fmaf per lane).
+inline vf fma_exact(vf a, vf b, vf c) {
+#if (FERRY_GDN_VW == 16 && defined(__AVX512F__)) || (FERRY_GDN_VW == 8 && defined(__FMA__))
+  return fmadd(a, b, c);
+#else
+  vf r;
+  for (int l = 0; l < VW; ++l) r[l] = fmaf(a[l], b[l], c[l]);
+  return r;
+#endif
+}
+
 inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 // ---- Recurrent form ------------------------------------------------------------------------
-// One column block of NB vectors (value indices j0 .. j0 + NB·VW) of one head, all tokens. The
-// columns of S are independent in every step of the rule (δ_j needs only column j of S), so the
-// block (S × NB·VW floats, 32 KB at S = 128, NB·VW = 64) stays in L1 across tokens. One sweep over
-// the block per token fuses "S += k_t δ_tᵀ; o_t = Sᵀq_t" of token t with "S ← e^g S; u = Sᵀk"
-// of token t+1, so each state element is loaded and stored once per token.
+// Token by token in the float order of llama.cpp's CPU gated_delta_net op (what it runs for
+// prompts and decode alike), so that Ferry's recurrent results are its bits:
+//   S ← S·e^{g}                          (one rounding per element)
+//   u_j = Σ_i S[i][j]·k[i]               (ggml_vec_dot_f32, AVX2 build: 32 partial sums, element
+//                                          i in slot i mod 32, FMAs in order; then slots l, l+16
+//                                          and l+8, l+24 added, the two halves added, and the 8
+//                                          lanes reduced as (z0+z4 + z1+z5) + (z2+z6 + z3+z7))
+//   δ_j = (v_j − u_j)·β
+//   S[i][j] ← fma(k[i], δ_j, S[i][j])
+//   o_j = (Σ_i S[i][j]·q[i])·scale       (the same dot)
+// The vectors here run over the value index j, so the slot structure over the key index i is the
+// same on every ISA. One column block of NB vectors at a time (independent columns), kept in L1
+// across tokens with its 32 × NB partial-sum vectors.
+template <int NB>
+void reduce_slots(const vf (&p)[32][NB], vf (&out)[NB]) {
+  for (int b = 0; b < NB; ++b) {
+    vf z[8];
+    for (int l = 0; l < 8; ++l) z[l] = (p[l][b] + p[16 + l][b]) + (p[8 + l][b] + p[24 + l][b]);
+    out[b] = ((z[0] + z[4]) + (z[1] + z[5])) + ((z[2] + z[6]) + (z[3] + z[7]));
+  }
+}
+
 template <int NB>
 void recurrent_block(const HeadArgs& a, int32_t j0) {
   const int32_t S = a.head_dim;
   float* const blk = a.state + j0;  // row i of the block at blk + i·S
-  const int64_t n = a.n_tokens;
-
-  vf u[NB];  // Sᵀk of the current token, after its decay
-  {
-    const vf eg = splat(expf(a.g[0]));
-    const float* k = a.k;
-    for (int b = 0; b < NB; ++b) u[b] = vf{};
+  vf p[32][NB];
+  for (int64_t t = 0; t < a.n_tokens; ++t) {
+    const float* k = a.k + t * a.ldk;
+    const float* q = a.q + t * a.ldq;
+    const float* v = a.v + t * a.ldv + j0;
+    const vf eg = splat(expf(a.g[t * a.ldgb]));
+    for (int s = 0; s < 32; ++s)
+      for (int b = 0; b < NB; ++b) p[s][b] = vf{};
     for (int32_t i = 0; i < S; ++i) {
       float* row = blk + int64_t(i) * S;
       const vf ki = splat(k[i]);
       for (int b = 0; b < NB; ++b) {
-        const vf s = load(row + b * VW) * eg;
-        store(row + b * VW, s);
-        u[b] = fmadd(ki, s, u[b]);
+        const vf st = load(row + b * VW) * eg;
+        store(row + b * VW, st);
+        p[i & 31][b] = fma_exact(st, ki, p[i & 31][b]);
       }
     }
-  }
-
-  for (int64_t t = 0; t < n; ++t) {
-    const float* k = a.k + t * a.ldk;
-    const float* q = a.q + t * a.ldq;
-    const float* v = a.v + t * a.ldv + j0;
+    vf d[NB];
+    reduce_slots<NB>(p, d);
     const vf beta = splat(a.beta[t * a.ldgb]);
-    vf d[NB], o[NB];
-    for (int b = 0; b < NB; ++b) {
-      d[b] = beta * (load(v + b * VW) - u[b]);
-      o[b] = vf{};
-    }
-    const bool has_next = t + 1 < n;
-    const float* kn = has_next ? a.k + (t + 1) * a.ldk : k;
-    const vf egn = splat(has_next ? expf(a.g[(t + 1) * a.ldgb]) : 1.0f);
-    for (int b = 0; b < NB; ++b) u[b] = vf{};
-
-    if (has_next) {
-      for (int32_t i = 0; i < S; ++i) {
-        float* row = blk + int64_t(i) * S;
-        const vf ki = splat(k[i]), qi = splat(q[i] * a.scale), kni = splat(kn[i]);
-        for (int b = 0; b < NB; ++b) {
-          vf s = fmadd(ki, d[b], load(row + b * VW));
-          o[b] = fmadd(qi, s, o[b]);
-          s = s * egn;
-          store(row + b * VW, s);
-          u[b] = fmadd(kni, s, u[b]);
-        }
-      }
-    } else {
-      for (int32_t i = 0; i < S; ++i) {
-        float* row = blk + int64_t(i) * S;
-        const vf ki = splat(k[i]), qi = splat(q[i] * a.scale);
-        for (int b = 0; b < NB; ++b) {
-          const vf s = fmadd(ki, d[b], load(row + b * VW));
-          o[b] = fmadd(qi, s, o[b]);
-          store(row + b * VW, s);
-        }
+    for (int b = 0; b < NB; ++b) d[b] = (load(v + b * VW) - d[b]) * beta;
+    for (int s = 0; s < 32; ++s)
+      for (int b = 0; b < NB; ++b) p[s][b] = vf{};
+    for (int32_t i = 0; i < S; ++i) {
+      float* row = blk + int64_t(i) * S;
+      const vf ki = splat(k[i]), qi = splat(q[i]);
+      for (int b = 0; b < NB; ++b) {
+        const vf st = fma_exact(ki, d[b], load(row + b * VW));
+        store(row + b * VW, st);
+        p[i & 31][b] = fma_exact(st, qi, p[i & 31][b]);
       }
     }
+    vf o[NB];
+    reduce_slots<NB>(p, o);
     float* out = a.out + t * a.ldo + j0;
-    for (int b = 0; b < NB; ++b) store(out + b * VW, o[b]);
+    const vf scale = splat(a.scale);
+    for (int b = 0; b < NB; ++b) store(out + b * VW, o[b] * scale);
   }
 }
 
@@ -291,7 +298,7 @@ void chunk(const HeadArgs& a, int64_t t0, int64_t n, const ChunkScratch& s) {
 
 void recurrent_head(const HeadArgs& a) {
   if (a.n_tokens <= 0) return;
-  constexpr int kBlock = 4;  // vectors per column block
+  constexpr int kBlock = VW == 16 ? 2 : 4;  // vectors per column block (32 floats at VW = 16)
   const int32_t nvec = a.head_dim / VW;
   for (int32_t v0 = 0; v0 < nvec; v0 += kBlock) {
     const int32_t j0 = v0 * VW;

@@ -80,31 +80,44 @@ void CpuOps::rmsnorm(const float* x, const float* w, int64_t n_rows, int64_t n, 
 
 void CpuOps::matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n, float* y,
                     int64_t ldy) {
-  const int W = cpu_math::tiled_lanes();
-  const bool tiled = (w.type == GgmlType::F32 || w.type == GgmlType::F16) && w.cols % W == 0;
-  if (!tiled) {
+  if (w.type != GgmlType::F32 && w.type != GgmlType::F16) {
     cpu::matmul(w.type, w.data, w.rows, w.cols, x, ldx, n, y, ldy, true);
     return;
   }
-  // F32/F16 weights (F32 routers of quantized models, F32/F16 test models): ggml runs these through
-  // its tiled product; adding in its lane order keeps router logits bit-identical to the oracle's.
-  // An F16 weight is dotted with the activation rounded to F16, as ggml converts it.
+  // F32/F16 weights (F32 routers and gates of quantized models, F32/F16 test models) in the order
+  // ggml adds them, which keeps these products bit-identical to the oracle's: its tiled product
+  // (llamafile's tinyBLAS) when there are 2+ rows of activations, a multiple of 4 output rows and
+  // of the lane width in the inner dimension; else ggml_vec_dot_f32 / _f16. An F16 weight is
+  // dotted with the activation rounded to F16, as ggml converts it.
+  const int W = cpu_math::tiled_lanes();
+  const bool tiled = n >= 2 && w.rows % 4 == 0 && w.cols % W == 0;
   const bool w16 = w.type == GgmlType::F16;
   std::vector<float> xr;
-  if (w16) {
+  std::vector<uint16_t> xh;
+  if (w16 && tiled) {
     xr.resize(static_cast<size_t>(n * w.cols));
     for (int64_t t = 0; t < n; ++t)
       for (int64_t c = 0; c < w.cols; ++c) xr[t * w.cols + c] = fp16_to_fp32(fp32_to_fp16(x[t * ldx + c]));
     x = xr.data();
     ldx = w.cols;
+  } else if (w16) {
+    xh.resize(static_cast<size_t>(n * w.cols));
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t c = 0; c < w.cols; ++c) xh[t * w.cols + c] = fp32_to_fp16(x[t * ldx + c]);
   }
   const size_t row_bytes_w = static_cast<size_t>(w.cols) * (w16 ? 2 : 4);
   tbb::parallel_for(tbb::blocked_range<int64_t>(0, w.rows, std::max<int64_t>(1, 4096 / std::max<int64_t>(n, 1))),
                     [&](auto r) {
     for (int64_t row = r.begin(); row < r.end(); ++row) {
       const void* wr = static_cast<const uint8_t*>(w.data) + static_cast<size_t>(row) * row_bytes_w;
-      for (int64_t t = 0; t < n; ++t)
-        y[t * ldy + row] = cpu_math::dot_lanes(wr, w16, x + t * ldx, static_cast<int32_t>(w.cols), W);
+      for (int64_t t = 0; t < n; ++t) {
+        if (tiled)
+          y[t * ldy + row] = cpu_math::dot_lanes(wr, w16, x + t * ldx, static_cast<int32_t>(w.cols), W);
+        else if (w16)
+          y[t * ldy + row] = cpu_math::dot_vecdot(wr, xh.data() + t * w.cols, true, static_cast<int32_t>(w.cols));
+        else
+          y[t * ldy + row] = cpu_math::dot_vecdot(wr, x + t * ldx, false, static_cast<int32_t>(w.cols));
+      }
     }
   });
 }

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "kernels/cpu/matmul.hpp"
 #include "runtime/core/fp16.hpp"
@@ -259,6 +260,12 @@ double exp_sum(ExpForm f, const float* x, float* y, int64_t n, float max) {
 }
 
 void swiglu(const float* x, const float* g, float* y, int64_t n) { swiglu(active_exp_form(), x, g, y, n); }
+
+void silu(const float* x, float* y, int64_t n) {
+  static thread_local std::vector<float> ones;
+  if (static_cast<int64_t>(ones.size()) < n) ones.assign(static_cast<size_t>(n), 1.0f);
+  swiglu(x, ones.data(), y, n);
+}
 
 double exp_sum(const float* x, float* y, int64_t n, float max) { return exp_sum(active_exp_form(), x, y, n, max); }
 

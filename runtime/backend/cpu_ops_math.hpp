@@ -25,6 +25,9 @@ void swiglu(const float* x, const float* g, float* y, int64_t n);
 // reduction added into a double). Entries of −inf give 0.
 double exp_sum(const float* x, float* y, int64_t n, float max);
 
+// y[i] = silu(x[i]), as ggml_vec_silu_f32 (the same lanes as swiglu's SiLU; times 1 is exact).
+void silu(const float* x, float* y, int64_t n);
+
 // The same with a given form (tests compare the forms against a scalar model of each).
 void swiglu(ExpForm f, const float* x, const float* g, float* y, int64_t n);
 double exp_sum(ExpForm f, const float* x, float* y, int64_t n, float max);

@@ -1,8 +1,9 @@
-// GdnOps on the CPU: host buffers, straight calls into kernels/cpu/gdn.
+// GdnOps on the CPU: host buffers, calls into kernels/cpu/gdn with SiLU rounded as ggml does.
 #include "runtime/model/qwen35moe_gdn_ops.hpp"
 
 #include <string_view>
 
+#include "runtime/backend/cpu_ops_math.hpp"
 #include "runtime/backend/gdn_cuda.hpp"
 #include "runtime/core/error.hpp"
 
@@ -13,7 +14,7 @@ class CpuGdnOps final : public GdnOps {
  public:
   void conv_silu(const float* x, int64_t ldx, const float* w, int32_t kernel, float* state,
                  float* y, int64_t ldy, int64_t n_tokens, int64_t n_ch) override {
-    cpu::gdn_conv_silu(x, ldx, w, kernel, state, y, ldy, n_tokens, n_ch);
+    cpu::gdn_conv_silu(x, ldx, w, kernel, state, y, ldy, n_tokens, n_ch, cpu_math::silu);
   }
   void l2_norm_heads(float* x, int64_t ld, int64_t n_tokens, int32_t n_heads, int32_t dim,
                      float eps) override {
@@ -31,7 +32,7 @@ class CpuGdnOps final : public GdnOps {
   void gated_rms_norm(const float* o, int64_t ldo, const float* z, int64_t ldz, const float* w,
                       float* out, int64_t ldout, int64_t n_tokens, int32_t n_heads, int32_t dim,
                       float eps) override {
-    cpu::gdn_gated_rms_norm(o, ldo, z, ldz, w, out, ldout, n_tokens, n_heads, dim, eps);
+    cpu::gdn_gated_rms_norm(o, ldo, z, ldz, w, out, ldout, n_tokens, n_heads, dim, eps, cpu_math::silu);
   }
 };
 

@@ -391,7 +391,7 @@ TEST(DeltaNetNorms, L2NormPerHead) {
   for (auto& v : x) v = normal(rng);
   for (int32_t i = 0; i < dim; ++i) {
     x[sz(1 * ld + 32 + i)] = 0.0f;          // zero vector: stays zero
-    x[sz(2 * ld + 64 + i)] = i ? 0.0f : 1e-8f;  // norm < eps: divided by eps, not by its norm
+    x[sz(2 * ld + 64 + i)] = i ? 0.0f : 1e-8f;  // ‖x‖² ≪ eps: divided by √eps, not by its norm
   }
   std::vector<float> y = x;
   gdn_l2_norm_heads(y.data(), ld, n_tokens, heads, dim, eps);
@@ -400,13 +400,13 @@ TEST(DeltaNetNorms, L2NormPerHead) {
       const float* a = x.data() + t * ld + h * dim;
       double s = 0;
       for (int32_t i = 0; i < dim; ++i) s += double(a[i]) * a[i];
-      const double scale = 1.0 / std::max(std::sqrt(s), double(eps));
+      const double scale = 1.0 / std::sqrt(s + double(eps));  // llama.cpp's form: x / √(‖x‖² + eps)
       for (int32_t i = 0; i < dim; ++i)
         ASSERT_NEAR(y[sz(t * ld + h * dim + i)], a[i] * scale, 1e-6 * (1 + std::abs(a[i] * scale)));
     }
     for (int64_t c = heads * dim; c < ld; ++c) ASSERT_EQ(y[sz(t * ld + c)], x[sz(t * ld + c)]);
   }
-  EXPECT_FLOAT_EQ(y[sz(2 * ld + 64)], 1e-8f / eps);
+  EXPECT_NEAR(y[sz(2 * ld + 64)], 1e-8 / std::sqrt(1e-16 + double(eps)), 1e-6 * 1e-5);
 }
 
 TEST(DeltaNetNorms, GatedRmsNormMatchesNaive) {

@@ -161,9 +161,11 @@ INSTANTIATE_TEST_SUITE_P(
     Types, MoeCpu,
     ::testing::Values(Case{GgmlType::F32, GgmlType::F32, GgmlType::F32, 1e-10},
                       Case{GgmlType::F16, GgmlType::F16, GgmlType::F16, 1e-8},
+                      // (int8 rounding of activations; experts with 8+ tokens add Q5_K/Q6_K in
+                      // llama.cpp's tiled order, which differs a little from the 1-row order)
                       Case{GgmlType::Q8_0, GgmlType::Q8_0, GgmlType::Q8_0, 1e-7},
-                      Case{GgmlType::Q4_K, GgmlType::Q4_K, GgmlType::Q6_K, 1e-7},
-                      Case{GgmlType::Q4_K, GgmlType::Q8_0, GgmlType::Q5_K, 1e-7}));
+                      Case{GgmlType::Q4_K, GgmlType::Q4_K, GgmlType::Q6_K, 3e-7},
+                      Case{GgmlType::Q4_K, GgmlType::Q8_0, GgmlType::Q5_K, 3e-7}));
 
 TEST(MoeCpuErrors, RejectsBadRequests) {
   std::mt19937 rng(7);

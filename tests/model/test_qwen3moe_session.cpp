@@ -73,7 +73,9 @@ TEST_F(Qwen3MoeSession, PrefillMatchesDecode) {
       const auto l = s.eval(std::span<const int32_t>(toks).subspan(i, 1));
       std::copy(l.begin(), l.end(), dec.begin() + static_cast<std::ptrdiff_t>(i * V));
     }
-    EXPECT_LT(test::nmse(dec.data(), prefill.data(), dec.size()), 1e-9) << type_name(ct);
+    // Not bit-identical: like llama.cpp's CPU backend, a prompt batch adds some quantized
+    // products in other orders than single tokens do (kernels/cpu/matmul.hpp).
+    EXPECT_LT(test::nmse(dec.data(), prefill.data(), dec.size()), 1e-7) << type_name(ct);
   }
 }
 
