@@ -111,7 +111,8 @@ struct Q45KKernel {
     const __m256i m1 = _mm256_set1_epi8(1);
     __m256 acc[NX];   // Q5_K: 8 lanes
     float mins[NX];   // Q5_K: the mins term; tiled: the sum
-    Q4KAcc acc4[NX];  // Q4_K
+    Q4KAcc acc4[NX];  // Q4_K, 4-row order
+    Q4KRowAcc row4[NX];  // Q4_K, 1-row order
     for (int k = 0; k < NX; ++k) {
       acc[k] = _mm256_setzero_ps();
       mins[k] = 0;
@@ -124,7 +125,7 @@ struct Q45KKernel {
       __m256i hbits = _mm256_setzero_si256();
       if constexpr (kQ5) hbits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh));
       __m256i sumi[NX];
-      int32_t chunk[NX][4];  // kGrouped: the integer sum of each 64-value chunk
+      __m256i chunk[NX][4];  // kGrouped: the lanes of each 64-value chunk
       for (int k = 0; k < NX; ++k) sumi[k] = _mm256_setzero_si256();
       for (int c = 0; c < 4; ++c) {
         const __m256i sc_lo = _mm256_shuffle_epi8(scales, _mm256_set1_epi16(static_cast<short>(0x0100 + 0x0202 * (2 * c))));
@@ -142,7 +143,7 @@ struct Q45KKernel {
           const __m256i y_hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y + 32));
           const __m256i p_lo = _mm256_madd_epi16(_mm256_maddubs_epi16(q_lo, y_lo), sc_lo);
           const __m256i p_hi = _mm256_madd_epi16(_mm256_maddubs_epi16(q_hi, y_hi), sc_hi);
-          if constexpr (kGrouped) chunk[k][c] = hsum_i32(_mm256_add_epi32(p_lo, p_hi));
+          if constexpr (kGrouped) chunk[k][c] = _mm256_add_epi32(p_lo, p_hi);
           else sumi[k] = _mm256_add_epi32(sumi[k], _mm256_add_epi32(p_lo, p_hi));
         }
       }
@@ -156,15 +157,14 @@ struct Q45KKernel {
           mins[k] = q5k_add_mins(mins[k], q4k_mins_int(m16, y.bsums), dmw, y.d);
           acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(dw * y.d), _mm256_cvtepi32_ps(sumi[k]), acc[k]);
         } else if constexpr (kGrouped) {
-          alignas(16) int32_t mc[4];
-          _mm_store_si128(reinterpret_cast<__m128i*>(mc), q4k_mins_chunks(m16, y.bsums));
-          for (int c = 0; c < 4; ++c) acc4[k].add(chunk[k][c], mc[c], dw * y.d, dmw * y.d);
+          acc4[k].add4(hsum_i32_x4(chunk[k][0], chunk[k][1], chunk[k][2], chunk[k][3]),
+                       q4k_mins_chunks(m16, y.bsums), dw * y.d, dmw * y.d);
         } else {
-          acc4[k].add(hsum_i32(sumi[k]), q4k_mins_int(m16, y.bsums), dw * y.d, dmw * y.d);
+          row4[k].push(sumi[k], q4k_mins_chunks(m16, y.bsums), dw * y.d, dmw * y.d);
         }
       }
     }
-    for (int k = 0; k < NX; ++k) out[k] = kTiled ? mins[k] : kQ5 ? hsum8(acc[k]) + mins[k] : acc4[k].result();
+    for (int k = 0; k < NX; ++k) out[k] = kTiled ? mins[k] : kQ5 ? hsum8(acc[k]) + mins[k] : kGrouped ? acc4[k].result() : row4[k].result();
   }
 };
 

@@ -147,7 +147,8 @@ struct Q45KKernel512 {
     const __m512i m1 = _mm512_set1_epi8(1);
     __m256 acc[NX];   // Q5_K: 8 lanes (dot_ref.cpp's order)
     float mins[NX];   // Q5_K: the mins term; tiled: the sum
-    Q4KAcc acc4[NX];  // Q4_K
+    Q4KAcc acc4[NX];  // Q4_K, 4-row order
+    Q4KRowAcc row4[NX];  // Q4_K, 1-row order
     for (int k = 0; k < NX; ++k) {
       acc[k] = _mm256_setzero_ps();
       mins[k] = 0;
@@ -160,7 +161,7 @@ struct Q45KKernel512 {
       __m256i hbits = _mm256_setzero_si256();
       if constexpr (kQ5) hbits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh));
       __m512i sumi[NX];
-      int32_t chunk[NX][4];  // kGrouped: the integer sum of each 64-value chunk
+      __m256i chunk[NX][4];  // kGrouped: the lanes of each 64-value chunk, folded to 8
       for (int k = 0; k < NX; ++k) sumi[k] = _mm512_setzero_si512();
       for (int c = 0; c < 4; ++c) {
         const __m512i sc = _mm512_permutexvar_epi16(load_index(kScaleIndex.q4k[c]), sc8);
@@ -173,7 +174,7 @@ struct Q45KKernel512 {
         for (int k = 0; k < NX; ++k) {
           const __m512i y = _mm512_loadu_si512(x[k][i].qs + 64 * c);
           if constexpr (kGrouped)
-            chunk[k][c] = hsum_i32(fold_512(dot_s16<kVnni>(_mm512_setzero_si512(), _mm512_maddubs_epi16(q, y), sc)));
+            chunk[k][c] = fold_512(dot_s16<kVnni>(_mm512_setzero_si512(), _mm512_maddubs_epi16(q, y), sc));
           else
             sumi[k] = dot_s16<kVnni>(sumi[k], _mm512_maddubs_epi16(q, y), sc);
         }
@@ -191,15 +192,14 @@ struct Q45KKernel512 {
           mins[k] = q5k_add_mins(mins[k], q4k_mins_int(m16, y.bsums), dmw, y.d);
           acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(dw * y.d), _mm256_cvtepi32_ps(s8), acc[k]);
         } else if constexpr (kGrouped) {
-          alignas(16) int32_t mc[4];
-          _mm_store_si128(reinterpret_cast<__m128i*>(mc), q4k_mins_chunks(m16, y.bsums));
-          for (int c = 0; c < 4; ++c) acc4[k].add(chunk[k][c], mc[c], dw * y.d, dmw * y.d);
+          acc4[k].add4(hsum_i32_x4(chunk[k][0], chunk[k][1], chunk[k][2], chunk[k][3]),
+                       q4k_mins_chunks(m16, y.bsums), dw * y.d, dmw * y.d);
         } else {
-          acc4[k].add(hsum_i32(s8), q4k_mins_int(m16, y.bsums), dw * y.d, dmw * y.d);
+          row4[k].push(s8, q4k_mins_chunks(m16, y.bsums), dw * y.d, dmw * y.d);
         }
       }
     }
-    for (int k = 0; k < NX; ++k) out[k] = kTiled ? mins[k] : kQ5 ? hsum8(acc[k]) + mins[k] : acc4[k].result();
+    for (int k = 0; k < NX; ++k) out[k] = kTiled ? mins[k] : kQ5 ? hsum8(acc[k]) + mins[k] : kGrouped ? acc4[k].result() : row4[k].result();
   }
 };
 

@@ -100,6 +100,21 @@ inline __m128i q4k_mins_chunks(__m128i mins16, const int16_t* bsums) {
   return _mm_madd_epi16(mins16, q8s);
 }
 
+// The four chunk sums of one Q4_K block in one register: lane c = Σ of the int32 lanes of p[c].
+inline __m128i hsum_i32_x4(__m256i p0, __m256i p1, __m256i p2, __m256i p3) {
+  const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(p0, p1), _mm256_hadd_epi32(p2, p3));
+  return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+
+// acc ← fma(v[c], d, acc) for c = 0..3 in turn (lane 0 of acc; the rounding order of ggml's
+// 4-row Q4_K kernel).
+inline __m128 fma_chain4(__m128 v, __m128 d, __m128 acc) {
+  acc = _mm_fmadd_ss(v, d, acc);
+  acc = _mm_fmadd_ss(_mm_movehdup_ps(v), d, acc);
+  acc = _mm_fmadd_ss(_mm_movehl_ps(v, v), d, acc);
+  return _mm_fmadd_ss(_mm_shuffle_ps(v, v, _MM_SHUFFLE(3, 3, 3, 3)), d, acc);
+}
+
 // The float steps shared by the SIMD Q4_K/Q5_K kernels, in the order dot_ref.cpp documents
 // (scalar FMAs: the accumulation order is what keeps results bit-identical to llama.cpp's).
 struct Q4KAcc {  // Q4_K: integer sums of a block (or chunk), one FMA each for scale and mins terms
@@ -109,7 +124,49 @@ struct Q4KAcc {  // Q4_K: integer sums of a block (or chunk), one FMA each for s
     acc_min = _mm_cvtss_f32(
         _mm_fmadd_ss(_mm_set_ss(static_cast<float>(mins)), _mm_set_ss(dmin), _mm_set_ss(acc_min)));
   }
+  // The four 64-value chunks of a block (ggml's 4-row kernel): sums and mins as 4 int32 lanes.
+  void add4(__m128i sums, __m128i mins, float d, float dmin) {
+    acc = _mm_cvtss_f32(fma_chain4(_mm_cvtepi32_ps(sums), _mm_set_ss(d), _mm_set_ss(acc)));
+    acc_min = _mm_cvtss_f32(fma_chain4(_mm_cvtepi32_ps(mins), _mm_set_ss(dmin), _mm_set_ss(acc_min)));
+  }
+  void add_f(float sum, float mins, float d, float dmin) {
+    acc = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(sum), _mm_set_ss(d), _mm_set_ss(acc)));
+    acc_min = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(mins), _mm_set_ss(dmin), _mm_set_ss(acc_min)));
+  }
   float result() const { return acc - acc_min; }
+};
+
+// Q4_K in the 1-row order with the per-block horizontal sums done four blocks at a time (one
+// reduction tree instead of four); the FMAs still run block by block, in order.
+struct Q4KRowAcc {
+  Q4KAcc acc;
+  __m256i s[4];  // per pending block: the 8 int32 lanes of Σ sc·q·y
+  __m128i m[4];  // per pending block: 4 int32 lanes of the mins term
+  float d[4], dmin[4];
+  int u = 0;
+  void push(__m256i sumi, __m128i mins4, float dd, float ddmin) {
+    s[u] = sumi;
+    m[u] = mins4;
+    d[u] = dd;
+    dmin[u] = ddmin;
+    if (++u == 4) flush();
+  }
+  void flush() {
+    if (u == 0) return;
+    for (int c = u; c < 4; ++c) {
+      s[c] = _mm256_setzero_si256();
+      m[c] = _mm_setzero_si128();
+    }
+    alignas(16) float fs[4], fm[4];
+    _mm_store_ps(fs, _mm_cvtepi32_ps(hsum_i32_x4(s[0], s[1], s[2], s[3])));
+    _mm_store_ps(fm, _mm_cvtepi32_ps(_mm_hadd_epi32(_mm_hadd_epi32(m[0], m[1]), _mm_hadd_epi32(m[2], m[3]))));
+    for (int c = 0; c < u; ++c) acc.add_f(fs[c], fm[c], d[c], dmin[c]);
+    u = 0;
+  }
+  float result() {
+    flush();
+    return acc.result();
+  }
 };
 // ggml's tiled kernel (Q5_K/Q6_K products of 8+ rows), one block: r = d_w·s, then r − dmin_w·m
 // fused when the type has mins, then fma(r, d_y, acc).
