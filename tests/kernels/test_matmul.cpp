@@ -201,11 +201,16 @@ TEST(Matmul, PreQuantizedActivationsMatchMatmul) {
       for (int64_t r = 0; r < p.rows; ++r) {
         const size_t i = static_cast<size_t>(b * p.ldy + r);
         ASSERT_EQ(e[i], cpu::vec_dot(t, p.W.data() + r * wrb, xq.data() + b * ldxq, cols)) << type_name(t);
-        if (b >= p.n_batch - p.n_batch % 4) ASSERT_EQ(a[i], e[i]) << type_name(t) << " tail row " << b;
+        if (b >= p.n_batch - p.n_batch % 4) {
+          ASSERT_EQ(a[i], e[i]) << type_name(t) << " tail row " << b;
+        }
         differ += a[i] != e[i];
       }
-    if (t == GgmlType::Q4_K) EXPECT_GT(differ, 0) << "grouped and 1-row orders never differed";
-    else EXPECT_EQ(differ, 0) << type_name(t);
+    if (t == GgmlType::Q4_K) {
+      EXPECT_GT(differ, 0) << "grouped and 1-row orders never differed";
+    } else {
+      EXPECT_EQ(differ, 0) << type_name(t);
+    }
   }
 }
 

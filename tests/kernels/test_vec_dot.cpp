@@ -77,11 +77,12 @@ TEST(VecDot, EverySimdPathMatchesReference) {
           const DotCase c = make_case(rng, t, n);
           const float ref = cpu::vec_dot_ref(t, c.w.data(), c.xq.data(), n);
           const float got = cpu::vec_dot(t, c.w.data(), c.xq.data(), n);
-          if (block_values(t) > 1)  // quantized: one defined order (dot_ref.cpp), so the same bits on every ISA
+          if (block_values(t) > 1) {  // quantized: one defined order (dot_ref.cpp), the same bits on every ISA
             ASSERT_EQ(got, ref) << type_name(t) << " n=" << n << " on " << cpu::isa_name(isa);
-          else
+          } else {
             ASSERT_NEAR(got, ref, 2 * tolerance(n, c.magnitude))
                 << type_name(t) << " n=" << n << " on " << cpu::isa_name(isa);
+          }
         }
       }
     }
