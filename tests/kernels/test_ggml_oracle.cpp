@@ -176,6 +176,16 @@ std::vector<uint8_t> interleave_q4k_x8(const uint8_t* rows, size_t row_bytes_, i
   return out;
 }
 
+// rows random Q4_K rows of n values, back to back.
+std::vector<uint8_t> random_q4k_rows(std::mt19937& rng, int rows, int64_t n) {
+  std::vector<uint8_t> w;
+  for (int r = 0; r < rows; ++r) {
+    const auto row = quantize(GgmlType::Q4_K, random_weights(rng, n));
+    w.insert(w.end(), row.begin(), row.end());
+  }
+  return w;
+}
+
 }  // namespace
 
 TEST(GgmlOracle, DotProductsAreBitExact) {
@@ -223,11 +233,7 @@ TEST(GgmlOracle, Q4KMatchesRepackedGemvBitExact) {
   for (int64_t n : {256, 1024, 2816}) {
     const int64_t nb = n / 256;
     const size_t rb = row_bytes(GgmlType::Q4_K, n);
-    std::vector<uint8_t> w;
-    for (int r = 0; r < 8; ++r) {
-      const auto row = quantize(GgmlType::Q4_K, random_weights(rng, n));
-      w.insert(w.end(), row.begin(), row.end());
-    }
+    const auto w = random_q4k_rows(rng, 8, n);
     const auto packed = interleave_q4k_x8(w.data(), rb, nb);
     for (int rep = 0; rep < 4; ++rep) {
       const auto x = random_normal(rng, n, 2.f);
@@ -264,11 +270,7 @@ TEST(GgmlOracle, Q4KMatchesRepackedGemmBitExact) {
   for (int64_t n : {256, 1024, 2816}) {
     const int64_t nb = n / 256;
     const size_t rb = row_bytes(GgmlType::Q4_K, n);
-    std::vector<uint8_t> w;
-    for (int r = 0; r < 8; ++r) {
-      const auto row = quantize(GgmlType::Q4_K, random_weights(rng, n));
-      w.insert(w.end(), row.begin(), row.end());
-    }
+    const auto w = random_q4k_rows(rng, 8, n);
     const auto packed = interleave_q4k_x8(w.data(), rb, nb);
     for (int rep = 0; rep < 4; ++rep) {
       const auto x = random_normal(rng, 4 * n, 2.f);
