@@ -146,9 +146,8 @@ struct Q45KKernel512 {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     const __m512i m1 = _mm512_set1_epi8(1);
     __m256 acc[NX];   // Q5_K: 8 lanes (dot_ref.cpp's order)
-    float mins[NX];   // Q5_K: the mins term; tiled: the sum
-    Q4KAcc acc4[NX];  // Q4_K, 4-row order
-    Q4KRowAcc row4[NX];  // Q4_K, 1-row order
+    float mins[NX];   // Q5_K: the mins term
+    __m128 vacc = _mm_setzero_ps(), vacc_min = _mm_setzero_ps();  // the other orders, lane k = row k
     for (int k = 0; k < NX; ++k) {
       acc[k] = _mm256_setzero_ps();
       mins[k] = 0;
@@ -181,25 +180,43 @@ struct Q45KKernel512 {
       }
       const __m128i m16 = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
       const float dw = h2f(b.d), dmw = h2f(b.dmin);
-      for (int k = 0; k < NX; ++k) {
-        const BlockQ8K& y = x[k][i];
-        // The upper half holds the high-nibble sub-blocks: lane l of the two halves together is
-        // the 8-lane kernels' lane l.
-        const __m256i s8 = fold_512(sumi[k]);
+      // The upper half of each row's register holds the high-nibble sub-blocks: lane l of the two
+      // halves together is the 8-lane kernels' lane l.
+      __m256i s8[NX];
+      for (int k = 0; k < NX; ++k) s8[k] = fold_512(sumi[k]);
+      if constexpr (kQ5 && !kTiled) {
+        for (int k = 0; k < NX; ++k) {
+          const BlockQ8K& y = x[k][i];
+          mins[k] = q5k_add_mins(mins[k], q4k_mins_chunks(m16, y.bsums), dmw, y.d);
+          acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(dw * y.d), _mm256_cvtepi32_ps(s8[k]), acc[k]);
+        }
+      } else {
+        const __m128 dy = dy_rows<NX>(x, i);
         if constexpr (kTiled) {
-          mins[k] = tiled_add<true>(mins[k], hsum_i32(s8), q4k_mins_int(m16, y.bsums), dw, dmw, y.d);
-        } else if constexpr (kQ5) {
-          mins[k] = q5k_add_mins(mins[k], q4k_mins_int(m16, y.bsums), dmw, y.d);
-          acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(dw * y.d), _mm256_cvtepi32_ps(s8), acc[k]);
-        } else if constexpr (kGrouped) {
-          acc4[k].add4(hsum_i32_x4(chunk[k][0], chunk[k][1], chunk[k][2], chunk[k][3]),
-                       q4k_mins_chunks(m16, y.bsums), dw * y.d, dmw * y.d);
+          vacc = tiled_step<true>(vacc, hsum_rows<NX>(s8), mins_rows<NX>(m16, x, i), dw, dmw, dy);
         } else {
-          row4[k].push(s8, q4k_mins_chunks(m16, y.bsums), dw * y.d, dmw * y.d);
+          const __m128 d = _mm_mul_ps(_mm_set1_ps(dw), dy), dmin = _mm_mul_ps(_mm_set1_ps(dmw), dy);
+          if constexpr (kGrouped) {
+            __m128i mc[4];
+            mins_rows_chunks<NX>(m16, x, i, mc);
+            for (int c = 0; c < 4; ++c) {
+              __m256i col[NX];
+              for (int k = 0; k < NX; ++k) col[k] = chunk[k][c];
+              vacc = _mm_fmadd_ps(_mm_cvtepi32_ps(hsum_rows<NX>(col)), d, vacc);
+              vacc_min = _mm_fmadd_ps(_mm_cvtepi32_ps(mc[c]), dmin, vacc_min);
+            }
+          } else {
+            vacc = _mm_fmadd_ps(_mm_cvtepi32_ps(hsum_rows<NX>(s8)), d, vacc);
+            vacc_min = _mm_fmadd_ps(_mm_cvtepi32_ps(mins_rows<NX>(m16, x, i)), dmin, vacc_min);
+          }
         }
       }
     }
-    for (int k = 0; k < NX; ++k) out[k] = kTiled ? mins[k] : kQ5 ? hsum8(acc[k]) + mins[k] : kGrouped ? acc4[k].result() : row4[k].result();
+    if constexpr (kQ5 && !kTiled) {
+      for (int k = 0; k < NX; ++k) out[k] = hsum8(acc[k]) + mins[k];
+    } else {
+      store_rows<NX>(kTiled ? vacc : _mm_sub_ps(vacc, vacc_min), out);
+    }
   }
 };
 
@@ -213,11 +230,8 @@ struct Q6KKernel512 {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     const __m512i m3 = _mm512_set1_epi8(3);
     __m256 acc[NX];  // 8 lanes, dot_ref.cpp's order
-    float sum[NX];   // kTiled
-    for (int k = 0; k < NX; ++k) {
-      acc[k] = _mm256_setzero_ps();
-      sum[k] = 0;
-    }
+    __m128 vacc = _mm_setzero_ps();  // kTiled, lane k = row k
+    for (int k = 0; k < NX; ++k) acc[k] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / kQK_K; ++i) {
       const BlockQ6K& b = w[i];
       prefetch_ahead<4>(&b);  // 210 bytes
@@ -244,16 +258,22 @@ struct Q6KKernel512 {
         }
       }
       const float dw = h2f(b.d);
+      __m256i st[NX];  // kTiled: the rows' lanes
       for (int k = 0; k < NX; ++k) {
         const BlockQ8K& y = x[k][i];
         const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.bsums));
         const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(sc16, bs), 5);  // 32·Σ sc·bsum
         const __m256i s = _mm256_sub_epi32(fold_512(sumi[k]), offset);
-        if constexpr (kTiled) sum[k] = tiled_add<false>(sum[k], hsum_i32(s), 0, dw, 0, y.d);
+        if constexpr (kTiled) st[k] = s;
         else acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(dw * y.d), _mm256_cvtepi32_ps(s), acc[k]);
       }
+      if constexpr (kTiled) vacc = tiled_step<false>(vacc, hsum_rows<NX>(st), _mm_setzero_si128(), dw, 0, dy_rows<NX>(x, i));
     }
-    for (int k = 0; k < NX; ++k) out[k] = kTiled ? sum[k] : hsum8(acc[k]);
+    if constexpr (kTiled) {
+      store_rows<NX>(vacc, out);
+    } else {
+      for (int k = 0; k < NX; ++k) out[k] = hsum8(acc[k]);
+    }
   }
 };
 

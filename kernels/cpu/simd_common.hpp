@@ -75,111 +75,79 @@ inline __m128i q4k_scales_mins(const uint8_t* s12) {
                        static_cast<int>(scales_hi), static_cast<int>(u[0] & kmask1));
 }
 
-// Σ of the int32 lanes (exact).
-inline int32_t hsum_i32(__m128i v) {
-  v = _mm_add_epi32(v, _mm_unpackhi_epi64(v, v));
-  return _mm_cvtsi128_si32(_mm_add_epi32(v, _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 3, 0, 1))));
-}
-inline int32_t hsum_i32(__m256i v) {
-  return hsum_i32(_mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1)));
-}
-
-// Integer mins term of Q4_K/Q5_K for one activation block: Σ_j m_j · (sum of the 32 activations
-// of sub-block j), from the 16-value group sums (|sum of 32| ≤ 32·127 fits int16). mins16: 8 × s16.
-inline int32_t q4k_mins_int(__m128i mins16, const int16_t* bsums) {
-  const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bsums));
-  const __m128i q8s = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
-  return hsum_i32(_mm_madd_epi16(mins16, q8s));
-}
-
-// The per-chunk mins terms of Q4_K for one activation block: lane c = m_2c·(sum of sub-block 2c)
-// + m_2c+1·(sum of sub-block 2c+1), as ggml's 4-row kernel forms them.
-inline __m128i q4k_mins_chunks(__m128i mins16, const int16_t* bsums) {
-  const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bsums));
-  const __m128i q8s = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
-  return _mm_madd_epi16(mins16, q8s);
-}
-
 // The four chunk sums of one Q4_K block in one register: lane c = Σ of the int32 lanes of p[c].
 inline __m128i hsum_i32_x4(__m256i p0, __m256i p1, __m256i p2, __m256i p3) {
   const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(p0, p1), _mm256_hadd_epi32(p2, p3));
   return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
 }
 
-// acc ← fma(v[c], d, acc) for c = 0..3 in turn (lane 0 of acc; the rounding order of ggml's
-// 4-row Q4_K kernel).
-inline __m128 fma_chain4(__m128 v, __m128 d, __m128 acc) {
-  acc = _mm_fmadd_ss(v, d, acc);
-  acc = _mm_fmadd_ss(_mm_movehdup_ps(v), d, acc);
-  acc = _mm_fmadd_ss(_mm_movehl_ps(v, v), d, acc);
-  return _mm_fmadd_ss(_mm_shuffle_ps(v, v, _MM_SHUFFLE(3, 3, 3, 3)), d, acc);
+// The per-chunk mins terms of Q4_K for one activation block: lane c = m_2c·(sum of sub-block 2c)
+// + m_2c+1·(sum of sub-block 2c+1) (|sum of 32| ≤ 32·127 fits int16). mins16: 8 × s16.
+inline __m128i q4k_mins_chunks(__m128i mins16, const int16_t* bsums) {
+  const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bsums));
+  const __m128i q8s = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+  return _mm_madd_epi16(mins16, q8s);
 }
 
-// The float steps shared by the SIMD Q4_K/Q5_K kernels, in the order dot_ref.cpp documents
-// (scalar FMAs: the accumulation order is what keeps results bit-identical to llama.cpp's).
-struct Q4KAcc {  // Q4_K: integer sums of a block (or chunk), one FMA each for scale and mins terms
-  float acc = 0, acc_min = 0;
-  void add(int32_t sum, int32_t mins, float d, float dmin) {  // d = d_w·d_y, dmin = dmin_w·d_y
-    acc = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(static_cast<float>(sum)), _mm_set_ss(d), _mm_set_ss(acc)));
-    acc_min = _mm_cvtss_f32(
-        _mm_fmadd_ss(_mm_set_ss(static_cast<float>(mins)), _mm_set_ss(dmin), _mm_set_ss(acc_min)));
-  }
-  // The four 64-value chunks of a block (ggml's 4-row kernel): sums and mins as 4 int32 lanes.
-  void add4(__m128i sums, __m128i mins, float d, float dmin) {
-    acc = _mm_cvtss_f32(fma_chain4(_mm_cvtepi32_ps(sums), _mm_set_ss(d), _mm_set_ss(acc)));
-    acc_min = _mm_cvtss_f32(fma_chain4(_mm_cvtepi32_ps(mins), _mm_set_ss(dmin), _mm_set_ss(acc_min)));
-  }
-  void add_f(float sum, float mins, float d, float dmin) {
-    acc = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(sum), _mm_set_ss(d), _mm_set_ss(acc)));
-    acc_min = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(mins), _mm_set_ss(dmin), _mm_set_ss(acc_min)));
-  }
-  float result() const { return acc - acc_min; }
-};
+// ---- The float steps of the orders that take one FMA per block (or 64-value chunk) and row
+// (dot_ref.cpp), done for the kernel's up to 4 activation rows at once: lane k of each register
+// belongs to row k (lanes ≥ NX are zero and unused). Lane-wise the arithmetic is the scalar
+// reference's, so results stay bit-identical.
 
-// Q4_K in the 1-row order with the per-block horizontal sums done four blocks at a time (one
-// reduction tree instead of four); the FMAs still run block by block, in order.
-struct Q4KRowAcc {
-  Q4KAcc acc;
-  __m256i s[4];  // per pending block: the 8 int32 lanes of Σ sc·q·y
-  __m128i m[4];  // per pending block: 4 int32 lanes of the mins term
-  float d[4], dmin[4];
-  int u = 0;
-  void push(__m256i sumi, __m128i mins4, float dd, float ddmin) {
-    s[u] = sumi;
-    m[u] = mins4;
-    d[u] = dd;
-    dmin[u] = ddmin;
-    if (++u == 4) flush();
-  }
-  void flush() {
-    if (u == 0) return;
-    for (int c = u; c < 4; ++c) {
-      s[c] = _mm256_setzero_si256();
-      m[c] = _mm_setzero_si128();
-    }
-    alignas(16) float fs[4], fm[4];
-    _mm_store_ps(fs, _mm_cvtepi32_ps(hsum_i32_x4(s[0], s[1], s[2], s[3])));
-    _mm_store_ps(fm, _mm_cvtepi32_ps(_mm_hadd_epi32(_mm_hadd_epi32(m[0], m[1]), _mm_hadd_epi32(m[2], m[3]))));
-    for (int c = 0; c < u; ++c) acc.add_f(fs[c], fm[c], d[c], dmin[c]);
-    u = 0;
-  }
-  float result() {
-    flush();
-    return acc.result();
-  }
-};
+// Lane k: Σ of the int32 lanes of v[k].
+template <int NX>
+inline __m128i hsum_rows(const __m256i (&v)[NX]) {
+  const __m256i z = _mm256_setzero_si256();
+  return hsum_i32_x4(v[0], NX > 1 ? v[1 % NX] : z, NX > 2 ? v[2 % NX] : z, NX > 3 ? v[3 % NX] : z);
+}
+
+// Lane k: the whole-block Q4_K/Q5_K mins term of row k's activation block i.
+template <int NX>
+inline __m128i mins_rows(__m128i mins16, const BlockQ8K* const (&x)[NX], int64_t i) {
+  __m128i m[4] = {_mm_setzero_si128(), _mm_setzero_si128(), _mm_setzero_si128(), _mm_setzero_si128()};
+  for (int k = 0; k < NX; ++k) m[k] = q4k_mins_chunks(mins16, x[k][i].bsums);
+  return _mm_hadd_epi32(_mm_hadd_epi32(m[0], m[1]), _mm_hadd_epi32(m[2], m[3]));
+}
+
+// out[c], lane k: the Q4_K mins term of chunk c of row k's activation block i.
+template <int NX>
+inline void mins_rows_chunks(__m128i mins16, const BlockQ8K* const (&x)[NX], int64_t i, __m128i (&out)[4]) {
+  __m128 r[4] = {_mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps()};
+  for (int k = 0; k < NX; ++k) r[k] = _mm_castsi128_ps(q4k_mins_chunks(mins16, x[k][i].bsums));
+  _MM_TRANSPOSE4_PS(r[0], r[1], r[2], r[3]);
+  for (int c = 0; c < 4; ++c) out[c] = _mm_castps_si128(r[c]);
+}
+
+// Lane k: d of row k's activation block i.
+template <int NX>
+inline __m128 dy_rows(const BlockQ8K* const (&x)[NX], int64_t i) {
+  alignas(16) float d[4] = {0, 0, 0, 0};
+  for (int k = 0; k < NX; ++k) d[k] = x[k][i].d;
+  return _mm_load_ps(d);
+}
+
+template <int NX>
+inline void store_rows(__m128 v, float* out) {
+  alignas(16) float t[4];
+  _mm_store_ps(t, v);
+  for (int k = 0; k < NX; ++k) out[k] = t[k];
+}
+
 // ggml's tiled kernel (Q5_K/Q6_K products of 8+ rows), one block: r = d_w·s, then r − dmin_w·m
 // fused when the type has mins, then fma(r, d_y, acc).
 template <bool kHasMin>
-inline float tiled_add(float acc, int32_t s, int32_t m, float dw, float dmw, float dy) {
-  __m128 r = _mm_mul_ss(_mm_set_ss(dw), _mm_set_ss(static_cast<float>(s)));
-  if constexpr (kHasMin) r = _mm_fnmadd_ss(_mm_set_ss(dmw), _mm_set_ss(static_cast<float>(m)), r);
-  return _mm_cvtss_f32(_mm_fmadd_ss(r, _mm_set_ss(dy), _mm_set_ss(acc)));
+inline __m128 tiled_step(__m128 acc, __m128i s, __m128i m, float dw, float dmw, __m128 dy) {
+  __m128 r = _mm_mul_ps(_mm_set1_ps(dw), _mm_cvtepi32_ps(s));
+  if constexpr (kHasMin) r = _mm_fnmadd_ps(_mm_set1_ps(dmw), _mm_cvtepi32_ps(m), r);
+  return _mm_fmadd_ps(r, dy, acc);
 }
 
-// Q5_K: the mins term as ggml's kernel adds it, fma(−d_y·dmin_w, mins, sum).
-inline float q5k_add_mins(float sum, int32_t mins, float dmw, float dy) {
-  return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(-dy * dmw), _mm_set_ss(static_cast<float>(mins)), _mm_set_ss(sum)));
+// Q5_K's mins term as ggml's vec_dot adds it, fma(−d_y·dmin_w, mins, sum), for one row.
+inline float q5k_add_mins(float sum, __m128i mins_chunks, float dmw, float dy) {
+  __m128i v = _mm_add_epi32(mins_chunks, _mm_unpackhi_epi64(mins_chunks, mins_chunks));
+  v = _mm_add_epi32(v, _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 3, 0, 1)));
+  const float m = static_cast<float>(_mm_cvtsi128_si32(v));
+  return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(-dy * dmw), _mm_set_ss(m), _mm_set_ss(sum)));
 }
 
 // Activation rows x_j = x + j·stride as a typed pointer array.
