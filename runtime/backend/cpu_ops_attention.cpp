@@ -96,7 +96,12 @@ void CpuOps::attention(const AttentionArgs& a) {
   const auto* kbase = static_cast<const uint8_t*>(kv.k);
   const auto* vbase = static_cast<const uint8_t*>(kv.v);
   const int64_t n_tasks = int64_t{a.n_tokens} * kv.n_head_kv;
-  const int W = cpu_math::tiled_lanes();
+  // ggml runs attention products with 2+ query tokens through its tiled product (W lanes, lane l
+  // accumulating elements l, l + W, ...), and those of a single token through vec_dot (32 slots
+  // with its own reduction); following the one llama.cpp uses keeps decode and prefill bit-identical
+  // to it.
+  const bool single = a.n_tokens == 1;
+  const int W = single ? 32 : cpu_math::tiled_lanes();
   const int64_t n_window = (a.pos0 + a.n_tokens + 15) / 16 * 16;
 
   // One task per (token, KV head): the `group` query heads that share a KV head are done together
@@ -106,6 +111,7 @@ void CpuOps::attention(const AttentionArgs& a) {
     // softmax runs whole vector chunks; padding keeps our exp bits identical to its.
     std::vector<float> scores(static_cast<size_t>(group * n_window));      // (group, n_window)
     std::vector<float> qr(static_cast<size_t>(group) * dk), vrow(static_cast<size_t>(dv));
+    std::vector<uint16_t> qh(static_cast<size_t>(group) * dk);              // single: F16 query bits
     std::vector<float> lanes(static_cast<size_t>(group) * W * dv);          // (group, W, dv)
     std::vector<float> inv(static_cast<size_t>(group));
     for (int64_t task = r.begin(); task < r.end(); ++task) {
@@ -117,12 +123,19 @@ void CpuOps::attention(const AttentionArgs& a) {
       for (int32_t g = 0; g < group; ++g) {
         const float* q = a.q + t * a.q_token_stride + (h0 + g) * a.q_head_stride;
         // An F16 cache is dotted in F16: ggml converts the query to vec_dot_type(F16) first.
-        for (int32_t d = 0; d < dk; ++d) qr[g * dk + d] = k16 ? fp16_to_fp32(fp32_to_fp16(q[d])) : q[d];
+        for (int32_t d = 0; d < dk; ++d) {
+          qh[g * dk + d] = fp32_to_fp16(q[d]);
+          qr[g * dk + d] = k16 ? fp16_to_fp32(qh[g * dk + d]) : q[d];
+        }
       }
       for (int64_t j = 0; j < n_kv; ++j) {
         const uint8_t* krow = kbase + static_cast<size_t>(j) * k_row_bytes + static_cast<size_t>(hk) * dk * kb;
-        for (int32_t g = 0; g < group; ++g)
-          scores[g * n_window + j] = cpu_math::dot_lanes(krow, k16, qr.data() + g * dk, dk, W) * a.scale;
+        for (int32_t g = 0; g < group; ++g) {
+          const float dot = !single ? cpu_math::dot_lanes(krow, k16, qr.data() + g * dk, dk, W)
+                            : k16   ? cpu_math::dot_vecdot(krow, qh.data() + g * dk, true, dk)
+                                    : cpu_math::dot_vecdot(krow, qr.data() + g * dk, false, dk);
+          scores[g * n_window + j] = dot * a.scale;
+        }
       }
       for (int32_t g = 0; g < group; ++g) {
         float* sg = scores.data() + g * n_window;
@@ -130,8 +143,8 @@ void CpuOps::attention(const AttentionArgs& a) {
         std::fill(sg + n_kv, sg + n_pad, -INFINITY);
         inv[g] = static_cast<float>(1.0 / cpu_math::exp_sum(sg, sg, n_pad, mx));
       }
-      // out = Σ_j p_j·v_j with lane (j mod W) partial sums, as ggml's tiled F16/F32 product runs
-      // over the (masked, zero-probability-padded) KV window.
+      // out = Σ_j p_j·v_j with lane (j mod W) partial sums, as ggml's tiled F16/F32 product (or,
+      // for a single token, its vec_dot) runs over the (masked, zero-probability-padded) KV window.
       std::fill(lanes.begin(), lanes.end(), 0.0f);
       for (int64_t j = 0; j < n_kv; ++j) {
         const uint8_t* vr = vbase + static_cast<size_t>(j) * v_row_bytes + static_cast<size_t>(hk) * dv * vb;
@@ -151,10 +164,10 @@ void CpuOps::attention(const AttentionArgs& a) {
         const int32_t h = h0 + g;
         float* out = a.out + (t * a.n_head + h) * int64_t{dv};
         const float* lg = lanes.data() + static_cast<size_t>(g) * W * dv;
-        float col[16];
+        float col[32];
         for (int32_t d = 0; d < dv; ++d) {
           for (int l = 0; l < W; ++l) col[l] = lg[static_cast<size_t>(l) * dv + d];
-          out[d] = cpu_math::lane_tree(col, W);
+          out[d] = single ? cpu_math::vecdot_tree(col) : cpu_math::lane_tree(col, W);
         }
         if (a.gate) {
           const float* gt = a.gate + t * a.q_token_stride + h * a.q_head_stride;

@@ -359,6 +359,14 @@ float dot_vecdot(const void* w, const void* x, bool w16, int32_t n) {
   return static_cast<float>(sum);
 }
 
+float vecdot_tree(const float* p) {
+  // accumulators a = 0..3 of 8 lanes (slot 8a + l): (a0 + a2) + (a1 + a3), then the two 128-bit
+  // halves added, then two horizontal adds.
+  float z[8];
+  for (int l = 0; l < 8; ++l) z[l] = (p[l] + p[16 + l]) + (p[8 + l] + p[24 + l]);
+  return ((z[0] + z[4]) + (z[1] + z[5])) + ((z[2] + z[6]) + (z[3] + z[7]));
+}
+
 void rotate_pairs(float* x0, float* x1, const float* cs, int32_t n_pairs) {
   if (active_exp_form() != ExpForm::sse2) return rotate_pairs_fma(x0, x1, cs, n_pairs);
   for (int32_t j = 0; j < n_pairs; ++j) {

@@ -57,6 +57,11 @@ void axpy_fma(float p, const float* v, float* acc, int32_t n);
 // tree, then the tail added in double. w and x are both F16 (w16) or both F32.
 float dot_vecdot(const void* w, const void* x, bool w16, int32_t n);
 
+// The final reduction of ggml_vec_dot_f32 / _f16 (AVX2 build) over its 32 partial sums, slot s
+// holding elements i ≡ s (mod 32): for a caller that accumulates those slots itself (vectorised
+// over another index) with FMAs in element order.
+float vecdot_tree(const float* slots32);
+
 // NEOX rotation of one pair as ggml's compiled code rounds it (GCC contracts its expressions into
 // FMAs in FMA builds): x0' = fma(x0, c, −x1·s), x1' = fma(x0, s, x1·c); plain products without FMA.
 void rotate_pairs(float* x0, float* x1, const float* cs, int32_t n_pairs);

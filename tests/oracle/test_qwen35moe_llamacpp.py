@@ -12,6 +12,8 @@ recurrence. It is checked on its own: against llama.cpp at F32 with the same bou
 (chunked) vs decode (token by token, recurrent) at lengths 1, 63, 64, 65, 300, NMSE <= 1e-5; and
 on the quantized files its logits are printed for scale (int8 rounding of activations turns its
 1e-7 differences into occasional flips of near-tied expert choices on these flat random models).
+Decode: `ferry logits --decode` vs llama.cpp evaluating the same 48 tokens one at a time, every
+file, the same bounds (bit-identical too).
 test_qwen3next_llamacpp.py runs the same checks for qwen3next.
 """
 import ctypes
@@ -58,11 +60,22 @@ def llama_logits(path, tokens):
 CHUNKED = dict(os.environ, FERRY_GDN_PREFILL="chunked")
 
 
-def ferry_logits(path, tokens, tag, env=None):
-    """One prefill batch, F16 KV cache (llama.cpp's default)."""
+def ferry_logits(path, tokens, tag, env=None, decode=False):
+    """One prefill batch (or one token at a time), F16 KV cache (llama.cpp's default)."""
     out = scratch(f"logits-{tag}.npy")
-    ferry("logits", "-m", path, "--tokens", ",".join(map(str, tokens)), "-o", out, "-t", "2", env=env)
+    ferry("logits", "-m", path, "--tokens", ",".join(map(str, tokens)), "-o", out, "-t", "2",
+          *(["--decode"] if decode else []), env=env)
     return np.load(out).astype(np.float64)
+
+
+def llama_decode_logits(path, tokens):
+    llm = llama_cpp.Llama(model_path=path, logits_all=True, n_ctx=512, n_threads=2, verbose=False)
+    rows = []
+    for t in tokens:
+        llm.eval([t])
+        rows.append(np.array(llm.scores[llm.n_tokens - 1], dtype=np.float64))
+    del llm
+    return np.array(rows)
 
 
 def position_nmse(a, ref):
@@ -110,6 +123,9 @@ def run(arch):
         ref = llama_logits(path, tokens)
         ours = ferry_logits(path, tokens, tag=f"{arch}-{quant}")
         fails += compare(f"{arch} {quant} vs llama.cpp", ours, ref, quant != "f32")
+        dec = tokens[:48]
+        fails += compare(f"{arch} {quant} decode vs llama.cpp decode", ferry_logits(path, dec, f"{arch}-{quant}-dec", decode=True),
+                         llama_decode_logits(path, dec), quant != "f32")
         chunked = ferry_logits(path, tokens, tag=f"{arch}-{quant}-chunked", env=CHUNKED)
         fails += compare(f"{arch} {quant} chunked prefill vs llama.cpp", chunked, ref, quant != "f32",
                          enforce=quant == "f32")

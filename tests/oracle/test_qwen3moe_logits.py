@@ -9,8 +9,11 @@ prefill batch, `ferry logits`) are compared with llama.cpp's (Llama(logits_all=T
 (The issue's bounds. On the pinned AVX2 llama.cpp build the oracle uses, all three are in fact
 bit-identical — NMSE 0 — because Ferry's CPU kernels add in ggml's orders, including the ones
 that depend on the product's shape: kernels/cpu/dot_ref.cpp, matmul.hpp; printed below.)
-Also (F32): `ferry logits --decode` (one token at a time through the KV cache) vs the prefill batch,
-NMSE <= 1e-5, with F16 and F32 caches; F32 cache vs llama.cpp with an F32 cache (type_k/type_v).
+Decode: `ferry logits --decode` (one token at a time through the KV cache) vs llama.cpp evaluating
+the same tokens one at a time, every file, 48 tokens, the same bounds (bit-identical as well: for a
+single token ggml takes other kernels — vec_dot, 1-row Q4_K — and Ferry follows them).
+Also (F32): decode vs the prefill batch, NMSE <= 1e-5, with F16 and F32 caches; F32 cache vs
+llama.cpp with an F32 cache (type_k/type_v).
 """
 import ctypes
 import os
@@ -27,6 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import ferry, nmse, scratch  # noqa: E402
 
 N_TOKENS = 128
+N_DECODE = 48
 SEED = 3
 LLAMA_FTYPE = {"q8_0": 7, "q4_k_m": 15}
 GGML_TYPE_F32 = 0
@@ -70,6 +74,16 @@ def llama_logits(path, tokens, f32_cache=False):
     return out
 
 
+def llama_decode_logits(path, tokens):
+    llm = llama_cpp.Llama(model_path=path, logits_all=True, n_ctx=512, n_threads=2, verbose=False)
+    rows = []
+    for t in tokens:
+        llm.eval([t])
+        rows.append(np.array(llm.scores[llm.n_tokens - 1], dtype=np.float64))
+    del llm
+    return np.array(rows)
+
+
 def ferry_logits(path, tokens, tag, *extra, env=None):
     out = scratch(f"qwen3moe-logits-{tag}.npy")
     ferry("logits", "-m", path, "--tokens", ",".join(map(str, tokens)), "-o", out, "-t", "2", *extra,
@@ -104,6 +118,9 @@ def main():
         ref = llama_logits(path, tokens)
         ours = ferry_logits(path, tokens, name)
         compare(f"{name} prefill vs llama.cpp", ours, ref, quantized=name != "f32")
+        dec_tokens = tokens[:N_DECODE]
+        compare(f"{name} decode vs llama.cpp decode", ferry_logits(path, dec_tokens, name + "-dec", "--decode"),
+                llama_decode_logits(path, dec_tokens), quantized=name != "f32")
 
     # Prefill vs decode through the KV cache, both cache types; F32 cache vs llama.cpp's F32 cache.
     for cache in ("f16", "f32"):
