@@ -65,10 +65,10 @@ void gdn_delta_rule_chunked(const GdnShape& shape, const GdnInputs& in, int64_t 
 
 // Which form gdn_delta_rule uses for batches of kGdnChunkedMinTokens or more. Default: the
 // recurrence, whose float order is llama.cpp's own (its CPU op runs the recurrence for prompts
-// too), so CPU logits are bit-identical to llama.cpp's; on the CPU it is as fast as the chunked
-// form (pp512 of the small qwen35moe Q4_K_M, 1 thread: 32.5 vs 32.2 tok/s — the delta rule is a
-// few percent of a token's work next to the experts), and both are linear in the prompt length.
-// FERRY_GDN_PREFILL=chunked selects the chunked form (the GPU's form; agrees to float rounding).
+// too), so CPU logits are bit-identical to llama.cpp's. It costs ~2x the chunked form's time on the
+// delta rule itself (35B-A3B shape: 0.07-0.11 vs 0.04 ms per token and layer), a few percent of a
+// prompt token's work next to the experts; both are linear in the prompt length (docs/qwen35moe.md).
+// FERRY_GDN_PREFILL=chunked selects the chunked form (agrees to float rounding).
 enum class GdnPrefill { chunked, recurrent };
 GdnPrefill gdn_prefill_form();
 

@@ -86,11 +86,11 @@ void reduce_slots(const vf (&p)[32][NB], vf (&out)[NB]) {
 }
 
 template <int NB>
-void recurrent_block(const HeadArgs& a, int32_t j0) {
+void recurrent_block(const HeadArgs& a, int32_t j0, int64_t t0, int64_t t1) {
   const int32_t S = a.head_dim;
   float* const blk = a.state + j0;  // row i of the block at blk + i·S
   vf p[32][NB];
-  for (int64_t t = 0; t < a.n_tokens; ++t) {
+  for (int64_t t = t0; t < t1; ++t) {
     const float* k = a.k + t * a.ldk;
     const float* q = a.q + t * a.ldq;
     const float* v = a.v + t * a.ldv + j0;
@@ -299,14 +299,20 @@ void chunk(const HeadArgs& a, int64_t t0, int64_t n, const ChunkScratch& s) {
 void recurrent_head(const HeadArgs& a) {
   if (a.n_tokens <= 0) return;
   constexpr int kBlock = VW == 16 ? 2 : 4;  // vectors per column block (32 floats at VW = 16)
+  // Tokens in chunks, column blocks inside: a chunk's q/k/v rows stay in cache while every column
+  // block passes over them (all tokens per block would re-read them from memory for long prompts).
+  constexpr int64_t kTokens = 64;
   const int32_t nvec = a.head_dim / VW;
-  for (int32_t v0 = 0; v0 < nvec; v0 += kBlock) {
-    const int32_t j0 = v0 * VW;
-    switch (nvec - v0 < kBlock ? nvec - v0 : kBlock) {
-      case 1: recurrent_block<1>(a, j0); break;
-      case 2: recurrent_block<2>(a, j0); break;
-      case 3: recurrent_block<3>(a, j0); break;
-      default: recurrent_block<4>(a, j0); break;
+  for (int64_t t0 = 0; t0 < a.n_tokens; t0 += kTokens) {
+    const int64_t t1 = min64(a.n_tokens, t0 + kTokens);
+    for (int32_t v0 = 0; v0 < nvec; v0 += kBlock) {
+      const int32_t j0 = v0 * VW;
+      switch (nvec - v0 < kBlock ? nvec - v0 : kBlock) {
+        case 1: recurrent_block<1>(a, j0, t0, t1); break;
+        case 2: recurrent_block<2>(a, j0, t0, t1); break;
+        case 3: recurrent_block<3>(a, j0, t0, t1); break;
+        default: recurrent_block<4>(a, j0, t0, t1); break;
+      }
     }
   }
 }
