@@ -7,7 +7,7 @@ a 160-token sequence (one prefill batch) are compared with llama.cpp's (Llama(lo
   F32: NMSE <= 1e-5, quantized: NMSE <= 5e-4; argmax equal at >= 99% of positions (the issue's
   bounds). With the CPU default — the delta rule's recurrence in llama.cpp's float order, which is
   what llama.cpp's CPU op runs for prompts too — all of them are bit-identical (printed).
-The chunked form (FERRY_GDN_PREFILL=chunked, the GPU's form) cannot be bit-identical to a
+The chunked form (FERRY_GDN_PREFILL=chunked) cannot be bit-identical to a
 recurrence. It is checked on its own: against llama.cpp at F32 with the same bounds; prefill
 (chunked) vs decode (token by token, recurrent) at lengths 1, 63, 64, 65, 300, NMSE <= 1e-5; and
 on the quantized files its logits are printed for scale (int8 rounding of activations turns its
