@@ -141,12 +141,39 @@ ExpertPtrs3 OffloadExecutor::host_ptrs(int32_t layer, int32_t expert) const {
   return expert_ptrs(layers_[static_cast<size_t>(layer)], expert);
 }
 
+int32_t OffloadExecutor::track_of(const Stream& s) {
+  constexpr int32_t kCopyTrack0 = Tracer::kTrackBase;
+  for (size_t i = 0; i < tracks_.size(); ++i)
+    if (tracks_[i] == &s) return kCopyTrack0 + static_cast<int32_t>(i);
+  tracks_.push_back(&s);
+  const auto id = kCopyTrack0 + static_cast<int32_t>(tracks_.size() - 1);
+  o_.tracer->set_track_name(id, &s == demand_.get() ? "copies: demand / staging"
+                                                    : "copies: prefetch " + std::to_string(tracks_.size() - 1));
+  return id;
+}
+
+void OffloadExecutor::traced_copy(Stream& s, int32_t layer, int32_t expert, uint64_t bytes,
+                                  const std::function<void()>& issue) {
+  Tracer* t = o_.tracer;
+  if (!t || !t->enabled()) return issue();
+  const int32_t track = track_of(s);
+  auto t0 = std::make_shared<int64_t>(0);
+  s.host_fn([t, t0] { *t0 = t->now_ns(); });
+  issue();
+  s.host_fn([t, t0, track, layer, expert, bytes] {
+    t->complete("h2d", "copy", *t0, t->now_ns() - *t0,
+                {{"layer", layer}, {"expert", expert}, {"bytes", static_cast<int64_t>(bytes)}}, track);
+  });
+}
+
 void OffloadExecutor::fill_slot(int32_t slot, int32_t layer, int32_t expert, Stream& s) {
   const ExpertShape& sh = shapes_[static_cast<size_t>(layer)];
   const ExpertPtrs3 src = host_ptrs(layer, expert), dst = slot_ptrs(slot, layer);
-  s.copy_h2d(const_cast<uint8_t*>(dst.gate), src.gate, sh.gate_bytes());
-  s.copy_h2d(const_cast<uint8_t*>(dst.up), src.up, sh.up_bytes());
-  s.copy_h2d(const_cast<uint8_t*>(dst.down), src.down, sh.down_bytes());
+  traced_copy(s, layer, expert, sh.expert_bytes(), [&] {
+    s.copy_h2d(const_cast<uint8_t*>(dst.gate), src.gate, sh.gate_bytes());
+    s.copy_h2d(const_cast<uint8_t*>(dst.up), src.up, sh.up_bytes());
+    s.copy_h2d(const_cast<uint8_t*>(dst.down), src.down, sh.down_bytes());
+  });
   // The device-side slot table (read by device kernels): the slot's three pointers. The mirror
   // entry is stable until the slot is filled again, which cannot happen before this copy ran.
   table_host_[static_cast<size_t>(slot)] = dst;
@@ -177,7 +204,10 @@ OffloadExecutor::Resolved OffloadExecutor::resolve(int32_t layer, int32_t expert
       return r;
     }
     const auto t0 = Clock::now();
-    prefetcher_->wait(slot);
+    {
+      Tracer::Span span(o_.tracer, "wait prefetch", "wait", {{"layer", layer}, {"expert", expert}});
+      prefetcher_->wait(slot);
+    }
     st_.wait_ms += ms_since(t0);
     ++st_.waited;
   } else if (slot >= 0) {
@@ -211,7 +241,10 @@ OffloadExecutor::Resolved OffloadExecutor::resolve(int32_t layer, int32_t expert
     fill_slot(slot, layer, expert, *demand_);
     demand_->record(*demand_done_);
     const auto t0 = Clock::now();
-    demand_done_->synchronize();
+    {
+      Tracer::Span span(o_.tracer, "wait copy", "wait", {{"layer", layer}, {"expert", expert}});
+      demand_done_->synchronize();
+    }
     const double waited_ms = ms_since(t0);
     st_.wait_ms += waited_ms;
     cache_->mark_ready(slot);
@@ -300,8 +333,14 @@ void OffloadExecutor::run(const MoeRequest& req) {
 void OffloadExecutor::run_decode(const MoeRequest& req, std::vector<Resolved>& r) {
   std::vector<ExpertPtrs3> w;
   std::vector<uint8_t> all(r.size(), 1);
-  for (const Resolved& x : r) w.push_back(x.w);
+  int64_t on_host = 0;
+  for (const Resolved& x : r) {
+    w.push_back(x.w);
+    on_host += x.pinned_slot < 0;
+  }
   const auto t0 = Clock::now();
+  Tracer::Span span(o_.tracer, "experts", "compute",
+                    {{"layer", req.layer}, {"experts", static_cast<int64_t>(r.size())}, {"cpu", on_host}});
   compute_decode(shapes_[static_cast<size_t>(req.layer)], req.x, w, all, y_.data());
   weighted_sum(req, y_.data());
   st_.compute_ms += ms_since(t0);
@@ -325,27 +364,38 @@ void OffloadExecutor::run_prefill(const MoeRequest& req) {
     const size_t b = i % 2;
     const ExpertPtrs3& src = streamed[i].w;
     auto* dst = static_cast<uint8_t*>(staging_.data()) + b * o_.plan.slot_bytes;
-    demand_->copy_h2d(dst, src.gate, shape.gate_bytes());
-    demand_->copy_h2d(dst + shape.gate_bytes(), src.up, shape.up_bytes());
-    demand_->copy_h2d(dst + shape.gate_bytes() + shape.up_bytes(), src.down, shape.down_bytes());
+    traced_copy(*demand_, req.layer, streamed[i].expert, shape.expert_bytes(), [&] {
+      demand_->copy_h2d(dst, src.gate, shape.gate_bytes());
+      demand_->copy_h2d(dst + shape.gate_bytes(), src.up, shape.up_bytes());
+      demand_->copy_h2d(dst + shape.gate_bytes() + shape.up_bytes(), src.down, shape.down_bytes());
+    });
     demand_->record(*staging_done_[b]);
     st_.h2d_bytes += shape.expert_bytes();
   };
   for (size_t i = 0; i < std::min<size_t>(2, streamed.size()); ++i) stage(i);
   tbb::parallel_for(tbb::blocked_range<size_t>(0, direct.size(), 1),
                     [&](const tbb::blocked_range<size_t>& rg) {
-                      for (size_t i = rg.begin(); i < rg.end(); ++i)
+                      for (size_t i = rg.begin(); i < rg.end(); ++i) {
+                        Tracer::Span span(o_.tracer, direct[i].pinned_slot < 0 ? "cpu expert" : "slot expert",
+                                          "compute", {{"layer", req.layer}, {"expert", direct[i].expert},
+                                                      {"tokens", batch.group_size(direct[i].expert)}});
                         batch.compute_group(direct[i].expert, direct[i].w, y_.data());
+                      }
                     });
   for (size_t i = 0; i < streamed.size(); ++i) {
     const size_t b = i % 2;
     const auto tw = Clock::now();
-    staging_done_[b]->synchronize();
+    {
+      Tracer::Span span(o_.tracer, "wait staging", "wait", {{"layer", req.layer}, {"expert", streamed[i].expert}});
+      staging_done_[b]->synchronize();
+    }
     st_.wait_ms += ms_since(tw);
     if (counters_) counters_->wait(WaitCause::copy, static_cast<uint64_t>(ms_since(tw) * 1e6));
     const auto* base = static_cast<const uint8_t*>(staging_.data()) + b * o_.plan.slot_bytes;
     const ExpertPtrs3 w{base, base + shape.gate_bytes(),
                         base + shape.gate_bytes() + shape.up_bytes()};
+    Tracer::Span span(o_.tracer, "staged expert", "compute",
+                      {{"layer", req.layer}, {"expert", streamed[i].expert}, {"tokens", batch.group_size(streamed[i].expert)}});
     batch.compute_group(streamed[i].expert, w, y_.data());
     if (i + 2 < streamed.size()) stage(i + 2);  // the buffer is free: its compute is done
   }

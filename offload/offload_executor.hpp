@@ -14,6 +14,7 @@
 // MoeCpuExecutor's whatever the budget. The CUDA path (kernels/cuda/moe.cuh over a device slot
 // table) is not written yet: constructing with a cuda device throws ErrorKind::unsupported.
 #include <array>
+#include <functional>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -28,6 +29,7 @@
 #include "offload/placement.hpp"
 #include "offload/placement_profile.hpp"
 #include "offload/prefetcher.hpp"
+#include "offload/trace.hpp"
 #include "runtime/backend/device.hpp"
 
 namespace ferry {
@@ -54,6 +56,10 @@ struct OffloadOptions {
   // accounting covers the whole budget (sim: the forward's own buffers live elsewhere).
   bool reserve_fixed = true;
   StoreProgress progress;
+  // --trace (not owned; may be null): "h2d" spans of every expert copy on a track per copy stream
+  // (timed on the stream by host_fn markers), "wait" spans where the host blocks on a copy, and
+  // "experts" spans of the step's expert compute with where each expert came from.
+  Tracer* tracer = nullptr;
 };
 
 struct OffloadStats {
@@ -108,6 +114,10 @@ class OffloadExecutor final : public MoeExecutor {
   ExpertPtrs3 slot_ptrs(int32_t slot, int32_t layer) const;
   ExpertPtrs3 host_ptrs(int32_t layer, int32_t expert) const;
   void fill_slot(int32_t slot, int32_t layer, int32_t expert, Stream& s);
+  // issue() enqueues a copy of `bytes` on s; with a tracer, brackets it with host_fn markers that
+  // record an "h2d" span on s's track.
+  void traced_copy(Stream& s, int32_t layer, int32_t expert, uint64_t bytes, const std::function<void()>& issue);
+  int32_t track_of(const Stream& s);
   Resolved resolve(int32_t layer, int32_t expert, int64_t n_tokens, uint64_t now);
   void run_decode(const MoeRequest& req, std::vector<Resolved>& r);
   void run_prefill(const MoeRequest& req);
@@ -133,6 +143,7 @@ class OffloadExecutor final : public MoeExecutor {
   std::vector<PredictedExpert> predicted_;
   OffloadStats st_;
   StatsCounters* counters_ = nullptr;
+  std::vector<const Stream*> tracks_;  // --trace: copy streams seen, track = kCopyTrack0 + index
 };
 
 }  // namespace ferry

@@ -44,7 +44,7 @@ int logits_main(int argc, char** argv) {
   Observability obs(oa);
   const SessionOptions offload_so = session_options(ma);
   Offload offload(offa, offload_so.n_ctx, offload_so.type_k, offload_so.type_v, offload_so.n_batch);
-  auto model = LoadedModel::load(ma.model, {}, offload.wrap(obs.wrap()),
+  auto model = LoadedModel::load(ma.model, {}, offload.wrap(obs.wrap(), obs.tracer()),
                                  backend_options(offload.args().device, offload.args().vram, offload.active()));
   const std::vector<int32_t> tokens =
       !token_list.empty() ? parse_token_list(token_list) : model->tokenizer().encode(prompt, true, true);

@@ -3,7 +3,7 @@
 namespace ferry::cli {
 
 std::unique_ptr<LoadedModel> load_observed(const ModelArgs& ma, Offload& offload, Observability& obs) {
-  auto model = load_model_verbose(ma.model, /*allow_default=*/true, offload.wrap(obs.wrap()),
+  auto model = load_model_verbose(ma.model, /*allow_default=*/true, offload.wrap(obs.wrap(), obs.tracer()),
                                   backend_options(offload.args().device, offload.args().vram, offload.active()));
   obs.attach(*model);
   offload.attach(obs.counters());

@@ -140,9 +140,9 @@ bool Offload::active() const {
   return a_.device == "sim";
 }
 
-MoeExecutorWrap Offload::wrap(MoeExecutorWrap then) {
+MoeExecutorWrap Offload::wrap(MoeExecutorWrap then, Tracer* tracer) {
   if (!active()) return then;
-  return [this, then](std::unique_ptr<MoeExecutor> inner,
+  return [this, then, tracer](std::unique_ptr<MoeExecutor> inner,
                       const gguf::File& f) -> std::unique_ptr<MoeExecutor> {
     inner.reset();  // the engine's CPU executor is replaced
     const ModelConfig c = read_config(f);
@@ -168,6 +168,7 @@ MoeExecutorWrap Offload::wrap(MoeExecutorWrap then) {
     if (!a_.profile.empty())
       profile = std::make_unique<ExpertProfile>(ExpertProfile::read(a_.profile));
     OffloadOptions o;
+    o.tracer = tracer;
     o.plan = make_plan(placement_input(f, c, n_ctx, type_k_, type_v_, n_batch_, budget),
                        profile.get(), a_.profile);
     if (a_.print_plan) std::fputs(plan_text(o.plan).c_str(), stderr);

@@ -52,7 +52,8 @@ class Offload {
   bool active() const;
   const OffloadArgs& args() const { return a_; }
   // For LoadedModel::load: replaces the engine's executor; `then` (may be empty) wraps the result.
-  MoeExecutorWrap wrap(MoeExecutorWrap then = {});
+  // tracer (--trace; may be null): the executor's copy, wait and expert spans.
+  MoeExecutorWrap wrap(MoeExecutorWrap then = {}, Tracer* tracer = nullptr);
   // After loading: feeds --stats' per-layer counters (Observability::counters(), may be null).
   void attach(StatsCounters* counters);
   // End of the run: --record-profile, --offload-stats. ErrorKind::io when a file cannot be written.

@@ -5,6 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include <nlohmann/json.hpp>
 
 #include "offload/moe_cpu.hpp"
 #include "offload_test_util.hpp"
@@ -42,6 +47,7 @@ struct Variant {
   bool predictor = false;
   double resident = 0.5;
   EvictionPolicy policy = EvictionPolicy::lrfu;
+  Tracer* tracer = nullptr;
 };
 
 class OffloadExecutorTest : public ::testing::Test {
@@ -79,6 +85,7 @@ class OffloadExecutorTest : public ::testing::Test {
       o.cold = v.cold;
       o.policy = v.policy;
       o.prefetch_in_flight = 4;
+      o.tracer = v.tracer;
       if (v.predictor) {
         pred = std::make_unique<TestPredictor>(static_cast<int32_t>(layers.size()),
                                                layers[0].n_expert);
@@ -153,6 +160,53 @@ TEST_F(OffloadExecutorTest, TinyF32EveryColdPathIsBitIdentical) {
         EXPECT_GT(st.prefetch.issued, 0u) << what;
         EXPECT_GT(st.prefetch.dropped_stale, 0u) << what;
       }
+    }
+  }
+}
+
+// --trace: every expert copy appears as an "h2d" span on a copy-stream track (with the expert's
+// bytes), host waits and expert compute as spans on the calling threads; tracing leaves the logits
+// bit-identical.
+TEST_F(OffloadExecutorTest, TraceShowsCopiesWaitsAndExpertCompute) {
+  const std::string path = test::write_model(tiny(synth::QuantMix::q8_0), "tiny-q8-trace");
+  const auto toks = test::random_tokens(24, 768, 6);
+  const auto ref = reference(path, toks, 8);
+  const std::string trace_path = path + ".trace.json";
+  for (ColdMode cold : {ColdMode::copy, ColdMode::cpu}) {
+    Tracer t(trace_path);
+    OffloadStats st;
+    Variant v{HostLoad::alias, cold, true};
+    v.tracer = &t;
+    expect_identical(offloaded(path, toks, 8, v, st), ref, "traced");
+    t.write();
+    std::ifstream in(trace_path);
+    const auto j = nlohmann::json::parse(in);
+    std::map<std::string, int> n;  // per name
+    std::set<int> copy_tracks;
+    uint64_t copied = 0;
+    for (const auto& e : j["traceEvents"]) {
+      if (e["ph"] != "X") continue;
+      const std::string name = e["name"];
+      ++n[name];
+      EXPECT_GE(e["dur"].get<double>(), 0.0) << name;
+      if (name == "h2d") {
+        EXPECT_EQ(e["cat"], "copy");
+        EXPECT_GE(e["tid"].get<int>(), Tracer::kTrackBase);
+        copy_tracks.insert(e["tid"].get<int>());
+        copied += e["args"]["bytes"].get<uint64_t>();
+        EXPECT_GE(e["args"]["layer"].get<int>(), 0);
+      }
+    }
+    const std::string what = cold == ColdMode::copy ? "copy" : "cpu";
+    // Every copy the executor counted (demand, staging, prefetch, the initial fill) is a span.
+    EXPECT_EQ(copied, st.h2d_bytes + st.prefetch.bytes + st.init_bytes) << what;
+    EXPECT_GE(copy_tracks.size(), 2u) << what;  // the demand stream and a prefetch stream
+    EXPECT_GT(n["experts"], 0) << what;         // decode steps
+    if (cold == ColdMode::copy) {
+      EXPECT_GT(n["staged expert"], 0) << what;  // the prefill streamed its cold experts
+      EXPECT_GT(n["wait copy"] + n["wait staging"], 0) << what;
+    } else {
+      EXPECT_GT(n["cpu expert"], 0) << what;     // prefill misses computed on the CPU
     }
   }
 }
