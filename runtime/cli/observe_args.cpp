@@ -20,7 +20,7 @@ void add_observe_args(CLI::App& app, ObserveArgs& a) {
   app.add_flag("--stats", a.stats, "print routing locality, prediction precision/recall and offload counters at the end");
   app.add_option("--predict-depth", a.predict_depth, "layers ahead the --stats predictor looks (router of L+1..L+d)")
       ->capture_default_str();
-  app.add_option("--trace", a.trace, "write a Chrome/Perfetto trace (JSON) of ops and MoE steps to FILE");
+  app.add_option("--trace", a.trace, "write a Chrome/Perfetto trace (JSON) of ops, MoE steps and (offload) expert copies, waits and expert compute to FILE");
 }
 
 Observability::Observability(ObserveArgs a) : a_(std::move(a)), spec_(parse_routing_spec(a_.routing, a_.routing_seed)) {
