@@ -109,13 +109,7 @@ struct Q45KKernel {
     rows_of(xv, stride, x);
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     const __m256i m1 = _mm256_set1_epi8(1);
-    __m256 acc[NX];   // Q5_K: 8 lanes
-    float mins[NX];   // Q5_K: the mins term
-    __m128 vacc = _mm_setzero_ps(), vacc_min = _mm_setzero_ps();  // the other orders, lane k = row k
-    for (int k = 0; k < NX; ++k) {
-      acc[k] = _mm256_setzero_ps();
-      mins[k] = 0;
-    }
+    Q45KFloat<kQ5, kOrder, NX> f;
     for (int64_t i = 0; i < n / kQK_K; ++i) {
       const Block& b = w[i];
       prefetch_ahead<3>(&b);  // 144 / 176 bytes
@@ -148,39 +142,9 @@ struct Q45KKernel {
       }
       const __m128i m16 = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
       const float dw = h2f(b.d), dmw = h2f(b.dmin);
-      if constexpr (kQ5 && !kTiled) {
-        for (int k = 0; k < NX; ++k) {
-          const BlockQ8K& y = x[k][i];
-          mins[k] = q5k_add_mins(mins[k], q4k_mins_chunks(m16, y.bsums), dmw, y.d);
-          acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(dw * y.d), _mm256_cvtepi32_ps(sumi[k]), acc[k]);
-        }
-      } else {
-        const __m128 dy = dy_rows<NX>(x, i);
-        if constexpr (kTiled) {
-          vacc = tiled_step<true>(vacc, hsum_rows<NX>(sumi), mins_rows<NX>(m16, x, i), dw, dmw, dy);
-        } else {
-          const __m128 d = _mm_mul_ps(_mm_set1_ps(dw), dy), dmin = _mm_mul_ps(_mm_set1_ps(dmw), dy);
-          if constexpr (kGrouped) {
-            __m128i mc[4];
-            mins_rows_chunks<NX>(m16, x, i, mc);
-            for (int c = 0; c < 4; ++c) {
-              __m256i col[NX];
-              for (int k = 0; k < NX; ++k) col[k] = chunk[k][c];
-              vacc = _mm_fmadd_ps(_mm_cvtepi32_ps(hsum_rows<NX>(col)), d, vacc);
-              vacc_min = _mm_fmadd_ps(_mm_cvtepi32_ps(mc[c]), dmin, vacc_min);
-            }
-          } else {
-            vacc = _mm_fmadd_ps(_mm_cvtepi32_ps(hsum_rows<NX>(sumi)), d, vacc);
-            vacc_min = _mm_fmadd_ps(_mm_cvtepi32_ps(mins_rows<NX>(m16, x, i)), dmin, vacc_min);
-          }
-        }
-      }
+      f.add(sumi, chunk, m16, dw, dmw, x, i);
     }
-    if constexpr (kQ5 && !kTiled) {
-      for (int k = 0; k < NX; ++k) out[k] = hsum8(acc[k]) + mins[k];
-    } else {
-      store_rows<NX>(kTiled ? vacc : _mm_sub_ps(vacc, vacc_min), out);
-    }
+    f.store(out);
   }
 };
 

@@ -150,6 +150,66 @@ inline float q5k_add_mins(float sum, __m128i mins_chunks, float dmw, float dy) {
   return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(-dy * dmw), _mm_set_ss(m), _mm_set_ss(sum)));
 }
 
+// The float side of the Q4_K / Q5_K kernels (both ISA files), in the orders of dot_ref.cpp.
+// Per block: add(sums, chunk, m16, dw, dmw, x, i) with the rows' 8-lane integer sums (sums; for
+// Q4_K's 4-row order the per-chunk sums in chunk), the block's 8 mins as s16, its d and dmin;
+// then store(out).
+template <bool kQ5, detail::DotOrder kOrder, int NX>
+struct Q45KFloat {
+  static constexpr bool kGrouped = kOrder == detail::DotOrder::group4;
+  static constexpr bool kTiled = kOrder == detail::DotOrder::tiled;
+  static constexpr bool kLanes = kQ5 && !kTiled;  // Q5_K's vec_dot: 8 lanes per row
+  __m256 acc[NX];                                   // kLanes
+  float mins[NX];                                   // kLanes: the mins term
+  __m128 vacc = _mm_setzero_ps(), vacc_min = _mm_setzero_ps();  // the other orders, lane k = row k
+
+  Q45KFloat() {
+    for (int k = 0; k < NX; ++k) {
+      acc[k] = _mm256_setzero_ps();
+      mins[k] = 0;
+    }
+  }
+
+  void add(const __m256i (&sums)[NX], const __m256i (&chunk)[NX][4], __m128i m16, float dw, float dmw,
+           const BlockQ8K* const (&x)[NX], int64_t i) {
+    if constexpr (kLanes) {
+      for (int k = 0; k < NX; ++k) {
+        const BlockQ8K& y = x[k][i];
+        mins[k] = q5k_add_mins(mins[k], q4k_mins_chunks(m16, y.bsums), dmw, y.d);
+        acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(dw * y.d), _mm256_cvtepi32_ps(sums[k]), acc[k]);
+      }
+      return;
+    }
+    const __m128 dy = dy_rows<NX>(x, i);
+    if constexpr (kTiled) {
+      vacc = tiled_step<true>(vacc, hsum_rows<NX>(sums), mins_rows<NX>(m16, x, i), dw, dmw, dy);
+      return;
+    }
+    const __m128 d = _mm_mul_ps(_mm_set1_ps(dw), dy), dmin = _mm_mul_ps(_mm_set1_ps(dmw), dy);
+    if constexpr (kGrouped) {
+      __m128i mc[4];
+      mins_rows_chunks<NX>(m16, x, i, mc);
+      for (int c = 0; c < 4; ++c) {
+        __m256i col[NX];
+        for (int k = 0; k < NX; ++k) col[k] = chunk[k][c];
+        vacc = _mm_fmadd_ps(_mm_cvtepi32_ps(hsum_rows<NX>(col)), d, vacc);
+        vacc_min = _mm_fmadd_ps(_mm_cvtepi32_ps(mc[c]), dmin, vacc_min);
+      }
+    } else {
+      vacc = _mm_fmadd_ps(_mm_cvtepi32_ps(hsum_rows<NX>(sums)), d, vacc);
+      vacc_min = _mm_fmadd_ps(_mm_cvtepi32_ps(mins_rows<NX>(m16, x, i)), dmin, vacc_min);
+    }
+  }
+
+  void store(float* out) const {
+    if constexpr (kLanes) {
+      for (int k = 0; k < NX; ++k) out[k] = hsum8(acc[k]) + mins[k];
+    } else {
+      store_rows<NX>(kTiled ? vacc : _mm_sub_ps(vacc, vacc_min), out);
+    }
+  }
+};
+
 // Activation rows x_j = x + j·stride as a typed pointer array.
 template <typename T, int NX>
 inline void rows_of(const void* x, size_t stride, const T* (&out)[NX]) {

@@ -29,3 +29,15 @@ def nmse(a, ref):
 
 def scratch(name):
     return os.path.join(SCRATCH, name)
+
+
+def llama_decode_logits(path, tokens):
+    """llama.cpp's logits for `tokens` evaluated one at a time (decode), float64 (n, n_vocab)."""
+    import llama_cpp
+    llm = llama_cpp.Llama(model_path=path, logits_all=True, n_ctx=512, n_threads=2, verbose=False)
+    rows = []
+    for t in tokens:
+        llm.eval([t])
+        rows.append(np.array(llm.scores[llm.n_tokens - 1], dtype=np.float64))
+    del llm
+    return np.array(rows)

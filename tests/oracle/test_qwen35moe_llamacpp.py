@@ -28,7 +28,7 @@ except ImportError as e:  # the venv is still being populated
     sys.exit(77)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import ferry, nmse, scratch  # noqa: E402
+from common import ferry, llama_decode_logits, nmse, scratch  # noqa: E402
 
 N_TOKENS = 160
 DECODE_LENGTHS = (1, 63, 64, 65, 300)
@@ -66,16 +66,6 @@ def ferry_logits(path, tokens, tag, env=None, decode=False):
     ferry("logits", "-m", path, "--tokens", ",".join(map(str, tokens)), "-o", out, "-t", "2",
           *(["--decode"] if decode else []), env=env)
     return np.load(out).astype(np.float64)
-
-
-def llama_decode_logits(path, tokens):
-    llm = llama_cpp.Llama(model_path=path, logits_all=True, n_ctx=512, n_threads=2, verbose=False)
-    rows = []
-    for t in tokens:
-        llm.eval([t])
-        rows.append(np.array(llm.scores[llm.n_tokens - 1], dtype=np.float64))
-    del llm
-    return np.array(rows)
 
 
 def position_nmse(a, ref):

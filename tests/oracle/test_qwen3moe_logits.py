@@ -27,7 +27,7 @@ except ImportError as e:  # the venv is still being populated
     sys.exit(77)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import ferry, nmse, scratch  # noqa: E402
+from common import ferry, llama_decode_logits, nmse, scratch  # noqa: E402
 
 N_TOKENS = 128
 N_DECODE = 48
@@ -72,16 +72,6 @@ def llama_logits(path, tokens, f32_cache=False):
     out = np.array(llm.scores[: len(tokens)], dtype=np.float64)
     del llm
     return out
-
-
-def llama_decode_logits(path, tokens):
-    llm = llama_cpp.Llama(model_path=path, logits_all=True, n_ctx=512, n_threads=2, verbose=False)
-    rows = []
-    for t in tokens:
-        llm.eval([t])
-        rows.append(np.array(llm.scores[llm.n_tokens - 1], dtype=np.float64))
-    del llm
-    return np.array(rows)
 
 
 def ferry_logits(path, tokens, tag, *extra, env=None):
