@@ -100,7 +100,6 @@ struct Q8_0Kernel {
 template <bool kQ5, detail::DotOrder kOrder = detail::DotOrder::row>
 struct Q45KKernel {
   static constexpr bool kGrouped = kOrder == detail::DotOrder::group4;
-  static constexpr bool kTiled = kOrder == detail::DotOrder::tiled;
   using Block = std::conditional_t<kQ5, BlockQ5K, BlockQ4K>;
   template <int NX>
   static void run(int64_t n, const void* wv, const void* xv, size_t stride, float* out) {
@@ -142,7 +141,8 @@ struct Q45KKernel {
       }
       const __m128i m16 = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
       const float dw = h2f(b.d), dmw = h2f(b.dmin);
-      f.add(sumi, chunk, m16, dw, dmw, x, i);
+      if constexpr (kGrouped) f.add_chunks(chunk, m16, dw, dmw, x, i);
+      else f.add(sumi, m16, dw, dmw, x, i);
     }
     f.store(out);
   }
@@ -172,9 +172,7 @@ struct Q6KKernel {
     rows_of(xv, stride, x);
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     const __m256i m3 = _mm256_set1_epi8(3);
-    __m256 acc[NX];
-    __m128 vacc = _mm_setzero_ps();  // kTiled, lane k = row k
-    for (int k = 0; k < NX; ++k) acc[k] = _mm256_setzero_ps();
+    Q6KFloat<kTiled, NX> f;
     for (int64_t i = 0; i < n / kQK_K; ++i) {
       const BlockQ6K& b = w[i];
       prefetch_ahead<4>(&b);  // 210 bytes
@@ -203,24 +201,9 @@ struct Q6KKernel {
           }
         }
       }
-      const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
-      const float dw = h2f(b.d);
-      __m256i st[NX];  // kTiled: the rows' lanes
-      for (int k = 0; k < NX; ++k) {
-        const BlockQ8K& y = x[k][i];
-        const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.bsums));
-        const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(sc16, bs), 5);  // 32·Σ sc·bsum
-        const __m256i s = _mm256_sub_epi32(sumi[k], offset);
-        if constexpr (kTiled) st[k] = s;
-        else acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(dw * y.d), _mm256_cvtepi32_ps(s), acc[k]);
-      }
-      if constexpr (kTiled) vacc = tiled_step<false>(vacc, hsum_rows<NX>(st), _mm_setzero_si128(), dw, 0, dy_rows<NX>(x, i));
+      f.add(sumi, _mm256_cvtepi8_epi16(sc8), h2f(b.d), x, i);
     }
-    if constexpr (kTiled) {
-      store_rows<NX>(vacc, out);
-    } else {
-      for (int k = 0; k < NX; ++k) out[k] = hsum8(acc[k]);
-    }
+    f.store(out);
   }
 };
 

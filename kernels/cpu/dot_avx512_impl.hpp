@@ -132,11 +132,11 @@ constexpr ScaleIndex kScaleIndex{};
 
 inline __m512i load_index(const uint16_t* p) { return _mm512_load_si512(p); }
 
-// kOrder as dot_avx2.cpp's Q45KKernel.
+// kOrder as dot_avx2.cpp's Q45KKernel, except group4: Q4_K's 4-row order runs faster in the
+// 256-bit kernel (its per-chunk sums need no folding), which avx512_table() takes instead.
 template <bool kVnni, bool kQ5, detail::DotOrder kOrder = detail::DotOrder::row>
 struct Q45KKernel512 {
-  static constexpr bool kGrouped = kOrder == detail::DotOrder::group4;
-  static constexpr bool kTiled = kOrder == detail::DotOrder::tiled;
+  static_assert(kOrder != detail::DotOrder::group4);
   using Block = std::conditional_t<kQ5, BlockQ5K, BlockQ4K>;
   template <int NX>
   static void run(int64_t n, const void* wv, const void* xv, size_t stride, float* out) {
@@ -154,7 +154,6 @@ struct Q45KKernel512 {
       __m256i hbits = _mm256_setzero_si256();
       if constexpr (kQ5) hbits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh));
       __m512i sumi[NX];
-      __m256i chunk[NX][4];  // kGrouped: the lanes of each 64-value chunk, folded to 8
       for (int k = 0; k < NX; ++k) sumi[k] = _mm512_setzero_si512();
       for (int c = 0; c < 4; ++c) {
         const __m512i sc = _mm512_permutexvar_epi16(load_index(kScaleIndex.q4k[c]), sc8);
@@ -166,10 +165,7 @@ struct Q45KKernel512 {
         }
         for (int k = 0; k < NX; ++k) {
           const __m512i y = _mm512_loadu_si512(x[k][i].qs + 64 * c);
-          if constexpr (kGrouped)
-            chunk[k][c] = fold_512(dot_s16<kVnni>(_mm512_setzero_si512(), _mm512_maddubs_epi16(q, y), sc));
-          else
-            sumi[k] = dot_s16<kVnni>(sumi[k], _mm512_maddubs_epi16(q, y), sc);
+          sumi[k] = dot_s16<kVnni>(sumi[k], _mm512_maddubs_epi16(q, y), sc);
         }
       }
       const __m128i m16 = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
@@ -178,7 +174,7 @@ struct Q45KKernel512 {
       // halves together is the 8-lane kernels' lane l.
       __m256i s8[NX];
       for (int k = 0; k < NX; ++k) s8[k] = fold_512(sumi[k]);
-      f.add(s8, chunk, m16, dw, dmw, x, i);
+      f.add(s8, m16, dw, dmw, x, i);
     }
     f.store(out);
   }
@@ -193,9 +189,7 @@ struct Q6KKernel512 {
     rows_of(xv, stride, x);
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     const __m512i m3 = _mm512_set1_epi8(3);
-    __m256 acc[NX];  // 8 lanes, dot_ref.cpp's order
-    __m128 vacc = _mm_setzero_ps();  // kTiled, lane k = row k
-    for (int k = 0; k < NX; ++k) acc[k] = _mm256_setzero_ps();
+    Q6KFloat<kTiled, NX> f;
     for (int64_t i = 0; i < n / kQK_K; ++i) {
       const BlockQ6K& b = w[i];
       prefetch_ahead<4>(&b);  // 210 bytes
@@ -221,36 +215,27 @@ struct Q6KKernel512 {
           sumi[k] = dot_s16<kVnni>(sumi[k], _mm512_maddubs_epi16(qb, _mm512_loadu_si512(y + 64)), scb);
         }
       }
-      const float dw = h2f(b.d);
-      __m256i st[NX];  // kTiled: the rows' lanes
-      for (int k = 0; k < NX; ++k) {
-        const BlockQ8K& y = x[k][i];
-        const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.bsums));
-        const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(sc16, bs), 5);  // 32·Σ sc·bsum
-        const __m256i s = _mm256_sub_epi32(fold_512(sumi[k]), offset);
-        if constexpr (kTiled) st[k] = s;
-        else acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(dw * y.d), _mm256_cvtepi32_ps(s), acc[k]);
-      }
-      if constexpr (kTiled) vacc = tiled_step<false>(vacc, hsum_rows<NX>(st), _mm_setzero_si128(), dw, 0, dy_rows<NX>(x, i));
+      __m256i s8[NX];  // the two 256-bit halves cover different 32-value groups: fold them
+      for (int k = 0; k < NX; ++k) s8[k] = fold_512(sumi[k]);
+      f.add(s8, sc16, h2f(b.d), x, i);
     }
-    if constexpr (kTiled) {
-      store_rows<NX>(vacc, out);
-    } else {
-      for (int k = 0; k < NX; ++k) out[k] = hsum8(acc[k]);
-    }
+    f.store(out);
   }
 };
 
 template <bool kVnni>
-constexpr detail::DotKernels kAvx512Table{
-    by_nx<Float512Kernel<Load512F32>>, by_nx<Float512Kernel<Load512F16>>,
-    by_nx<Float512Kernel<Load512BF16>>, by_nx<Q8_0Kernel512<kVnni>>,
-    by_nx<Q45KKernel512<kVnni, false>>, by_nx<Q45KKernel512<kVnni, true>>,
-    by_nx<Q6KKernel512<kVnni>>,
-    by_nx<Q45KKernel512<kVnni, false, detail::DotOrder::group4>>,
-    by_nx<Q45KKernel512<kVnni, true, detail::DotOrder::tiled>>,
-    by_nx<Q6KKernel512<kVnni, true>>,
-};
+const detail::DotKernels& avx512_table() {
+  static const detail::DotKernels k{
+      by_nx<Float512Kernel<Load512F32>>, by_nx<Float512Kernel<Load512F16>>,
+      by_nx<Float512Kernel<Load512BF16>>, by_nx<Q8_0Kernel512<kVnni>>,
+      by_nx<Q45KKernel512<kVnni, false>>, by_nx<Q45KKernel512<kVnni, true>>,
+      by_nx<Q6KKernel512<kVnni>>,
+      detail::dot_kernels_avx2().q4_k_group4,  // see Q45KKernel512
+      by_nx<Q45KKernel512<kVnni, true, detail::DotOrder::tiled>>,
+      by_nx<Q6KKernel512<kVnni, true>>,
+  };
+  return k;
+}
 
 }  // namespace
 }  // namespace ferry::cpu

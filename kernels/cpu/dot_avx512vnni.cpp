@@ -4,14 +4,6 @@
 
 namespace ferry::cpu {
 
-const detail::DotKernels& detail::dot_kernels_avx512vnni() {
-  // Q4_K's 4-row order runs faster in the 256-bit kernel (its per-chunk sums need no folding).
-  static const detail::DotKernels k = [] {
-    detail::DotKernels t = kAvx512Table<true>;
-    t.q4_k_group4 = detail::dot_kernels_avx2().q4_k_group4;
-    return t;
-  }();
-  return k;
-}
+const detail::DotKernels& detail::dot_kernels_avx512vnni() { return avx512_table<true>(); }
 
 }  // namespace ferry::cpu

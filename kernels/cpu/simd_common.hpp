@@ -151,9 +151,8 @@ inline float q5k_add_mins(float sum, __m128i mins_chunks, float dmw, float dy) {
 }
 
 // The float side of the Q4_K / Q5_K kernels (both ISA files), in the orders of dot_ref.cpp.
-// Per block: add(sums, chunk, m16, dw, dmw, x, i) with the rows' 8-lane integer sums (sums; for
-// Q4_K's 4-row order the per-chunk sums in chunk), the block's 8 mins as s16, its d and dmin;
-// then store(out).
+// Per block add() (or add_chunks() for Q4_K's 4-row order) with the block's 8 mins as s16, its d
+// and dmin; then store(out).
 template <bool kQ5, detail::DotOrder kOrder, int NX>
 struct Q45KFloat {
   static constexpr bool kGrouped = kOrder == detail::DotOrder::group4;
@@ -170,34 +169,38 @@ struct Q45KFloat {
     }
   }
 
-  void add(const __m256i (&sums)[NX], const __m256i (&chunk)[NX][4], __m128i m16, float dw, float dmw,
-           const BlockQ8K* const (&x)[NX], int64_t i) {
+  // One block: the rows' 8-lane integer sums (the row, tiled and Q5_K lane orders).
+  void add(const __m256i (&sums)[NX], __m128i m16, float dw, float dmw, const BlockQ8K* const (&x)[NX],
+           int64_t i) {
+    static_assert(!kGrouped);
     if constexpr (kLanes) {
       for (int k = 0; k < NX; ++k) {
         const BlockQ8K& y = x[k][i];
         mins[k] = q5k_add_mins(mins[k], q4k_mins_chunks(m16, y.bsums), dmw, y.d);
         acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(dw * y.d), _mm256_cvtepi32_ps(sums[k]), acc[k]);
       }
-      return;
-    }
-    const __m128 dy = dy_rows<NX>(x, i);
-    if constexpr (kTiled) {
-      vacc = tiled_step<true>(vacc, hsum_rows<NX>(sums), mins_rows<NX>(m16, x, i), dw, dmw, dy);
-      return;
-    }
-    const __m128 d = _mm_mul_ps(_mm_set1_ps(dw), dy), dmin = _mm_mul_ps(_mm_set1_ps(dmw), dy);
-    if constexpr (kGrouped) {
-      __m128i mc[4];
-      mins_rows_chunks<NX>(m16, x, i, mc);
-      for (int c = 0; c < 4; ++c) {
-        __m256i col[NX];
-        for (int k = 0; k < NX; ++k) col[k] = chunk[k][c];
-        vacc = _mm_fmadd_ps(_mm_cvtepi32_ps(hsum_rows<NX>(col)), d, vacc);
-        vacc_min = _mm_fmadd_ps(_mm_cvtepi32_ps(mc[c]), dmin, vacc_min);
-      }
+    } else if constexpr (kTiled) {
+      vacc = tiled_step<true>(vacc, hsum_rows<NX>(sums), mins_rows<NX>(m16, x, i), dw, dmw, dy_rows<NX>(x, i));
     } else {
-      vacc = _mm_fmadd_ps(_mm_cvtepi32_ps(hsum_rows<NX>(sums)), d, vacc);
-      vacc_min = _mm_fmadd_ps(_mm_cvtepi32_ps(mins_rows<NX>(m16, x, i)), dmin, vacc_min);
+      const __m128 dy = dy_rows<NX>(x, i);
+      vacc = _mm_fmadd_ps(_mm_cvtepi32_ps(hsum_rows<NX>(sums)), _mm_mul_ps(_mm_set1_ps(dw), dy), vacc);
+      vacc_min = _mm_fmadd_ps(_mm_cvtepi32_ps(mins_rows<NX>(m16, x, i)), _mm_mul_ps(_mm_set1_ps(dmw), dy), vacc_min);
+    }
+  }
+
+  // One block in Q4_K's 4-row order: chunk[k][c] holds the 8-lane sums of row k's chunk c.
+  void add_chunks(const __m256i (&chunk)[NX][4], __m128i m16, float dw, float dmw,
+                  const BlockQ8K* const (&x)[NX], int64_t i) {
+    static_assert(kGrouped);
+    const __m128 dy = dy_rows<NX>(x, i);
+    const __m128 d = _mm_mul_ps(_mm_set1_ps(dw), dy), dmin = _mm_mul_ps(_mm_set1_ps(dmw), dy);
+    __m128i mc[4];
+    mins_rows_chunks<NX>(m16, x, i, mc);
+    for (int c = 0; c < 4; ++c) {
+      __m256i col[NX];
+      for (int k = 0; k < NX; ++k) col[k] = chunk[k][c];
+      vacc = _mm_fmadd_ps(_mm_cvtepi32_ps(hsum_rows<NX>(col)), d, vacc);
+      vacc_min = _mm_fmadd_ps(_mm_cvtepi32_ps(mc[c]), dmin, vacc_min);
     }
   }
 
@@ -206,6 +209,41 @@ struct Q45KFloat {
       for (int k = 0; k < NX; ++k) out[k] = hsum8(acc[k]) + mins[k];
     } else {
       store_rows<NX>(kTiled ? vacc : _mm_sub_ps(vacc, vacc_min), out);
+    }
+  }
+};
+
+// The float side of the Q6_K kernels (both ISA files), in the orders of dot_ref.cpp. Per block:
+// add(sums, sc16, dw, x, i) with the rows' 8-lane sums of sc·q·y (levels unsigned) and the
+// block's 16 scales as s16; then store(out).
+template <bool kTiled, int NX>
+struct Q6KFloat {
+  __m256 acc[NX];                  // vec_dot: 8 lanes per row
+  __m128 vacc = _mm_setzero_ps();  // kTiled, lane k = row k
+
+  Q6KFloat() {
+    for (int k = 0; k < NX; ++k) acc[k] = _mm256_setzero_ps();
+  }
+
+  void add(const __m256i (&sums)[NX], __m256i sc16, float dw, const BlockQ8K* const (&x)[NX], int64_t i) {
+    __m256i s[NX];
+    for (int k = 0; k < NX; ++k) {  // the −32 offset per lane: 32·(sc_2l·bsum_2l + sc_2l+1·bsum_2l+1)
+      const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[k][i].bsums));
+      s[k] = _mm256_sub_epi32(sums[k], _mm256_slli_epi32(_mm256_madd_epi16(sc16, bs), 5));
+    }
+    if constexpr (kTiled) {
+      vacc = tiled_step<false>(vacc, hsum_rows<NX>(s), _mm_setzero_si128(), dw, 0, dy_rows<NX>(x, i));
+    } else {
+      for (int k = 0; k < NX; ++k)
+        acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(dw * x[k][i].d), _mm256_cvtepi32_ps(s[k]), acc[k]);
+    }
+  }
+
+  void store(float* out) const {
+    if constexpr (kTiled) {
+      store_rows<NX>(vacc, out);
+    } else {
+      for (int k = 0; k < NX; ++k) out[k] = hsum8(acc[k]);
     }
   }
 };

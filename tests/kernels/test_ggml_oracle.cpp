@@ -176,15 +176,18 @@ std::vector<uint8_t> interleave_q4k_x8(const uint8_t* rows, size_t row_bytes_, i
   return out;
 }
 
-// rows random Q4_K rows of n values, back to back.
-std::vector<uint8_t> random_q4k_rows(std::mt19937& rng, int rows, int64_t n) {
-  std::vector<uint8_t> w;
-  for (int r = 0; r < rows; ++r) {
-    const auto row = quantize(GgmlType::Q4_K, random_weights(rng, n));
-    w.insert(w.end(), row.begin(), row.end());
+// Eight random Q4_K rows of n values back to back (w, rb bytes each) and ggml's interleaved copy.
+struct Q4KPanel {
+  size_t rb;
+  std::vector<uint8_t> w, packed;
+  Q4KPanel(std::mt19937& rng, int64_t n) : rb(row_bytes(GgmlType::Q4_K, n)) {
+    for (int r = 0; r < 8; ++r) {
+      const auto row = quantize(GgmlType::Q4_K, random_weights(rng, n));
+      w.insert(w.end(), row.begin(), row.end());
+    }
+    packed = interleave_q4k_x8(w.data(), rb, n / 256);
   }
-  return w;
-}
+};
 
 }  // namespace
 
@@ -231,22 +234,19 @@ TEST(GgmlOracle, Q4KMatchesRepackedGemvBitExact) {
   ASSERT_NE(gemv, nullptr);
   std::mt19937 rng(45);
   for (int64_t n : {256, 1024, 2816}) {
-    const int64_t nb = n / 256;
-    const size_t rb = row_bytes(GgmlType::Q4_K, n);
-    const auto w = random_q4k_rows(rng, 8, n);
-    const auto packed = interleave_q4k_x8(w.data(), rb, nb);
+    const Q4KPanel p(rng, n);
     for (int rep = 0; rep < 4; ++rep) {
       const auto x = random_normal(rng, n, 2.f);
       std::vector<uint8_t> xq(row_bytes(GgmlType::Q8_K, n));
       cpu::quantize_activation(GgmlType::Q4_K, x.data(), xq.data(), n);
       float theirs[8];
-      gemv(static_cast<int>(n), theirs, 8, packed.data(), xq.data(), 1, 8);
+      gemv(static_cast<int>(n), theirs, 8, p.packed.data(), xq.data(), 1, 8);
       for (int r = 0; r < 8; ++r) {
-        ASSERT_EQ(cpu::vec_dot_ref(GgmlType::Q4_K, w.data() + r * rb, xq.data(), n), theirs[r])
+        ASSERT_EQ(cpu::vec_dot_ref(GgmlType::Q4_K, p.w.data() + r * p.rb, xq.data(), n), theirs[r])
             << "n=" << n << " row " << r << " (scalar)";
         for (cpu::Isa isa : available_isas()) {
           cpu::set_isa(isa);
-          ASSERT_EQ(cpu::vec_dot(GgmlType::Q4_K, w.data() + r * rb, xq.data(), n), theirs[r])
+          ASSERT_EQ(cpu::vec_dot(GgmlType::Q4_K, p.w.data() + r * p.rb, xq.data(), n), theirs[r])
               << "n=" << n << " row " << r << " on " << cpu::isa_name(isa);
         }
       }
@@ -269,9 +269,7 @@ TEST(GgmlOracle, Q4KMatchesRepackedGemmBitExact) {
   std::mt19937 rng(46);
   for (int64_t n : {256, 1024, 2816}) {
     const int64_t nb = n / 256;
-    const size_t rb = row_bytes(GgmlType::Q4_K, n);
-    const auto w = random_q4k_rows(rng, 8, n);
-    const auto packed = interleave_q4k_x8(w.data(), rb, nb);
+    const Q4KPanel p(rng, n);
     for (int rep = 0; rep < 4; ++rep) {
       const auto x = random_normal(rng, 4 * n, 2.f);
       std::vector<uint8_t> x4(static_cast<size_t>(nb) * (16 + 4 * 256 + 2 * 64));  // block_q8_Kx4
@@ -281,7 +279,7 @@ TEST(GgmlOracle, Q4KMatchesRepackedGemmBitExact) {
         quant4(cols.data(), x4.data() + b * x4.size() / nb, 256);
       }
       float theirs[4 * 8];
-      gemm(static_cast<int>(n), theirs, 8, packed.data(), x4.data(), 4, 8);
+      gemm(static_cast<int>(n), theirs, 8, p.packed.data(), x4.data(), 4, 8);
       const size_t xb = row_bytes(GgmlType::Q8_K, n);
       std::vector<uint8_t> xq(4 * xb);
       for (int a = 0; a < 4; ++a) cpu::quantize_activation(GgmlType::Q4_K, x.data() + a * n, xq.data() + a * xb, n);
@@ -290,7 +288,7 @@ TEST(GgmlOracle, Q4KMatchesRepackedGemmBitExact) {
         const auto f = cpu::detail::dot_fn(cpu::detail::dot_kernels(isa), GgmlType::Q4_K, cpu::detail::DotOrder::group4);
         for (int r = 0; r < 8; ++r) {
           float ours[4];
-          f(n, w.data() + r * rb, xq.data(), xb, 4, ours);
+          f(n, p.w.data() + r * p.rb, xq.data(), xb, 4, ours);
           for (int a = 0; a < 4; ++a)
             ASSERT_EQ(ours[a], theirs[a * 8 + r]) << "n=" << n << " activation row " << a << " weight row " << r
                                                   << " on " << cpu::isa_name(isa);
