@@ -41,3 +41,31 @@ def llama_decode_logits(path, tokens):
         rows.append(np.array(llm.scores[llm.n_tokens - 1], dtype=np.float64))
     del llm
     return np.array(rows)
+
+
+# llama.cpp's file types for llama_model_quantize (no imatrix: what llama-quantize does by default).
+LLAMA_FTYPE = {"q8_0": 7, "q4_k_m": 15, "q5_k_m": 17, "q6_k": 18}
+
+
+def llama_quantize(src, dst, quant):
+    """Quantizes GGUF src to dst with llama.cpp's own quantizer, its per-tensor lines silenced."""
+    import ctypes
+    import llama_cpp
+    p = llama_cpp.llama_model_quantize_default_params()
+    p.ftype = LLAMA_FTYPE[quant]
+    p.nthread = 2
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]  # llama.cpp prints a line per tensor
+    with open(os.devnull, "w") as null:
+        os.dup2(null.fileno(), 1)
+        os.dup2(null.fileno(), 2)
+        try:
+            rc = llama_cpp.llama_model_quantize(src.encode(), dst.encode(), ctypes.byref(p))
+        finally:
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
+    if rc != 0:
+        raise RuntimeError(f"llama_model_quantize {src} -> {dst} ({quant}) failed: {rc}")

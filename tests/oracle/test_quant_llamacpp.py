@@ -30,10 +30,9 @@ except ImportError as e:  # the venv is still being populated
     sys.exit(77)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import FERRY, ferry, scratch  # noqa: E402
+from common import FERRY, LLAMA_FTYPE, ferry, llama_quantize, scratch  # noqa: E402
 
 SEED = 3
-LLAMA_FTYPE = {"q8_0": 7, "q4_k_m": 15, "q5_k_m": 17, "q6_k": 18}
 MODELS = [  # (label, synth arguments, check (b) on it)
     ("qwen3moe", ["--arch", "qwen3moe"], True),
     ("qwen35moe", ["--arch", "qwen35moe"], True),
@@ -59,15 +58,6 @@ def synth(label, args, quant):
     path = scratch(f"quant-{label}-{quant}.gguf")
     ferry("synth", *args, "--preset", "tiny", "--quant", quant, "--seed", SEED, "-t", "2", "-q", "-o", path)
     return path
-
-
-def llama_quantize(src, dst, quant):
-    p = llama_cpp.llama_model_quantize_default_params()
-    p.ftype = LLAMA_FTYPE[quant]
-    p.nthread = 2
-    rc = llama_cpp.llama_model_quantize(src.encode(), dst.encode(), ctypes.byref(p))
-    if rc != 0:
-        raise RuntimeError(f"llama_model_quantize {src} -> {dst} ({quant}) failed: {rc}")
 
 
 def tensors(path):

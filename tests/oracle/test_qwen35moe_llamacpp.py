@@ -16,7 +16,6 @@ Decode: `ferry logits --decode` vs llama.cpp evaluating the same 48 tokens one a
 file, the same bounds (bit-identical too).
 test_qwen3next_llamacpp.py runs the same checks for qwen3next.
 """
-import ctypes
 import os
 import sys
 
@@ -28,24 +27,14 @@ except ImportError as e:  # the venv is still being populated
     sys.exit(77)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import ferry, llama_decode_logits, nmse, scratch  # noqa: E402
+from common import ferry, llama_decode_logits, llama_quantize, nmse, scratch  # noqa: E402
 
 N_TOKENS = 160
 DECODE_LENGTHS = (1, 63, 64, 65, 300)
-LLAMA_FTYPE = {"q8_0": 7, "q4_k_m": 15}
 
 
 def synth(arch, path):
     ferry("synth", "--arch", arch, "--preset", "tiny", "--quant", "f32", "--seed", "7", "-q", "-o", path)
-
-
-def quantize(src, dst, quant):
-    p = llama_cpp.llama_model_quantize_default_params()
-    p.ftype = LLAMA_FTYPE[quant]
-    p.nthread = 2
-    rc = llama_cpp.llama_model_quantize(src.encode(), dst.encode(), ctypes.byref(p))
-    if rc != 0:
-        raise RuntimeError(f"llama_model_quantize {src} -> {dst} ({quant}) failed: {rc}")
 
 
 def llama_logits(path, tokens):
@@ -99,7 +88,7 @@ def run(arch):
     files = {"f32": f32}
     for q in ("q8_0", "q4_k_m"):
         files[q] = scratch(f"{arch}-tiny-{q}.gguf")
-        quantize(f32, files[q], q)
+        llama_quantize(f32, files[q], q)
 
     rng = np.random.default_rng(1234)
     fails = []

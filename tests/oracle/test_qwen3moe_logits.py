@@ -15,7 +15,6 @@ single token ggml takes other kernels — vec_dot, 1-row Q4_K — and Ferry foll
 Also (F32): decode vs the prefill batch, NMSE <= 1e-5, with F16 and F32 caches; F32 cache vs
 llama.cpp with an F32 cache (type_k/type_v).
 """
-import ctypes
 import os
 import sys
 
@@ -27,12 +26,12 @@ except ImportError as e:  # the venv is still being populated
     sys.exit(77)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import ferry, llama_decode_logits, nmse, scratch  # noqa: E402
+from common import ferry, llama_decode_logits, llama_quantize, nmse, scratch  # noqa: E402
 
 N_TOKENS = 128
 N_DECODE = 48
 SEED = 3
-LLAMA_FTYPE = {"q8_0": 7, "q4_k_m": 15}
+QUANTS = ("q8_0", "q4_k_m")
 GGML_TYPE_F32 = 0
 failures = []
 
@@ -41,27 +40,6 @@ def check(cond, msg):
     print(("ok:   " if cond else "FAIL: ") + msg)
     if not cond:
         failures.append(msg)
-
-
-def quantize(src, dst, quant):
-    p = llama_cpp.llama_model_quantize_default_params()
-    p.ftype = LLAMA_FTYPE[quant]
-    p.nthread = 2
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = [os.dup(1), os.dup(2)]  # llama.cpp prints a line per tensor
-    with open(os.devnull, "w") as null:
-        os.dup2(null.fileno(), 1)
-        os.dup2(null.fileno(), 2)
-        try:
-            rc = llama_cpp.llama_model_quantize(src.encode(), dst.encode(), ctypes.byref(p))
-        finally:
-            os.dup2(saved[0], 1)
-            os.dup2(saved[1], 2)
-            for fd in saved:
-                os.close(fd)
-    if rc != 0:
-        raise RuntimeError(f"llama_model_quantize {src} -> {dst} ({quant}) failed: {rc}")
 
 
 def llama_logits(path, tokens, f32_cache=False):
@@ -97,9 +75,9 @@ def main():
     ferry("synth", "--arch", "qwen3moe", "--preset", "tiny", "--quant", "f32", "--seed", "11", "-q",
           "-t", "2", "-o", f32)
     files = {"f32": f32}
-    for q in LLAMA_FTYPE:
+    for q in QUANTS:
         files[q] = scratch(f"qwen3moe-tiny-{q}.gguf")
-        quantize(f32, files[q], q)
+        llama_quantize(f32, files[q], q)
     rng = np.random.default_rng(SEED)
     n_vocab = llama_cpp.Llama(model_path=f32, vocab_only=True, verbose=False).n_vocab()
     tokens = [int(t) for t in rng.integers(0, n_vocab, N_TOKENS)]

@@ -9,7 +9,6 @@ rewrites a tiny synthetic qwen3next into that layout with the gguf package and c
     regroups whole rows), at F32 and after llama.cpp's Q8_0 quantization of both files;
   - Ferry vs llama.cpp on the legacy F32 file: NMSE <= 1e-5.
 """
-import ctypes
 import os
 import sys
 
@@ -22,7 +21,7 @@ except ImportError as e:  # the venv is still being populated
     sys.exit(77)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import ferry, nmse, scratch  # noqa: E402
+from common import ferry, llama_quantize, nmse, scratch  # noqa: E402
 
 ARCH = "qwen3next"
 
@@ -68,14 +67,6 @@ def write_legacy(src, dst):
     return n_legacy
 
 
-def quantize(src, dst):
-    p = llama_cpp.llama_model_quantize_default_params()
-    p.ftype = 7  # Q8_0
-    p.nthread = 2
-    if llama_cpp.llama_model_quantize(src.encode(), dst.encode(), ctypes.byref(p)) != 0:
-        raise RuntimeError(f"llama_model_quantize {src} failed")
-
-
 def llama_logits(path, tokens):
     llm = llama_cpp.Llama(model_path=path, logits_all=True, n_ctx=256, n_batch=256, n_threads=2,
                           verbose=False)
@@ -109,8 +100,8 @@ def main():
 
     files = {"f32": (split, legacy)}
     q_split, q_legacy = scratch("q3n-split-q8.gguf"), scratch("q3n-legacy-q8.gguf")
-    quantize(split, q_split)
-    quantize(legacy, q_legacy)
+    llama_quantize(split, q_split, "q8_0")
+    llama_quantize(legacy, q_legacy, "q8_0")
     files["q8_0"] = (q_split, q_legacy)
     for label, (a, b) in files.items():
         la, lb = ferry_logits(a, tokens, f"{label}-split"), ferry_logits(b, tokens, f"{label}-legacy")
