@@ -2,7 +2,8 @@
 # bench/gpu-check.sh [BUNDLE_DIR] — the one script run on the GPU test machine (see
 # bench/gpu-bundle.sh for how the bundle is made; default bundle build-gpu/gpu-bundle). Prints
 # nvidia-smi, runs every backend and GPU test program, a compute-sanitizer memcheck pass over the
-# kernel tests when the tool exists and time allows, then the GPU benchmarks (bench_gpu_kernels
+# kernel tests when the tool exists and time allows, the end-to-end and offload benchmarks on a
+# synthetic 35b-a3b, then the GPU benchmarks (bench_gpu_kernels
 # first, then any other bench_gpu_* with the time left), and prints a summary table LAST. Logs go
 # to $OUT (when set, e.g. by the device runner) or BUNDLE_DIR/../gpu-check-out. The whole run stays
 # within GPU_CHECK_BUDGET_S (default 450 s, under the 8-minute limit).
@@ -58,6 +59,7 @@ run_prog "ferry-help" 20 "$bundle/bin/ferry" --help
 # Q4_K_M, ~21 GB; written to local disk, never under $OUT), fully resident, pp512 and decode. If
 # the synth run does not finish in GPU_E2E_SYNTH_S (or the time left), the small preset is used.
 e2e_summary=""
+offload_summary=""
 if [[ -x "$bundle/bin/bench_gpu_e2e" ]]; then
   e2e_dir="${GPU_E2E_DIR:-${TMPDIR:-/tmp}/ferry-e2e}"
   mkdir -p "$e2e_dir"
@@ -75,6 +77,17 @@ if [[ -x "$bundle/bin/bench_gpu_e2e" ]]; then
       run_prog "bench_gpu_e2e-$preset" $((left > 150 ? 150 : left - 5)) "$bundle/bin/bench_gpu_e2e" "$model" \
         --prompt 512 --decode 128 --reps 3
       e2e_summary="$e2e_summary$(grep -A2 '^| model' "$logs/bench_gpu_e2e-$preset.log")"$'\n'
+      # The offload engine on the same file (issue 6): unconstrained beside 16 GB and 12 GB budgets,
+      # the model's own (near-uniform) routing and the locality generator, one table from ferry bench.
+      left=$((budget_s - (SECONDS - t_start)))
+      if ((left > 90)); then
+        vrams="none,16G,12G"; [[ "$preset" == small ]] && vrams="none,1G,600M"
+        run_prog "offload-bench-$preset" $((left > 240 ? 240 : left - 20)) "$bundle/bin/ferry" bench -m "$model" \
+          --device cuda --vram "$vrams" --routing model,locality -p 512 -n 64 -r 1 -o md
+        offload_summary="$(grep '^|' "$logs/offload-bench-$preset.log")"
+      else
+        echo "== offload bench: skipped (time)"
+      fi
       [[ -n "${GPU_E2E_KEEP:-}" ]] || rm -f "$model"
       break
     fi
@@ -120,6 +133,11 @@ if [[ -n "$e2e_summary" ]]; then
   echo
   echo "== end-to-end (bench_gpu_e2e)"
   printf '%s' "$e2e_summary"
+fi
+if [[ -n "$offload_summary" ]]; then
+  echo
+  echo "== offload (ferry bench --device cuda --vram ...)"
+  printf '%s\n' "$offload_summary"
 fi
 echo
 echo "| program                      | result       | passed | failed | skipped |  time |"

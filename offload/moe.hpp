@@ -25,6 +25,17 @@ struct MoeLayerWeights {
   int32_t n_expert = 0;
 };
 
+// A request from a GPU backend after its host bridge (runtime/backend/cuda_moe_bridge.hpp): the
+// MoeRequest's x, expert_ids and expert_weights are host copies (decorators may replace the
+// routing), `out` stays device memory, and this holds the device originals. The bridge costs one
+// host synchronisation per MoE step; an executor that decides per expert where to compute (the
+// offload engine) needs the routing on the host anyway.
+struct MoeDeviceIo {
+  const float* x = nullptr;               // (n_tokens, n_embd) device
+  const int32_t* expert_ids = nullptr;    // (n_tokens, top_k) device, the router's choice
+  const float* expert_weights = nullptr;  // (n_tokens, top_k) device
+};
+
 struct MoeRequest {
   int32_t layer = 0;
   int32_t n_tokens = 0;
@@ -34,6 +45,7 @@ struct MoeRequest {
   const int32_t* expert_ids = nullptr; // (n_tokens, top_k)
   const float* expert_weights = nullptr;  // (n_tokens, top_k), already renormalised
   float* out = nullptr;                // (n_tokens, n_embd) overwritten with the routed sum
+  const MoeDeviceIo* device = nullptr;  // set by a GPU backend's bridge; null: all host memory
 };
 
 class MoeExecutor {

@@ -28,12 +28,59 @@ ColdMode parse_cold_mode(std::string_view s) {
 
 OffloadExecutor::OffloadExecutor(std::unique_ptr<Device> device,
                                  std::vector<MoeLayerWeights> layers, OffloadOptions options)
-    : o_(std::move(options)), device_(std::move(device)), layers_(std::move(layers)) {
+    : o_(std::move(options)), owned_device_(std::move(device)), layers_(std::move(layers)) {
+  device_ = owned_device_.get();
   if (!device_) fail(ErrorKind::internal, "offload executor without a device");
   if (device_->kind() != DeviceKind::sim)
-    fail(ErrorKind::unsupported,
-         "the offload executor runs on the sim device only so far (the {} path is not written)",
+    fail(ErrorKind::invalid_arg,
+         "the offload executor owns only sim devices; a {} device comes with its compute stream",
          device_kind_name(device_->kind()));
+  if (o_.device_flow) {
+    compute_ = device_->create_stream();
+    kernels_ = make_sim_expert_kernels();
+  }
+  init();
+}
+
+OffloadExecutor::OffloadExecutor(Device& device, std::unique_ptr<Stream> compute,
+                                 std::unique_ptr<DeviceExpertKernels> kernels,
+                                 std::vector<MoeLayerWeights> layers, OffloadOptions options)
+    : o_(std::move(options)), device_(&device), layers_(std::move(layers)), compute_(std::move(compute)),
+      kernels_(std::move(kernels)) {
+  if (!compute_ || !kernels_) fail(ErrorKind::internal, "offload device flow without a compute stream or kernels");
+  o_.device_flow = true;
+  init();
+}
+
+namespace {
+
+size_t pad256(size_t n) { return (n + 255) / 256 * 256; }
+
+// Byte offsets of the device flow's step buffer: table | weights | direct ids | streamed ids.
+struct StepLayout {
+  size_t off_w, off_ids, ids_bytes, total;
+  StepLayout(size_t n_table, int64_t nk, size_t n_streamed)
+      : off_w(pad256(n_table * sizeof(ExpertPtrs3))),
+        off_ids(off_w + pad256(static_cast<size_t>(nk) * 4)),
+        ids_bytes(pad256(static_cast<size_t>(nk) * 4)),
+        total(off_ids + ids_bytes * (1 + n_streamed)) {}
+  // The largest step of n tokens: every expert used, all but the minimum streamed.
+  static StepLayout worst(int64_t n, int32_t top_k, int32_t n_expert) {
+    const int64_t nk = n * top_k;
+    return StepLayout(static_cast<size_t>(n_expert) + 2, nk, static_cast<size_t>(std::min<int64_t>(n_expert, nk)));
+  }
+};
+
+}  // namespace
+
+uint64_t device_flow_step_bytes(int64_t max_batch, const ExpertShape& s, int32_t top_k, int32_t n_expert) {
+  const auto n = static_cast<uint64_t>(max_batch);
+  return StepLayout::worst(max_batch, top_k, n_expert).total +
+         pad256(static_cast<size_t>(n * static_cast<uint64_t>(s.n_embd) * 4)) +
+         pad256(static_cast<size_t>(n * static_cast<uint64_t>(top_k) * static_cast<uint64_t>(s.n_ff) * 4));
+}
+
+void OffloadExecutor::init() {
   const Plan& plan = o_.plan;
   const auto L = static_cast<int32_t>(layers_.size());
   if (L != plan.in.n_layer)
@@ -41,10 +88,18 @@ OffloadExecutor::OffloadExecutor(std::unique_ptr<Device> device,
   for (int32_t l = 0; l < L; ++l) {
     const MoeLayerWeights& w = layers_[static_cast<size_t>(l)];
     shapes_.push_back(expert_shape(w));
-    if (w.n_expert != plan.in.n_expert || shapes_.back().expert_bytes() > plan.slot_bytes)
+    const ExpertShape& sh = shapes_.back();
+    if (w.n_expert != plan.in.n_expert || sh.expert_bytes() > plan.slot_bytes)
       fail(ErrorKind::internal,
            "offload plan: layer {} has {} experts of {} B, plan {} experts in slots of {} B", l,
-           w.n_expert, shapes_.back().expert_bytes(), plan.in.n_expert, plan.slot_bytes);
+           w.n_expert, sh.expert_bytes(), plan.in.n_expert, plan.slot_bytes);
+    // The device kernels read each matrix of a slot with 16-byte loads and one type for gate/up.
+    if (compute_ && (sh.gate_bytes() % 16 || sh.up_bytes() % 16 || sh.down_bytes() % 16))
+      fail(ErrorKind::unsupported, "offload: layer {}: expert matrices of {}/{}/{} bytes are not 16-byte multiples",
+           l, sh.gate_bytes(), sh.up_bytes(), sh.down_bytes());
+    if (compute_ && sh.gate_type != sh.up_type)
+      fail(ErrorKind::unsupported, "offload: layer {}: gate ({}) and up ({}) experts of different types", l,
+           type_name(sh.gate_type), type_name(sh.up_type));
   }
 
   // Host store: the three expert tensors of every layer, then views with the same layout.
@@ -59,7 +114,7 @@ OffloadExecutor::OffloadExecutor(std::unique_ptr<Device> device,
           {off, t[i]->expert_stride_bytes * static_cast<uint64_t>(w.n_expert), t[i]->base});
     }
   }
-  store_ = std::make_unique<HostStore>(device_.get(), o_.gguf_path, std::move(regions),
+  store_ = std::make_unique<HostStore>(device_, o_.gguf_path, std::move(regions),
                                        o_.host_load, o_.progress);
   for (int32_t l = 0; l < L; ++l) {
     MoeLayerWeights& w = layers_[static_cast<size_t>(l)];
@@ -96,6 +151,19 @@ OffloadExecutor::OffloadExecutor(std::unique_ptr<Device> device,
   demand_ = device_->create_stream();
   demand_done_ = device_->create_event();
   for (auto& e : staging_done_) e = device_->create_event();
+  if (compute_) {
+    compute_done_ = device_->create_event();
+    for (auto& e : staging_free_) e = device_->create_event();
+    // Step buffers for max_batch tokens now, so a plan's step_bytes covers them.
+    const StepLayout worst = StepLayout::worst(o_.max_batch, plan.in.n_expert_used, plan.in.n_expert);
+    step_host_ = device_->alloc_host(worst.total, true);
+    step_dev_ = device_->alloc(worst.total, "offload step table");
+    int64_t max_embd = 0;
+    for (const ExpertShape& sh : shapes_) max_embd = std::max(max_embd, sh.n_embd);
+    const size_t partial = static_cast<size_t>(o_.max_batch * max_embd) * sizeof(float);
+    partial_host_ = device_->alloc_host(partial, true);
+    partial_dev_ = device_->alloc(partial, "offload cpu expert sum");
+  }
 
   // Initial hot set, then one synchronisation.
   for (int32_t l = 0; l < L; ++l)
@@ -169,13 +237,17 @@ void OffloadExecutor::traced_copy(Stream& s, int32_t layer, int32_t expert, uint
 void OffloadExecutor::fill_slot(int32_t slot, int32_t layer, int32_t expert, Stream& s) {
   const ExpertShape& sh = shapes_[static_cast<size_t>(layer)];
   const ExpertPtrs3 src = host_ptrs(layer, expert), dst = slot_ptrs(slot, layer);
+  // Device flow: kernels queued on the compute stream may still read this slot's old expert.
+  if (compute_done_) s.wait(*compute_done_);
   traced_copy(s, layer, expert, sh.expert_bytes(), [&] {
     s.copy_h2d(const_cast<uint8_t*>(dst.gate), src.gate, sh.gate_bytes());
     s.copy_h2d(const_cast<uint8_t*>(dst.up), src.up, sh.up_bytes());
     s.copy_h2d(const_cast<uint8_t*>(dst.down), src.down, sh.down_bytes());
   });
-  // The device-side slot table (read by device kernels): the slot's three pointers. The mirror
-  // entry is stable until the slot is filled again, which cannot happen before this copy ran.
+  // The device-side slot table: the slot's three pointers. The mirror entry is stable until the
+  // slot is filled again, which cannot happen before this copy ran. The device flow uploads a
+  // table per step instead (slot pointers do not change; only which expert a slot holds does).
+  if (compute_) return;
   table_host_[static_cast<size_t>(slot)] = dst;
   s.copy_h2d(
       static_cast<uint8_t*>(table_.data()) + static_cast<uint64_t>(slot) * sizeof(ExpertPtrs3),
@@ -295,6 +367,8 @@ void OffloadExecutor::run(const MoeRequest& req) {
       fail(ErrorKind::internal, "MoE step layer {}: expert id {} outside [0, {})", req.layer,
            req.expert_ids[i], W.n_expert);
   if (req.n_tokens == 0) return;
+  if (device_->kind() == DeviceKind::cuda && !req.device)
+    fail(ErrorKind::internal, "cuda offload: MoE step without host routing (the engine puts the host bridge in front)");
   if (o_.record) o_.record->add(req.layer, req.expert_ids, req.n_tokens, req.top_k);
   // One tick per forward step: a step starts when the layer index does not increase.
   if (req.layer <= last_layer_ || last_layer_ < 0) {
@@ -323,11 +397,183 @@ void OffloadExecutor::run(const MoeRequest& req) {
     predict_and_prefetch(req);
     for (int32_t s : missing)
       r[static_cast<size_t>(s)] = resolve(req.layer, req.expert_ids[s], 1, tick_);
-    run_decode(req, r);
+    if (compute_)
+      run_device(req, r);
+    else
+      run_decode(req, r);
   } else {
     predict_and_prefetch(req);
-    run_prefill(req);
+    if (compute_) {
+      const MoeLayerWeights& W = layers_[static_cast<size_t>(req.layer)];
+      std::vector<int64_t> count(static_cast<size_t>(W.n_expert), 0);
+      for (int64_t i = 0; i < int64_t{req.n_tokens} * req.top_k; ++i) ++count[static_cast<size_t>(req.expert_ids[i])];
+      std::vector<Resolved> used;
+      for (int32_t e = 0; e < W.n_expert; ++e)
+        if (count[static_cast<size_t>(e)] > 0) used.push_back(resolve(req.layer, e, count[static_cast<size_t>(e)], tick_));
+      run_device(req, used);
+    } else {
+      run_prefill(req);
+    }
   }
+}
+
+namespace {
+
+// Grows a pinned host buffer to at least `bytes` (old contents dropped).
+void grow(Device& dev, HostBuffer& b, size_t bytes) {
+  if (bytes > b.bytes()) {
+    b = HostBuffer();
+    b = dev.alloc_host(bytes, /*pinned=*/true);
+  }
+}
+
+}  // namespace
+
+void OffloadExecutor::cpu_part(const MoeRequest& req, const std::vector<Resolved>& cpu, float* partial) {
+  // The CPU experts' weighted sum over their own (token, slot) pairs, slots added in order.
+  const ExpertShape& shape = shapes_[static_cast<size_t>(req.layer)];
+  const int64_t E = req.n_embd, K = req.top_k, n = req.n_tokens;
+  std::vector<uint8_t> on_cpu(static_cast<size_t>(layers_[static_cast<size_t>(req.layer)].n_expert), 0);
+  for (const Resolved& x : cpu) on_cpu[static_cast<size_t>(x.expert)] = 1;
+  if (n == 1) {
+    std::vector<ExpertPtrs3> w(static_cast<size_t>(K));
+    std::vector<uint8_t> mask(static_cast<size_t>(K), 0);
+    for (int64_t j = 0; j < K; ++j) {
+      const int32_t e = req.expert_ids[j];
+      mask[static_cast<size_t>(j)] = on_cpu[static_cast<size_t>(e)];
+      if (mask[static_cast<size_t>(j)]) w[static_cast<size_t>(j)] = host_ptrs(req.layer, e);
+    }
+    compute_decode(shape, req.x, w, mask, y_.data());
+  } else {
+    const ExpertBatch batch(shape, req, layers_[static_cast<size_t>(req.layer)].n_expert);
+    tbb::parallel_for(tbb::blocked_range<size_t>(0, cpu.size(), 1), [&](const tbb::blocked_range<size_t>& rg) {
+      for (size_t i = rg.begin(); i < rg.end(); ++i) {
+        Tracer::Span span(o_.tracer, "cpu expert", "compute",
+                          {{"layer", req.layer}, {"expert", cpu[i].expert}, {"tokens", batch.group_size(cpu[i].expert)}});
+        batch.compute_group(cpu[i].expert, cpu[i].w, y_.data());
+      }
+    });
+  }
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, n, 1), [&](const tbb::blocked_range<int64_t>& rg) {
+    for (int64_t t = rg.begin(); t < rg.end(); ++t) {
+      float* out = partial + t * E;
+      std::fill(out, out + E, 0.0f);
+      for (int64_t j = 0; j < K; ++j) {
+        if (!on_cpu[static_cast<size_t>(req.expert_ids[t * K + j])]) continue;
+        const float w = req.expert_weights[t * K + j];
+        const float* y = y_.data() + (t * K + j) * E;
+        for (int64_t d = 0; d < E; ++d) out[d] += y[d] * w;
+      }
+    }
+  });
+}
+
+void OffloadExecutor::run_device(const MoeRequest& req, const std::vector<Resolved>& used) {
+  const ExpertShape& shape = shapes_[static_cast<size_t>(req.layer)];
+  const MoeLayerWeights& W = layers_[static_cast<size_t>(req.layer)];
+  const int64_t n = req.n_tokens, K = req.top_k, E = req.n_embd, nk = n * K;
+  const float* x_dev = req.device ? req.device->x : req.x;  // sim: host memory is device memory
+  const auto t0 = Clock::now();
+  // The host staging buffers are rewritten below: the copies of the previous step must have run
+  // (on cuda the bridge's synchronisation has already seen to it; this is then a no-op).
+  compute_done_->synchronize();
+
+  // The step's table: slot experts first, then the two staging slots; local ids per pair.
+  std::vector<ExpertPtrs3> table;
+  std::vector<int32_t> index(static_cast<size_t>(W.n_expert), -1);
+  std::vector<Resolved> cpu, streamed;
+  for (const Resolved& x : used) {
+    if (x.pinned_slot >= 0) {
+      index[static_cast<size_t>(x.expert)] = static_cast<int32_t>(table.size());
+      table.push_back(slot_ptrs(x.pinned_slot, req.layer));
+    } else if (x.stream) {
+      streamed.push_back(x);
+    } else {
+      cpu.push_back(x);
+    }
+  }
+  const auto n_direct = static_cast<int32_t>(table.size());
+  for (int b = 0; b < 2; ++b) {
+    const auto* base = static_cast<const uint8_t*>(staging_.data()) + static_cast<uint64_t>(b) * o_.plan.slot_bytes;
+    table.push_back({base, base + shape.gate_bytes(), base + shape.gate_bytes() + shape.up_bytes()});
+  }
+  // Layout (host and device alike): table | weights | direct ids | ids of streamed expert i.
+  const StepLayout lay(table.size(), nk, streamed.size());
+  const size_t off_w = lay.off_w, off_ids = lay.off_ids, ids_bytes = lay.ids_bytes, total = lay.total;
+  grow(*device_, step_host_, total);
+  if (total > step_dev_.bytes()) {
+    compute_->synchronize();  // queued kernels may still read the old buffer
+    step_dev_ = DeviceBuffer();
+    step_dev_ = device_->alloc(total, "offload step table");
+  }
+  auto* h = static_cast<uint8_t*>(step_host_.data());
+  std::copy(table.begin(), table.end(), reinterpret_cast<ExpertPtrs3*>(h));
+  std::copy(req.expert_weights, req.expert_weights + nk, reinterpret_cast<float*>(h + off_w));
+  auto* ids = reinterpret_cast<int32_t*>(h + off_ids);
+  for (int64_t i = 0; i < nk; ++i) ids[i] = index[static_cast<size_t>(req.expert_ids[i])];
+  for (size_t i = 0; i < streamed.size(); ++i) {
+    auto* sid = reinterpret_cast<int32_t*>(h + off_ids + ids_bytes * (1 + i));
+    const int32_t local = n_direct + static_cast<int32_t>(i % 2);
+    for (int64_t p = 0; p < nk; ++p) sid[p] = req.expert_ids[p] == streamed[i].expert ? local : -1;
+  }
+  compute_->copy_h2d(step_dev_.data(), h, total);
+  auto* d = static_cast<uint8_t*>(step_dev_.data());
+  const auto* d_table = reinterpret_cast<const ExpertPtrs3*>(d);
+  const auto* d_w = reinterpret_cast<const float*>(d + off_w);
+
+  Tracer::Span span(o_.tracer, "experts", "compute",
+                    {{"layer", req.layer},
+                     {"experts", static_cast<int64_t>(used.size())},
+                     {"cpu", static_cast<int64_t>(cpu.size())},
+                     {"streamed", static_cast<int64_t>(streamed.size())}});
+  // Slot experts (one launch; it also overwrites `out` for the pairs computed elsewhere).
+  if (n_direct > 0)
+    kernels_->experts(shape, d_table, reinterpret_cast<const int32_t*>(d + off_ids), d_w, n, static_cast<int32_t>(K),
+                      x_dev, req.out, /*accumulate=*/false, *compute_);
+  else
+    compute_->memset(req.out, 0, static_cast<size_t>(n * E) * sizeof(float));
+  // Streamed experts: copy i+2 waits for the kernels that read copy i; the compute stream waits
+  // for each copy. The host only enqueues.
+  for (size_t i = 0; i < streamed.size(); ++i) {
+    const size_t b = i % 2;
+    auto* dst = static_cast<uint8_t*>(staging_.data()) + b * o_.plan.slot_bytes;
+    const ExpertPtrs3& src = streamed[i].w;
+    demand_->wait(*staging_free_[b]);
+    traced_copy(*demand_, req.layer, streamed[i].expert, shape.expert_bytes(), [&] {
+      demand_->copy_h2d(dst, src.gate, shape.gate_bytes());
+      demand_->copy_h2d(dst + shape.gate_bytes(), src.up, shape.up_bytes());
+      demand_->copy_h2d(dst + shape.gate_bytes() + shape.up_bytes(), src.down, shape.down_bytes());
+    });
+    demand_->record(*staging_done_[b]);
+    st_.h2d_bytes += shape.expert_bytes();
+    compute_->wait(*staging_done_[b]);
+    kernels_->experts(shape, d_table, reinterpret_cast<const int32_t*>(d + off_ids + ids_bytes * (1 + i)), d_w, n,
+                      static_cast<int32_t>(K), x_dev, req.out, /*accumulate=*/true, *compute_);
+    compute_->record(*staging_free_[b]);
+  }
+  // CPU experts while the device works; their sum is added on the compute stream.
+  if (!cpu.empty()) {
+    const auto tc = Clock::now();
+    const size_t bytes = static_cast<size_t>(n * E) * sizeof(float);
+    grow(*device_, partial_host_, bytes);
+    cpu_part(req, cpu, static_cast<float*>(partial_host_.data()));
+    if (bytes > partial_dev_.bytes()) {
+      compute_->synchronize();
+      partial_dev_ = DeviceBuffer();
+      partial_dev_ = device_->alloc(bytes, "offload cpu expert sum");
+    }
+    compute_->copy_h2d(partial_dev_.data(), partial_host_.data(), bytes);
+    kernels_->add(req.out, partial_dev_.f32(), n * E, *compute_);
+    st_.cpu_ms += ms_since(tc);
+  }
+  compute_->record(*compute_done_);
+  // Pinned slots may be unpinned now: a refill waits for compute_done_ (fill_slot).
+  for (const Resolved& x : used)
+    if (x.pinned_slot >= 0) cache_->unpin(x.pinned_slot);
+  // The CPU forward reads `out` as soon as run() returns; the CUDA forward's next ops are queued
+  // behind the kernels on the same stream.
+  if (device_->kind() != DeviceKind::cuda) compute_->synchronize();
+  st_.compute_ms += ms_since(t0);
 }
 
 void OffloadExecutor::run_decode(const MoeRequest& req, std::vector<Resolved>& r) {

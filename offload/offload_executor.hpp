@@ -9,10 +9,21 @@
 // the compute of expert i) when the cost model says copy + device beats the CPU for their groups.
 // After the current experts are pinned, the predictor's guesses for later layers are prefetched.
 //
-// Devices: sim only for now — "device kernels" are the CPU kernels reading the sim arena, so every
-// path (slot, host store, staging) runs the same code and the logits are bit-identical to
-// MoeCpuExecutor's whatever the budget. The CUDA path (kernels/cuda/moe.cuh over a device slot
-// table) is not written yet: constructing with a cuda device throws ErrorKind::unsupported.
+// Two flows:
+//  - exact (sim only, the default there): "device kernels" are the CPU kernels reading the sim
+//    arena, run synchronously, so every path (slot, host store, staging) runs the same code and the
+//    logits are bit-identical to MoeCpuExecutor's whatever the budget.
+//  - device (cuda; sim with OffloadOptions::device_flow): the step's slot experts run as device
+//    kernels (DeviceExpertKernels) on a compute stream, from a per-step table of slot pointers that
+//    is uploaded with the local ids and weights in one copy; streamed prefill experts run from the
+//    two staging slots (the compute stream waits for each copy's event, the copy stream for the
+//    compute that last read the slot: no host wait); CPU experts run on the host meanwhile and
+//    their weighted sum is uploaded and added on the compute stream. Nothing waits for the step's
+//    kernels: a slot that queued kernels read is only refilled by a copy that waits for the compute
+//    stream's last recorded event. On cuda the request comes through the host bridge
+//    (runtime/backend/cuda_moe_bridge.hpp): host routing and x, device x (MoeRequest::device) and
+//    device out. Numerics: the slot part follows the device kernels, the CPU part MoeCpuExecutor,
+//    added in another order — within the CPU-vs-GPU bound, not bit-identical.
 #include <array>
 #include <functional>
 #include <cstdint>
@@ -23,6 +34,7 @@
 
 #include "offload/cost_model.hpp"
 #include "offload/cpu_experts.hpp"
+#include "offload/device_experts.hpp"
 #include "offload/expert_cache.hpp"
 #include "offload/host_store.hpp"
 #include "offload/moe.hpp"
@@ -60,7 +72,17 @@ struct OffloadOptions {
   // (timed on the stream by host_fn markers), "wait" spans where the host blocks on a copy, and
   // "experts" spans of the step's expert compute with where each expert came from.
   Tracer* tracer = nullptr;
+  // sim: run the device flow (what cuda runs) instead of the exact synchronous one.
+  bool device_flow = false;
+  // Device flow: the step buffers are allocated for this many tokens at start (larger steps grow
+  // them); the plan leaves device_flow_step_bytes for them.
+  int64_t max_batch = 512;
 };
+
+// Device memory the device flow's step buffers take for steps of up to max_batch tokens: the
+// uploaded table / weights / local ids (one id array per streamed expert), the CPU experts' sum,
+// and the expert kernels' scratch (max_batch · top_k · n_ff floats).
+uint64_t device_flow_step_bytes(int64_t max_batch, const ExpertShape& s, int32_t top_k, int32_t n_expert);
 
 struct OffloadStats {
   uint64_t steps = 0, tokens = 0;
@@ -87,8 +109,14 @@ std::string offload_stats_text(const OffloadStats& s);
 class OffloadExecutor final : public MoeExecutor {
  public:
   // layers: the experts as the model sees them (views into the GGUF mapping).
+  // The executor owns `device` (sim). With options.device_flow it makes its own compute stream and
+  // the sim expert kernels.
   OffloadExecutor(std::unique_ptr<Device> device, std::vector<MoeLayerWeights> layers,
                   OffloadOptions options);
+  // Device flow on a device owned elsewhere (cuda: the CudaOps's device and a view of its stream,
+  // so the expert kernels are ordered with the forward's own ops and share its budget).
+  OffloadExecutor(Device& device, std::unique_ptr<Stream> compute, std::unique_ptr<DeviceExpertKernels> kernels,
+                  std::vector<MoeLayerWeights> layers, OffloadOptions options);
   ~OffloadExecutor() override;
   void run(const MoeRequest& req) override;
 
@@ -97,6 +125,7 @@ class OffloadExecutor final : public MoeExecutor {
   OffloadStats stats() const;
   void reset_stats();
   Device& device() { return *device_; }
+  bool device_flow() const { return compute_ != nullptr; }
   const ExpertCache& cache() const { return *cache_; }
   const Plan& plan() const { return o_.plan; }
   void set_predictor(ExpertPredictor* p) { o_.predictor = p; }
@@ -119,12 +148,17 @@ class OffloadExecutor final : public MoeExecutor {
   void traced_copy(Stream& s, int32_t layer, int32_t expert, uint64_t bytes, const std::function<void()>& issue);
   int32_t track_of(const Stream& s);
   Resolved resolve(int32_t layer, int32_t expert, int64_t n_tokens, uint64_t now);
+  void init();
   void run_decode(const MoeRequest& req, std::vector<Resolved>& r);
   void run_prefill(const MoeRequest& req);
+  // The device flow's step; `used`: one Resolved per distinct expert of the step.
+  void run_device(const MoeRequest& req, const std::vector<Resolved>& used);
+  void cpu_part(const MoeRequest& req, const std::vector<Resolved>& cpu, float* partial);
   void predict_and_prefetch(const MoeRequest& req);
 
   OffloadOptions o_;
-  std::unique_ptr<Device> device_;
+  std::unique_ptr<Device> owned_device_;
+  Device* device_ = nullptr;
   std::vector<MoeLayerWeights> layers_;  // host views (host store)
   std::vector<ExpertShape> shapes_;      // (n_layer)
   std::unique_ptr<HostStore> store_;
@@ -144,6 +178,14 @@ class OffloadExecutor final : public MoeExecutor {
   OffloadStats st_;
   StatsCounters* counters_ = nullptr;
   std::vector<const Stream*> tracks_;  // --trace: copy streams seen, track = kCopyTrack0 + index
+
+  // Device flow (null / empty in the exact flow).
+  std::unique_ptr<Stream> compute_;
+  std::unique_ptr<DeviceExpertKernels> kernels_;
+  std::unique_ptr<Event> compute_done_;                 // last step's kernels (slot refills wait)
+  std::array<std::unique_ptr<Event>, 2> staging_free_;  // the kernels that last read a staging slot
+  HostBuffer step_host_, partial_host_;                 // pinned: table | weights | ids, CPU partial sum
+  DeviceBuffer step_dev_, partial_dev_;
 };
 
 }  // namespace ferry

@@ -57,7 +57,7 @@ std::vector<std::vector<int32_t>> profile_hot(const ExpertProfile& p, int64_t sl
 }  // namespace
 
 uint64_t Plan::fixed_bytes() const {
-  return in.dense_bytes + in.kv_bytes + in.state_bytes + in.workspace_bytes + staging_bytes +
+  return in.dense_bytes + in.kv_bytes + in.state_bytes + in.workspace_bytes + in.step_bytes + staging_bytes +
          table_bytes;
 }
 
@@ -95,7 +95,7 @@ Plan make_plan(const PlacementInput& in, const ExpertProfile* profile,
            format_size(in.budget_bytes), in.model, format_size(need),
            format_size(need - in.budget_bytes), format_size(in.dense_bytes),
            format_size(in.kv_bytes), in.n_ctx, in.kv_types, format_size(in.state_bytes),
-           format_size(in.workspace_bytes + p.staging_bytes + p.table_bytes), min_slots,
+           format_size(in.workspace_bytes + in.step_bytes + p.staging_bytes + p.table_bytes), min_slots,
            format_size(p.slot_bytes));
     p.n_slots = static_cast<int32_t>(std::min<uint64_t>(
         static_cast<uint64_t>(total), (in.budget_bytes - p.fixed_bytes()) / p.slot_bytes));
@@ -125,6 +125,7 @@ std::string plan_text(const Plan& p) {
   line(fmt::format("KV cache (-c {}, {})", p.in.n_ctx, p.in.kv_types).c_str(), p.in.kv_bytes);
   line("recurrent state", p.in.state_bytes);
   line("workspace", p.in.workspace_bytes);
+  if (p.in.step_bytes) line("offload step buffers", p.in.step_bytes);
   line("prefill staging (2 slots)", p.staging_bytes);
   line("slot table", p.table_bytes);
   line(fmt::format("expert slots ({} × {})", p.n_slots, format_size(p.slot_bytes)).c_str(),
@@ -147,6 +148,7 @@ std::string plan_json(const Plan& p) {
   j["kv_types"] = p.in.kv_types;
   j["state_bytes"] = p.in.state_bytes;
   j["workspace_bytes"] = p.in.workspace_bytes;
+  j["step_bytes"] = p.in.step_bytes;
   j["staging_bytes"] = p.staging_bytes;
   j["table_bytes"] = p.table_bytes;
   j["slot_bytes"] = p.slot_bytes;

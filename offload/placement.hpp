@@ -26,6 +26,10 @@ struct PlacementInput {
   uint64_t kv_bytes = 0;      // attention KV cache for n_ctx
   uint64_t state_bytes = 0;   // recurrent (DeltaNet) state
   uint64_t workspace_bytes = 0;
+  // The offload device flow's per-step buffers (table and routing upload, CPU expert sum, expert
+  // kernel scratch) for the largest batch: left free, allocated by the executor as steps need
+  // them. 0 for the exact sim flow (offload/offload_executor.hpp: device_flow_step_bytes).
+  uint64_t step_bytes = 0;
   int64_t n_ctx = 0;          // for messages
   std::string kv_types;       // "f16/f16", for messages
   uint64_t budget_bytes = 0;  // 0 = no limit: every expert gets a slot
@@ -39,7 +43,7 @@ struct Plan {
   int32_t n_slots = 0;
   std::vector<std::vector<int32_t>> hot;  // (n_layer) experts loaded into slots at start
 
-  uint64_t fixed_bytes() const;  // dense + kv + state + workspace + staging + table
+  uint64_t fixed_bytes() const;  // dense + kv + state + workspace + step + staging + table
   uint64_t slots_bytes() const { return slot_bytes * static_cast<uint64_t>(n_slots); }
   uint64_t total_bytes() const { return fixed_bytes() + slots_bytes(); }
   int64_t total_experts() const { return int64_t{in.n_layer} * in.n_expert; }

@@ -70,9 +70,11 @@ class CudaDevice;
 class CudaStream final : public Stream {
  public:
   explicit CudaStream(CudaDevice& dev);
+  // A view of a stream made elsewhere (a CudaOps's): not destroyed here.
+  CudaStream(CudaDevice& dev, cudaStream_t s) : dev_(dev), s_(s), owned_(false) {}
   ~CudaStream() override {
     (void)cudaStreamSynchronize(s_);
-    (void)cudaStreamDestroy(s_);
+    if (owned_) (void)cudaStreamDestroy(s_);
   }
   void copy_h2d(void* dst, const void* src, size_t bytes) override;
   void copy_d2h(void* dst, const void* src, size_t bytes) override;
@@ -106,6 +108,7 @@ class CudaStream final : public Stream {
   void copy(int dir, void* dst, const void* src, size_t bytes);
   CudaDevice& dev_;
   cudaStream_t s_ = nullptr;
+  bool owned_ = true;
   HostFnState state_;
 };
 
@@ -210,6 +213,12 @@ std::unique_ptr<Device> make_cuda_device(const DeviceOptions& options) {
                                       std::string(prop.name) + " (cuda:" + std::to_string(options.cuda_device) + ")");
 }
 
+std::unique_ptr<Stream> cuda_stream_view(Device& dev, void* stream) {
+  auto* d = dynamic_cast<CudaDevice*>(&dev);
+  if (!d) fail(ErrorKind::invalid_arg, "cuda_stream_view on a {} device", device_kind_name(dev.kind()));
+  return std::make_unique<CudaStream>(*d, static_cast<cudaStream_t>(stream));
+}
+
 CudaMemInfo cuda_mem_info() {
   size_t free_b = 0, total_b = 0;
   FERRY_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
@@ -226,6 +235,10 @@ int cuda_device_count() { return 0; }
 
 std::unique_ptr<Device> make_cuda_device(const DeviceOptions&) {
   fail(ErrorKind::unsupported, "this Ferry was built without CUDA (configure with -DFERRY_CUDA=ON)");
+}
+
+std::unique_ptr<Stream> cuda_stream_view(Device&, void*) {
+  fail(ErrorKind::unsupported, "this Ferry was built without CUDA");
 }
 
 CudaMemInfo cuda_mem_info() {

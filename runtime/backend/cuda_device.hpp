@@ -13,6 +13,11 @@ namespace ferry {
 int cuda_device_count();
 std::unique_ptr<Device> make_cuda_device(const DeviceOptions& options);
 
+// A Stream over an existing cudaStream_t of `dev` (e.g. cuda_ops_stream), for code that mixes the
+// Device interface (copies, events) with work another component enqueues on that stream. The
+// stream is not destroyed with the view. ErrorKind::invalid_arg when dev is not a cuda Device.
+std::unique_ptr<Stream> cuda_stream_view(Device& dev, void* stream);
+
 // cudaMemGetInfo of the current device: free and total bytes (tests and reports compare the
 // process's real use against the budget). Throws when there is no CUDA device.
 struct CudaMemInfo {

@@ -44,11 +44,30 @@ class CudaMoeExecutor final : public MoeExecutor {
       h_ = DeviceBuffer();
       h_ = dev_.alloc(h_bytes, "moe scratch");
     }
+    const float* x = req.x;
+    const int32_t* ids = req.expert_ids;
+    const float* weights = req.expert_weights;
+    if (req.device) {
+      // Behind the host bridge: decorators may have replaced the routing on the host, so the
+      // host copies are uploaded (a few hundred bytes per token); x is the device original.
+      const size_t nk = static_cast<size_t>(req.n_tokens) * static_cast<size_t>(req.top_k);
+      if (nk * 8 > routing_.bytes()) {
+        FERRY_CUDA_CHECK(cudaStreamSynchronize(s_));
+        routing_ = DeviceBuffer();
+        routing_ = dev_.alloc(nk * 8, "moe routing");
+      }
+      auto* d_ids = static_cast<int32_t*>(routing_.data());
+      auto* d_w = reinterpret_cast<float*>(d_ids + nk);
+      FERRY_CUDA_CHECK(cudaMemcpyAsync(d_ids, req.expert_ids, nk * 4, cudaMemcpyHostToDevice, s_));
+      FERRY_CUDA_CHECK(cudaMemcpyAsync(d_w, req.expert_weights, nk * 4, cudaMemcpyHostToDevice, s_));
+      x = req.device->x;
+      ids = d_ids;
+      weights = d_w;
+    }
     const auto* table = static_cast<const cuda::ExpertPtrs*>(L.table.data());
-    cuda::moe_gate_up_swiglu(L.t_gate_up, table, req.expert_ids, req.n_tokens, req.top_k, L.n_embd, L.n_ff, req.x,
-                             h_.f32(), s_);
-    cuda::moe_down(L.t_down, table, req.expert_ids, req.expert_weights, req.n_tokens, req.top_k, L.n_embd, L.n_ff,
-                   h_.f32(), req.out, /*accumulate=*/false, s_);
+    cuda::moe_gate_up_swiglu(L.t_gate_up, table, ids, req.n_tokens, req.top_k, L.n_embd, L.n_ff, x, h_.f32(), s_);
+    cuda::moe_down(L.t_down, table, ids, weights, req.n_tokens, req.top_k, L.n_embd, L.n_ff, h_.f32(), req.out,
+                   /*accumulate=*/false, s_);
   }
 
  private:
@@ -100,6 +119,7 @@ class CudaMoeExecutor final : public MoeExecutor {
   cudaStream_t s_;
   std::vector<ResidentLayer> layers_;
   DeviceBuffer h_;
+  DeviceBuffer routing_;  // bridged requests: (n_tokens, top_k) ids then weights
 };
 
 }  // namespace

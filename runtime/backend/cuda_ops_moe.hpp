@@ -6,7 +6,8 @@
 // two kernel launches on the CudaOps stream (gate/up + SwiGLU, then down with the weighted sum).
 //
 // MoeRequest pointers (x, expert_ids, expert_weights, out) are device memory of the same CudaOps,
-// as the model forward passes its own buffers. Prefill uses the same grouped kernels (one warp
+// as the model forward passes its own buffers — or, behind the host bridge (cuda_moe_bridge.hpp,
+// when decorators such as --routing wrap it), host routing that is uploaded per step. Prefill uses the same grouped kernels (one warp
 // per (row, token, slot)); tokens that share an expert read its rows through L2, not once per
 // group as a per-expert GEMM would (docs/decisions/0005-cuda-ops.md).
 #include <memory>

@@ -91,7 +91,7 @@ BenchModel::BenchModel(const BenchLoadSpec& s) : spec_(s) {
     // Innermost, under the routing override: it sees the expert ids actually computed.
     traffic_ = std::make_shared<WeightTraffic>();
     tap = [traffic = traffic_, this, observe](std::unique_ptr<MoeExecutor> inner,
-                                             const gguf::File& f) -> std::unique_ptr<MoeExecutor> {
+                                             const gguf::File& f, Ops& ops) -> std::unique_ptr<MoeExecutor> {
       const ModelConfig c = read_config(f);
       auto seen = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(c.n_expert));
       auto e = std::make_unique<RequestTap>(std::move(inner), [traffic, seen, this](const MoeRequest& r) {
@@ -113,7 +113,7 @@ BenchModel::BenchModel(const BenchLoadSpec& s) : spec_(s) {
           traffic->expert_bytes += distinct * expert_bytes_[static_cast<size_t>(r.layer)];
       });
       std::unique_ptr<MoeExecutor> out = std::move(e);
-      return observe ? observe(std::move(out), f) : std::move(out);
+      return observe ? observe(std::move(out), f, ops) : std::move(out);
     };
   } else {
     tap = observe;

@@ -80,7 +80,7 @@ int bench_main(int argc, char** argv) {
       ->check(CLI::Range(1, 65536))->capture_default_str();
   app.add_option("--device", devices, "where routed experts run: cpu, sim, cuda, auto (comma-separated sweep)")
       ->capture_default_str();
-  app.add_option("--vram", vrams, "device memory budgets (e.g. 12G,16G; sim/cuda only; none: every expert resident)");
+  app.add_option("--vram", vrams, "device memory budgets (e.g. none,16G,12G; sim/cuda only; none or no --vram: every expert resident)");
   app.add_option("--routing", routings, "expert choice: model, uniform, locality, trace:FILE (sweep)")
       ->capture_default_str();
   app.add_option("--routing-seed", oa.routing_seed, "seed of --routing uniform|locality")->capture_default_str();
@@ -134,9 +134,12 @@ int bench_main(int argc, char** argv) {
     (void)parse_device_kind(k);
     if (std::find(device_list.begin(), device_list.end(), k) == device_list.end()) device_list.push_back(k);
   }
-  const std::vector<std::string> vram_list = split_list(vrams), routing_list = split_list(routings);
-  for (const std::string& v : vram_list)
+  std::vector<std::string> vram_list = split_list(vrams);
+  const std::vector<std::string> routing_list = split_list(routings);
+  for (std::string& v : vram_list) {
+    if (v == "none") v.clear();  // in a sweep: the unconstrained run beside the budgets
     if (!v.empty()) (void)parse_size(v);
+  }
 
   // The plan of an offloaded load must hold the largest test of the run.
   int64_t plan_ctx = 1;

@@ -37,7 +37,7 @@ bool Observability::wraps() const {
 
 MoeExecutorWrap Observability::wrap() {
   if (!wraps()) return {};
-  return [this](std::unique_ptr<MoeExecutor> inner, const gguf::File& f) -> std::unique_ptr<MoeExecutor> {
+  return [this](std::unique_ptr<MoeExecutor> inner, const gguf::File& f, Ops&) -> std::unique_ptr<MoeExecutor> {
     const ModelConfig c = read_config(f);
     // The routers (ffn_gate_inp, (n_expert, n_embd)) of every MoE layer, as views into the mapping.
     std::vector<WeightView> routers;

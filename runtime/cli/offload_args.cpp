@@ -7,6 +7,9 @@
 #include <cstdio>
 #include <fstream>
 
+#include "runtime/backend/cuda_device.hpp"
+#include "runtime/backend/cuda_ops.hpp"
+#include "runtime/backend/cuda_ops_moe.hpp"
 #include "runtime/backend/device_size.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/model/config.hpp"
@@ -63,6 +66,10 @@ void add_offload_args(CLI::App& app, OffloadArgs& a) {
                  "sim device link model GBPS[:LATENCY_US] (0: memcpy speed)");
   app.add_option("--hw-profile", a.hw_profile,
                  "cost-model rates from a hardware profile JSON (default: calibrate)");
+  app.add_option("--sim-flow", a.sim_flow,
+                 "sim device: exact (synchronous, bit-identical to the CPU) or device (the CUDA flow: "
+                 "expert kernels on a compute stream, CPU experts beside them)")
+      ->check(CLI::IsMember({"exact", "device"}));
   app.add_flag("--offload-stats", a.stats, "print the offload executor's counters at the end");
 }
 
@@ -84,33 +91,16 @@ PlacementInput placement_input(const gguf::File& f, const ModelConfig& c, int64_
       b += f.tensor(layer_tensor(l, m)).nb[2];
     in.expert_bytes = std::max(in.expert_bytes, b);
   }
-  const auto L_attn = static_cast<uint64_t>(c.n_attention_layers());
-  const auto ctx = static_cast<uint64_t>(n_ctx);
-  in.kv_bytes = L_attn * ctx * static_cast<uint64_t>(c.n_head_kv) *
-                (row_bytes(type_k, static_cast<uint64_t>(c.head_dim_k)) +
-                 row_bytes(type_v, static_cast<uint64_t>(c.head_dim_v)));
-  const uint64_t L_rec = static_cast<uint64_t>(c.n_layer) - L_attn;
-  if (L_rec > 0) {
-    // Per DeltaNet layer: the conv window (kernel−1 columns of q, k, v) and the per-head state
-    // matrices (state_size × head_v_dim per value head = state_size × inner), F32.
-    const uint64_t conv_dim =
-        2ull * static_cast<uint64_t>(c.ssm_state_size) * static_cast<uint64_t>(c.ssm_group_count) +
-        static_cast<uint64_t>(c.ssm_inner_size);
-    in.state_bytes =
-        L_rec * 4 *
-        (static_cast<uint64_t>(std::max(c.ssm_conv_kernel - 1, 0)) * conv_dim +
-         static_cast<uint64_t>(c.ssm_state_size) * static_cast<uint64_t>(c.ssm_inner_size));
-  }
-  // Workspace estimate per token of a batch: residual + norms + attention/MoE outputs (8·n_embd),
-  // q/k/v and gate (3·n_head·head_dim), router logits; plus one row of logits (generation needs
-  // the last token's only).
-  const auto nb = static_cast<uint64_t>(std::min<int64_t>(n_batch, n_ctx));
-  in.workspace_bytes =
-      nb * 4 *
-          (8ull * static_cast<uint64_t>(c.n_embd) +
-           3ull * static_cast<uint64_t>(c.n_head) * static_cast<uint64_t>(c.head_dim_k) +
-           static_cast<uint64_t>(c.n_expert)) +
-      4ull * static_cast<uint64_t>(c.n_vocab);
+  // KV cache, recurrent state and workspace exactly as the session will allocate them.
+  StateOptions so;
+  so.n_ctx = n_ctx;
+  so.type_k = type_k;
+  so.type_v = type_v;
+  so.n_batch = n_batch;
+  const StateFootprint fp = state_footprint(c, so);
+  in.kv_bytes = fp.kv_bytes;
+  in.state_bytes = fp.recurrent_bytes;
+  in.workspace_bytes = fp.workspace_bytes;
   in.n_ctx = n_ctx;
   in.kv_types = fmt::format("{}/{}", type_name(type_k), type_name(type_v));
   in.budget_bytes = budget_bytes;
@@ -122,11 +112,6 @@ Offload::Offload(OffloadArgs a, int64_t n_ctx, GgmlType type_k, GgmlType type_v,
   if (a_.device == "auto") a_.device = device_kind_name(default_device_kind());
   const bool planning =
       a_.print_plan || !a_.plan_json.empty() || !a_.profile.empty() || !a_.record_profile.empty();
-  if (a_.device == "cuda" && planning)
-    fail(ErrorKind::unsupported,
-         "expert offloading on cuda is not written yet (--device sim runs it on the host); on cuda "
-         "--vram "
-         "budgets the resident backend");
   if (a_.device == "cpu" && (!a_.vram.empty() || planning))
     fail(ErrorKind::invalid_arg,
          "--vram, --print-plan, --plan-json and the profiles need --device sim (or cuda)");
@@ -137,13 +122,15 @@ Offload::Offload(OffloadArgs a, int64_t n_ctx, GgmlType type_k, GgmlType type_v,
 Offload::~Offload() = default;
 
 bool Offload::active() const {
-  return a_.device == "sim";
+  const bool planning =
+      a_.print_plan || !a_.plan_json.empty() || !a_.profile.empty() || !a_.record_profile.empty();
+  return a_.device == "sim" || (a_.device == "cuda" && (!a_.vram.empty() || planning));
 }
 
 MoeExecutorWrap Offload::wrap(MoeExecutorWrap then, Tracer* tracer) {
   if (!active()) return then;
   return [this, then, tracer](std::unique_ptr<MoeExecutor> inner,
-                      const gguf::File& f) -> std::unique_ptr<MoeExecutor> {
+                      const gguf::File& f, Ops& ops) -> std::unique_ptr<MoeExecutor> {
     inner.reset();  // the engine's CPU executor is replaced
     const ModelConfig c = read_config(f);
     const WeightLoader w(f);
@@ -163,20 +150,34 @@ MoeExecutorWrap Offload::wrap(MoeExecutorWrap then, Tracer* tracer) {
       routers.push_back(w.matrix(layer_tensor(l, "ffn_gate_inp"), c.n_embd, c.n_expert));
     }
     const int64_t n_ctx = n_ctx_ > 0 ? n_ctx_ : default_context(c);
-    const uint64_t budget = a_.vram.empty() ? 0 : parse_size(a_.vram);
+    const DeviceKind kind = parse_device_kind(a_.device);
+    const bool cuda = kind == DeviceKind::cuda;
+    Device* cuda_dev = cuda ? &cuda_ops_device(ops) : nullptr;
+    // cuda: the dense weights are resident by now; the budget is the device's (--vram, or what the
+    // card had free).
+    const uint64_t budget = cuda ? cuda_dev->memory().budget_bytes : a_.vram.empty() ? 0 : parse_size(a_.vram);
+    PlacementInput in = placement_input(f, c, n_ctx, type_k_, type_v_, n_batch_, budget);
+    const bool device_flow = cuda || a_.sim_flow == "device";
+    const int64_t max_batch = std::min<int64_t>(n_batch_, n_ctx);
+    if (device_flow)
+      in.step_bytes = device_flow_step_bytes(max_batch, expert_shape(layers[0]), c.n_expert_used, c.n_expert);
+    if (cuda) {
+      // What is really allocated (dense weights, the CudaOps workspaces) replaces the estimate;
+      // the workspace gets a margin for the CUDA DeltaNet and attention scratch.
+      in.dense_bytes = cuda_dev->memory().used_bytes;
+      in.workspace_bytes += 32ull << 20;
+    }
     std::unique_ptr<ExpertProfile> profile;
     if (!a_.profile.empty())
       profile = std::make_unique<ExpertProfile>(ExpertProfile::read(a_.profile));
     OffloadOptions o;
     o.tracer = tracer;
-    o.plan = make_plan(placement_input(f, c, n_ctx, type_k_, type_v_, n_batch_, budget),
-                       profile.get(), a_.profile);
+    o.plan = make_plan(in, profile.get(), a_.profile);
     if (a_.print_plan) std::fputs(plan_text(o.plan).c_str(), stderr);
     if (!a_.plan_json.empty()) {
       std::ofstream out(a_.plan_json, std::ios::trunc);
       if (!(out << plan_json(o.plan))) fail(ErrorKind::io, "cannot write {}", a_.plan_json);
     }
-    const DeviceKind kind = parse_device_kind(a_.device);
     o.gguf_path = f.path();
     o.file_offsets = std::move(offsets);
     o.host_load = a_.host_load.empty()
@@ -204,11 +205,25 @@ MoeExecutorWrap Offload::wrap(MoeExecutorWrap then, Tracer* tracer) {
       std::fprintf(stderr, "%sferry: host expert store %3d%%%s", tty ? "\r" : "", pct,
                    pct == 100 ? "\n" : "");
     };
-    DeviceOptions d;
-    d.budget_bytes = budget;
-    d.sim_link = parse_sim_link(a_.sim_link);
-    auto e =
-        std::make_unique<OffloadExecutor>(make_device(kind, d), std::move(layers), std::move(o));
+    o.device_flow = device_flow;
+    o.max_batch = max_batch;
+    std::unique_ptr<OffloadExecutor> e;
+    if (cuda) {
+      const int64_t total = int64_t{c.n_expert} * c.n_layer;
+      if (o.plan.n_slots >= total) {
+        std::fprintf(stderr, "ferry: every routed expert fits the budget: resident on the GPU, no offloading\n");
+        std::unique_ptr<MoeExecutor> resident = make_cuda_moe_executor(ops, layers);
+        return then ? then(std::move(resident), f, ops) : std::move(resident);
+      }
+      o.reserve_fixed = false;  // the dense part, KV cache and workspace are real allocations here
+      e = std::make_unique<OffloadExecutor>(*cuda_dev, cuda_stream_view(*cuda_dev, cuda_ops_stream(ops)),
+                                            make_cuda_expert_kernels(*cuda_dev), std::move(layers), std::move(o));
+    } else {
+      DeviceOptions d;
+      d.budget_bytes = budget;
+      d.sim_link = parse_sim_link(a_.sim_link);
+      e = std::make_unique<OffloadExecutor>(make_device(kind, d), std::move(layers), std::move(o));
+    }
     executor_ = e.get();
     const HostStoreStats& hs = e->stats().store;
     if (hs.load_gbps > 0)
@@ -218,7 +233,7 @@ MoeExecutorWrap Offload::wrap(MoeExecutorWrap then, Tracer* tracer) {
                    hs.pinned ? "pinned" : "pageable", hs.direct_io ? ", O_DIRECT" : "", hs.load_ms,
                    hs.load_gbps);
     std::unique_ptr<MoeExecutor> out = std::move(e);
-    return then ? then(std::move(out), f) : std::move(out);
+    return then ? then(std::move(out), f, ops) : std::move(out);
   };
 }
 

@@ -10,10 +10,13 @@
 //   --prefetch N                predictor depth (layers ahead), 0 = no prefetch (default)
 //   --sim-link GBPS[:LAT_US]    sim device's host→device link model (default 13:10, PCIe 4.0 x8)
 //   --hw-profile FILE           cost model rates from profiles/hardware/*.json (default: calibrate)
+//   --sim-flow exact|device     sim: the exact synchronous flow, or the device flow cuda runs
 //   --offload-stats             print the executor's counters at the end
 // The engine builds its CPU executor; wrap() replaces it by the offload executor when --device is
-// sim (the CUDA offload executor is not written yet). The expert views are rebuilt from the GGUF:
-// the same mapping, so nothing is copied twice.
+// sim, or cuda with --vram (or a plan/profile flag). On cuda the plan starts from what the dense
+// part really occupies on the device, and a budget that holds every expert gets the resident
+// executor instead. The expert views are rebuilt from the GGUF: the same mapping, so nothing is
+// copied twice.
 #include <CLI/CLI.hpp>
 #include <memory>
 #include <string>
@@ -37,6 +40,7 @@ struct OffloadArgs {
       0;  // measured: on synthetic models prefetch displaced hot experts (bench/results)
   std::string sim_link = "13:10";
   std::string hw_profile;
+  std::string sim_flow = "exact";
   bool stats = false;
 };
 
@@ -47,8 +51,8 @@ class Offload {
   // ctx / type_k / type_v / n_batch: the session the plan must hold (0 ctx: the model's default).
   Offload(OffloadArgs a, int64_t n_ctx, GgmlType type_k, GgmlType type_v, int32_t n_batch);
   ~Offload();
-  // --device sim: the offload executor replaces the engine's. On cuda the engine's backend
-  // (backend_options(args().device, args().vram, active())) holds every expert for now.
+  // --device sim, or cuda with a budget or a plan/profile flag: the offload executor replaces the
+  // engine's (backend_options(args().device, args().vram, active()) then uploads no experts).
   bool active() const;
   const OffloadArgs& args() const { return a_; }
   // For LoadedModel::load: replaces the engine's executor; `then` (may be empty) wraps the result.
@@ -70,8 +74,8 @@ class Offload {
   std::unique_ptr<ExpertProfile> record_;
 };
 
-// The placement input of a model: dense bytes from the tensor table, KV and recurrent state for the
-// context, a workspace estimate for n_batch tokens.
+// The placement input of a model: dense bytes from the tensor table; KV cache, recurrent state and
+// workspace for n_ctx / n_batch exactly as the session allocates them (state_footprint).
 PlacementInput placement_input(const gguf::File& f, const ModelConfig& c, int64_t n_ctx,
                                GgmlType type_k, GgmlType type_v, int32_t n_batch,
                                uint64_t budget_bytes);

@@ -5,6 +5,7 @@
 #include "offload/moe_cpu.hpp"
 #include "runtime/backend/cpu_ops.hpp"
 #include "runtime/backend/cuda_ops.hpp"
+#include "runtime/backend/cuda_moe_bridge.hpp"
 #include "runtime/backend/cuda_ops_moe.hpp"
 #include "runtime/core/error.hpp"
 
@@ -27,7 +28,9 @@ std::unique_ptr<LoadedModel> LoadedModel::load(const std::string& path, const Lo
   const MoeExecutorFactory moe = [&](const std::vector<MoeLayerWeights>& layers) -> std::unique_ptr<MoeExecutor> {
     std::unique_ptr<MoeExecutor> e = m->device_ && backend.resident_experts ? make_cuda_moe_executor(*m->ops_, layers)
                                                 : std::unique_ptr<MoeExecutor>(std::make_unique<MoeCpuExecutor>(layers));
-    return wrap ? wrap(std::move(e), m->file_) : std::move(e);
+    if (!wrap) return e;
+    e = wrap(std::move(e), m->file_, *m->ops_);
+    return m->device_ ? make_cuda_moe_bridge(*m->ops_, std::move(e)) : std::move(e);
   };
   m->model_ = load_model(m->file_, *m->ops_, moe, progress);
   try {

@@ -18,15 +18,17 @@
 
 namespace ferry {
 
-// Decorates the MoE executor the engine builds (routing overrides, prediction, tracing); called
-// once during load with the open GGUF. Empty: the executor as built.
-using MoeExecutorWrap =
-    std::function<std::unique_ptr<MoeExecutor>(std::unique_ptr<MoeExecutor> inner, const gguf::File& f)>;
+// Decorates the MoE executor the engine builds (routing overrides, prediction, tracing, the
+// offload engine); called once during load with the open GGUF and the backend's ops (every dense
+// weight is resident by then). Empty: the executor as built.
+using MoeExecutorWrap = std::function<std::unique_ptr<MoeExecutor>(std::unique_ptr<MoeExecutor> inner,
+                                                                   const gguf::File& f, Ops& ops)>;
 
 // Where the forward runs. cpu: CpuOps and the CPU MoE executor. cuda: CudaOps on a CUDA device
 // with a hard budget, every weight uploaded once, routed experts by the resident CUDA executor
-// (runtime/backend/cuda_ops_moe.hpp). A MoeExecutorWrap sees MoeRequests in the backend's memory
-// (device pointers on cuda). The sim device runs the dense path on the CPU: use cpu here and let
+// (runtime/backend/cuda_ops_moe.hpp). On cuda a wrapped chain gets host copies of the routing
+// through the bridge of runtime/backend/cuda_moe_bridge.hpp (MoeRequest::device holds the device
+// originals; `out` stays device memory). The sim device runs the dense path on the CPU: use cpu here and let
 // the offload wrap bring the sim device.
 struct BackendOptions {
   DeviceKind kind = DeviceKind::cpu;  // cpu or cuda

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "runtime/backend/cpu_ops.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/gguf/gguf.hpp"
 #include "runtime/model/qwen35moe.hpp"
@@ -27,6 +28,19 @@ std::unique_ptr<Model> load_model(const gguf::File& f, Ops& ops, const MoeExecut
   }
   fail(ErrorKind::unsupported, "architecture '{}' in {} is not supported (supported: {})",
        arch_name(cfg.arch), f.path(), supported_architectures());
+}
+
+StateFootprint state_footprint(const ModelConfig& c, const StateOptions& o) {
+  if (o.n_batch < 1) fail(ErrorKind::invalid_arg, "batch size {} must be >= 1", o.n_batch);
+  CpuOps ops;  // host pages the constructor does not write are never touched
+  switch (c.arch) {
+    case Arch::qwen3moe: return qwen3moe_state_footprint(ops, c, o);
+    case Arch::qwen35moe:
+    case Arch::qwen3next: return hybrid_state_footprint(ops, c, o);
+    default: break;
+  }
+  fail(ErrorKind::unsupported, "architecture '{}' is not supported (supported: {})", arch_name(c.arch),
+       supported_architectures());
 }
 
 void forward_in_batches(ModelState& st, const ModelConfig& c, std::span<const int32_t> tokens,

@@ -97,6 +97,15 @@ using LoadProgress = std::function<void(float fraction)>;
 
 // Reads the config, checks every tensor the architecture needs (name, shape, type) and builds the
 // model. The File must outlive the Model (weights are views into its mapping).
+// Backend bytes of one session's state for these options — KV cache, recurrent (DeltaNet) state,
+// forward workspace — exactly as new_state() allocates them, measured by building the state on the
+// host (untouched pages cost nothing). The offload placement plans with it. ErrorKind::unsupported
+// for an unknown architecture, invalid_arg for bad options (as new_state).
+struct StateFootprint {
+  uint64_t kv_bytes = 0, recurrent_bytes = 0, workspace_bytes = 0;
+};
+StateFootprint state_footprint(const ModelConfig& c, const StateOptions& o);
+
 std::unique_ptr<Model> load_model(const gguf::File& f, Ops& ops, const MoeExecutorFactory& moe,
                                   const LoadProgress& progress = {});
 

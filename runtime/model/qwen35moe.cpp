@@ -391,6 +391,11 @@ std::unique_ptr<Model> make_hybrid(const gguf::File& f, ModelConfig cfg, Ops& op
 
 }  // namespace hybrid
 
+StateFootprint hybrid_state_footprint(Ops& ops, const ModelConfig& c, const StateOptions& o) {
+  const hybrid::State st(ops, c, hybrid::gdn_dims(c), o);
+  return {st.kv.bytes(), st.recurrent_bytes, st.ws_bytes};
+}
+
 std::unique_ptr<Model> make_qwen35moe(const gguf::File& f, ModelConfig cfg, Ops& ops,
                                       const MoeExecutorFactory& moe, const LoadProgress& progress) {
   return hybrid::make_hybrid(f, std::move(cfg), ops, moe, progress, hybrid::GateLayout::split,

@@ -10,6 +10,9 @@
 
 namespace ferry {
 
+// state_footprint() for the hybrid (DeltaNet + attention) architectures: the state built on `ops`.
+StateFootprint hybrid_state_footprint(Ops& ops, const ModelConfig& c, const StateOptions& o);
+
 std::unique_ptr<Model> make_qwen35moe(const gguf::File& f, ModelConfig cfg, Ops& ops,
                                       const MoeExecutorFactory& moe, const LoadProgress& progress);
 std::unique_ptr<Model> make_qwen3next(const gguf::File& f, ModelConfig cfg, Ops& ops,

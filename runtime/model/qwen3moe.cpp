@@ -245,6 +245,11 @@ class Qwen3Moe final : public Model {
 
 }  // namespace
 
+StateFootprint qwen3moe_state_footprint(Ops& ops, const ModelConfig& c, const StateOptions& o) {
+  const State st(ops, c, o);
+  return {st.kv.bytes(), 0, st.ws_bytes};
+}
+
 std::unique_ptr<Model> make_qwen3moe(const gguf::File& f, ModelConfig cfg, Ops& ops,
                                      const MoeExecutorFactory& moe, const LoadProgress& progress) {
   return std::make_unique<Qwen3Moe>(f, std::move(cfg), ops, moe, progress);

@@ -7,6 +7,8 @@
 
 namespace ferry {
 
+// state_footprint() for qwen3moe: the state built on `ops`.
+StateFootprint qwen3moe_state_footprint(Ops& ops, const ModelConfig& c, const StateOptions& o);
 std::unique_ptr<Model> make_qwen3moe(const gguf::File& f, ModelConfig cfg, Ops& ops,
                                      const MoeExecutorFactory& moe, const LoadProgress& progress);
 

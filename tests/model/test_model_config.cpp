@@ -9,6 +9,7 @@
 #include "runtime/core/error.hpp"
 #include "runtime/gguf/gguf.hpp"
 #include "runtime/model/model.hpp"
+#include "runtime/synth/synth.hpp"
 #include "model_test_util.hpp"
 
 namespace ferry {
@@ -134,6 +135,27 @@ TEST_F(ConfigValidation, TiedOutputFallsBackToEmbedding) {
   const std::vector<int32_t> toks{1, 2, 3};
   m->forward(*st, toks, LogitsMode::last, logits.data());
   EXPECT_TRUE(std::all_of(logits.begin(), logits.end(), [](float x) { return std::isfinite(x); }));
+}
+
+// The offload placement plans with state_footprint: it must be what new_state allocates.
+TEST_F(ConfigValidation, StateFootprintIsWhatNewStateAllocates) {
+  for (synth::Arch arch : {synth::Arch::qwen3moe, synth::Arch::qwen35moe, synth::Arch::qwen3next}) {
+    synth::Options o;
+    o.arch = arch;
+    o.preset = synth::Preset::tiny;
+    const std::string path = test::write_plan(synth::make_plan(o), std::string("fp-") + std::string(synth::arch_name(arch)));
+    gguf::File f = gguf::File::open(path);
+    CpuOps ops;
+    auto m = load_model(f, ops, [](const std::vector<MoeLayerWeights>& l) { return std::make_unique<MoeCpuExecutor>(l); });
+    for (const StateOptions so : {StateOptions{64, GgmlType::F16, GgmlType::F16, 8}, StateOptions{300, GgmlType::F32, GgmlType::F16, 512}}) {
+      const StateFootprint fp = state_footprint(m->config(), so);
+      const auto st = m->new_state(so);
+      EXPECT_EQ(fp.kv_bytes + fp.recurrent_bytes + fp.workspace_bytes, st->bytes()) << synth::arch_name(arch);
+      EXPECT_GT(fp.kv_bytes, 0u);
+      EXPECT_GT(fp.workspace_bytes, 0u);
+      EXPECT_EQ(fp.recurrent_bytes > 0, arch != synth::Arch::qwen3moe) << synth::arch_name(arch);
+    }
+  }
 }
 
 TEST_F(ConfigValidation, HandBuiltConfigValidation) {

@@ -59,8 +59,9 @@ inline std::vector<std::array<uint64_t, 3>> expert_file_offsets(const gguf::File
 }
 
 // A placement input with a fixed part of `fixed_bytes` and a budget for `slots` expert slots.
+// step_bytes: the device flow's step buffers (device_flow_step_bytes), 0 for the exact flow.
 inline PlacementInput input_for_slots(const std::vector<MoeLayerWeights>& layers, int32_t top_k,
-                                      int64_t slots, uint64_t fixed_bytes = 1 << 20) {
+                                      int64_t slots, uint64_t fixed_bytes = 1 << 20, uint64_t step_bytes = 0) {
   PlacementInput in;
   in.model = "test";
   in.n_layer = static_cast<int32_t>(layers.size());
@@ -74,7 +75,8 @@ inline PlacementInput input_for_slots(const std::vector<MoeLayerWeights>& layers
   // fixed part of the plan: dense + staging (2 slots) + slot table (see make_plan)
   const uint64_t total = static_cast<uint64_t>(in.n_layer) * static_cast<uint64_t>(in.n_expert);
   const uint64_t table = (total * 24 + 255) / 256 * 256 + (total * 4 + 255) / 256 * 256;
-  in.budget_bytes = fixed_bytes + 2 * slot + table + static_cast<uint64_t>(slots) * slot;
+  in.step_bytes = step_bytes;
+  in.budget_bytes = fixed_bytes + step_bytes + 2 * slot + table + static_cast<uint64_t>(slots) * slot;
   return in;
 }
 

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
@@ -109,6 +110,47 @@ TEST_F(OffloadCli, SimWithHalfTheExpertsGivesTheCpuBytes) {
   const auto half = nlohmann::json::parse(slurp(dir_ + "/half.json"));
   EXPECT_EQ(half["n_slots"].get<int>(), 64);
   EXPECT_LE(half["total_bytes"].get<uint64_t>(), std::stoull(vram));
+}
+
+// The float32 payload of a .npy file written by `ferry logits` (format version 1).
+std::vector<float> npy_floats(const std::string& bytes) {
+  if (bytes.size() < 10 || bytes.compare(1, 5, "NUMPY") != 0) return {};
+  const size_t header = static_cast<uint8_t>(bytes[8]) | (static_cast<size_t>(static_cast<uint8_t>(bytes[9])) << 8);
+  const size_t off = 10 + header;
+  std::vector<float> v((bytes.size() - off) / sizeof(float));
+  std::memcpy(v.data(), bytes.data() + off, v.size() * sizeof(float));
+  return v;
+}
+
+// --sim-flow device: the flow cuda runs (slot experts as device kernels on a compute stream, CPU
+// experts beside them, one upload per step) through the whole CLI, with half the experts resident:
+// the CPU's logits up to summation order, and the plan counts the step buffers.
+TEST_F(OffloadCli, SimDeviceFlowIsCloseToTheCpu) {
+  const std::string plan_path = dir_ + "/plan-flow.json";
+  ASSERT_FALSE(logits("--device sim --sim-flow device --plan-json " + plan_path, "flow-all").empty());
+  const auto all = nlohmann::json::parse(slurp(plan_path));
+  EXPECT_GT(all["step_bytes"].get<uint64_t>(), 0u);
+  const uint64_t slot = all["slot_bytes"].get<uint64_t>();
+  const uint64_t fixed = all["total_bytes"].get<uint64_t>() - all["slots_bytes"].get<uint64_t>();
+  const std::string vram = std::to_string(fixed + slot * 64);
+  const std::vector<float> cpu_prefill = npy_floats(logits("", "cpu")), cpu_decode = npy_floats(logits("--decode", "cpu-decode"));
+  ASSERT_FALSE(cpu_prefill.empty());
+  for (const char* cold : {"auto", "cpu", "copy"}) {
+    for (const char* mode : {"", "--decode "}) {
+      const std::vector<float>& cpu = *mode ? cpu_decode : cpu_prefill;
+      const std::vector<float> got = npy_floats(logits(std::string("--device sim --sim-flow device --offload-stats ") +
+                                                           mode + "--vram " + vram + " --cold " + cold,
+                                                       std::string("flow-") + cold + (*mode ? "-d" : "")));
+      ASSERT_EQ(got.size(), cpu.size()) << cold << " " << mode;
+      double err = 0, norm = 0;
+      for (size_t i = 0; i < cpu.size(); ++i) {
+        err += (double{got[i]} - cpu[i]) * (double{got[i]} - cpu[i]);
+        norm += double{cpu[i]} * cpu[i];
+      }
+      EXPECT_LE(err / norm, 1e-10) << cold << " " << mode;
+      EXPECT_NE(last_output_.find("offload: 64 slots"), std::string::npos) << last_output_;
+    }
+  }
 }
 
 TEST_F(OffloadCli, ErrorsAndProfiles) {

@@ -48,6 +48,7 @@ struct Variant {
   double resident = 0.5;
   EvictionPolicy policy = EvictionPolicy::lrfu;
   Tracer* tracer = nullptr;
+  bool device_flow = false;
 };
 
 class OffloadExecutorTest : public ::testing::Test {
@@ -77,7 +78,11 @@ class OffloadExecutorTest : public ::testing::Test {
       const int64_t total = int64_t{layers[0].n_expert} * static_cast<int64_t>(layers.size());
       const auto slots = static_cast<int64_t>(static_cast<double>(total) * v.resident);
       OffloadOptions o;
-      o.plan = make_plan(test::input_for_slots(layers, top_k, slots));
+      const uint64_t step = v.device_flow ? device_flow_step_bytes(64, expert_shape(layers[0]), top_k,
+                                                                   layers[0].n_expert)
+                                          : 0;
+      o.plan = make_plan(test::input_for_slots(layers, top_k, slots, 1 << 20, step));
+      o.max_batch = 64;
       EXPECT_EQ(o.plan.n_slots, slots);
       o.gguf_path = path;
       o.file_offsets = test::expert_file_offsets(f, static_cast<int32_t>(layers.size()));
@@ -86,6 +91,7 @@ class OffloadExecutorTest : public ::testing::Test {
       o.policy = v.policy;
       o.prefetch_in_flight = 4;
       o.tracer = v.tracer;
+      o.device_flow = v.device_flow;
       if (v.predictor) {
         pred = std::make_unique<TestPredictor>(static_cast<int32_t>(layers.size()),
                                                layers[0].n_expert);
@@ -258,6 +264,59 @@ TEST_F(OffloadExecutorTest, MinimalSlotsStillCorrect) {
       offloaded(path, toks, 4, Variant{HostLoad::alias, ColdMode::copy, true, 2.0 / 32.0}, st);
   expect_identical(got, ref, "2 slots");
   EXPECT_GT(st.cache.evictions, 0u);
+}
+
+// The device flow (what cuda runs: slot experts as device kernels on a compute stream, streamed
+// prefill experts through the staging slots ordered by events, CPU experts beside them and their
+// sum added on the stream) on the sim device: the same logits as the CPU executor up to float
+// summation order, for every cold path, with the same cache behaviour.
+TEST_F(OffloadExecutorTest, DeviceFlowMatchesTheCpuExecutor) {
+  struct Case {
+    synth::Options model;
+    const char* name;
+    size_t n_tok, prefill;
+  };
+  synth::Options q35 = tiny(synth::QuantMix::q4_k_m);
+  q35.arch = synth::Arch::qwen35moe;
+  const Case cases[] = {{tiny(synth::QuantMix::f32), "tiny-f32", 24, 8},
+                        {tiny(synth::QuantMix::q8_0), "tiny-q8", 24, 8},
+                        {q35, "tiny-qwen35moe-q4km", 16, 6}};
+  for (const Case& c : cases) {
+    const std::string path = test::write_model(c.model, c.name);
+    const int32_t n_vocab = c.model.arch == synth::Arch::qwen35moe ? 512 : 768;
+    const auto toks = test::random_tokens(c.n_tok, n_vocab, 31);
+    const auto ref = reference(path, toks, c.prefill);
+    for (ColdMode cold : {ColdMode::cpu, ColdMode::copy, ColdMode::auto_}) {
+      for (bool pred : {false, true}) {
+        Variant v{HostLoad::alias, cold, pred};
+        v.device_flow = true;
+        OffloadStats st;
+        const auto got = offloaded(path, toks, c.prefill, v, st);
+        const std::string what = fmt::format("{} cold {} predictor {}", c.name, static_cast<int>(cold), pred);
+        ASSERT_EQ(got.size(), ref.size());
+        double err = 0, norm = 0, max_abs = 0;
+        for (size_t i = 0; i < ref.size(); ++i) {
+          const double d = static_cast<double>(got[i]) - ref[i];
+          err += d * d;
+          norm += static_cast<double>(ref[i]) * ref[i];
+          max_abs = std::max(max_abs, std::abs(d));
+        }
+        EXPECT_LE(err / norm, 1e-10) << what << " (max |diff| " << max_abs << ")";
+        EXPECT_GT(st.misses, 0u) << what;
+        EXPECT_GT(st.hits, 0u) << what;
+        EXPECT_EQ(st.hits + st.inflight + st.misses, st.uses) << what;
+        if (cold == ColdMode::cpu) {
+          EXPECT_EQ(st.cpu_experts, st.misses + st.inflight) << what;
+          EXPECT_GT(st.cpu_ms, 0.0) << what;
+        }
+        if (cold == ColdMode::copy) {
+          EXPECT_GT(st.streamed, 0u) << what;  // the prefill's cold experts went through staging
+          EXPECT_GT(st.copy_now, 0u) << what;
+          EXPECT_EQ(st.cpu_experts, 0u) << what;
+        }
+      }
+    }
+  }
 }
 
 TEST_F(OffloadExecutorTest, BudgetIsChargedAndEnforced) {

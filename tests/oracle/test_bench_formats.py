@@ -154,19 +154,22 @@ def main():
     combos = sorted((r["n_threads"], r["routing"], r["n_prompt"]) for r in rows)
     check(combos == sorted((t, ro, p) for t in (1, 2) for ro in ("model", "uniform") for p in (0, 16)),
           f"sweep combos {combos}")
-    rows = json.loads(bench("-m", path, "-r", "2", "-p", "16", "-n", "4", "--device", "sim", "--vram", "5M,1G"))
-    check(len(rows) == 4, f"sim rows {len(rows)}")
+    rows = json.loads(bench("-m", path, "-r", "2", "-p", "16", "-n", "4", "--device", "sim", "--vram", "none,8M,1G"))
+    check(len(rows) == 6, f"sim rows {len(rows)}")
+    unconstrained = [x for x in rows if not x["vram_budget"]]
+    check(len(unconstrained) == 2, f"--vram none: the unconstrained rows {[x['vram_budget'] for x in rows]}")
+    rows = [x for x in rows if x["vram_budget"]]
     for row in rows:
         where = f"sim vram {row['vram_budget']} p{row['n_prompt']}"
-        check(row["device"] == "sim" and row["vram_budget"] in (5 << 20, 1 << 30), f"{where}: device/budget")
+        check(row["device"] == "sim" and row["vram_budget"] in (8 << 20, 1 << 30), f"{where}: device/budget")
         hr = row["hit_rate"]
         check(hr is not None and 0 <= hr <= 1, f"{where}: hit_rate {hr}")
         check(row["h2d_bytes_per_token"] is not None and row["gpu_wait_pct"] is not None, f"{where}: counters")
-    small = [x for x in rows if x["vram_budget"] == 5 << 20 and x["n_gen"] > 0]
+    small = [x for x in rows if x["vram_budget"] == 8 << 20 and x["n_gen"] > 0]
     big = [x for x in rows if x["vram_budget"] == 1 << 30 and x["n_gen"] > 0]
     if small and big:
         check(big[0]["hit_rate"] == 1.0, f"1G budget holds every expert: hit_rate {big[0]['hit_rate']}")
-        check(small[0]["hit_rate"] < 1.0, f"5M budget misses: hit_rate {small[0]['hit_rate']}")
+        check(small[0]["hit_rate"] < 1.0, f"8M budget misses: hit_rate {small[0]['hit_rate']}")
 
     # Bad arguments fail with a message.
     for args in (["-m", path, "-o", "xml"], ["-m", path, "-p", "a"], ["-m", scratch("missing.gguf"), "-p", "4", "-n", "0"],

@@ -1,0 +1,36 @@
+#pragma once
+// The device side of an offloaded MoE step: the expert products that run on the compute stream
+// from device memory (cache slots, prefill staging slots), in kernels/cuda/moe.cuh's terms.
+//
+//   table:   device array of ExpertPtrs3 (device pointers), indexed by ids
+//   ids:     (n_tokens, k) int32 device; < 0: this (token, slot) is computed elsewhere (CPU)
+//   weights: (n_tokens, k) float device, routing weights
+//   x:       (n_tokens, n_embd) float device      y: (n_tokens, n_embd) float device
+//   y[t] (+)= Σ_{j: ids[t][j] ≥ 0} weights[t][j] · down(silu(gate·x_t) ⊙ up·x_t)
+//
+// Two implementations: CUDA (the grouped kernels of kernels/cuda/moe.cuh) and sim (the CPU
+// kernels run in a host_fn on the sim stream, reading the sim arena), so the offload executor's
+// device flow runs in CI on the sim device exactly as it runs on the GPU.
+#include <cstdint>
+#include <memory>
+
+#include "offload/cpu_experts.hpp"
+#include "runtime/backend/device.hpp"
+
+namespace ferry {
+
+class DeviceExpertKernels {
+ public:
+  virtual ~DeviceExpertKernels() = default;
+  virtual void experts(const ExpertShape& s, const ExpertPtrs3* table, const int32_t* ids, const float* weights,
+                       int64_t n_tokens, int32_t k, const float* x, float* y, bool accumulate, Stream& stream) = 0;
+  // y[i] += b[i], i < n.
+  virtual void add(float* y, const float* b, int64_t n, Stream& stream) = 0;
+};
+
+std::unique_ptr<DeviceExpertKernels> make_sim_expert_kernels();
+// Scratch (n_tokens·k·n_ff floats) is allocated from `dev` and charged to its budget.
+// ErrorKind::unsupported in a build without CUDA.
+std::unique_ptr<DeviceExpertKernels> make_cuda_expert_kernels(Device& dev);
+
+}  // namespace ferry
