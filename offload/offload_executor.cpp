@@ -254,6 +254,18 @@ void OffloadExecutor::fill_slot(int32_t slot, int32_t layer, int32_t expert, Str
       &table_host_[static_cast<size_t>(slot)], sizeof(ExpertPtrs3));
 }
 
+void OffloadExecutor::stage(int32_t layer, const Resolved& r, size_t b) {
+  const ExpertShape& shape = shapes_[static_cast<size_t>(layer)];
+  auto* dst = static_cast<uint8_t*>(staging_.data()) + b * o_.plan.slot_bytes;
+  traced_copy(*demand_, layer, r.expert, shape.expert_bytes(), [&] {
+    demand_->copy_h2d(dst, r.w.gate, shape.gate_bytes());
+    demand_->copy_h2d(dst + shape.gate_bytes(), r.w.up, shape.up_bytes());
+    demand_->copy_h2d(dst + shape.gate_bytes() + shape.up_bytes(), r.w.down, shape.down_bytes());
+  });
+  demand_->record(*staging_done_[b]);
+  st_.h2d_bytes += shape.expert_bytes();
+}
+
 OffloadExecutor::Resolved OffloadExecutor::resolve(int32_t layer, int32_t expert, int64_t n_tokens,
                                                    uint64_t now) {
   Resolved r;
@@ -536,16 +548,8 @@ void OffloadExecutor::run_device(const MoeRequest& req, const std::vector<Resolv
   // for each copy. The host only enqueues.
   for (size_t i = 0; i < streamed.size(); ++i) {
     const size_t b = i % 2;
-    auto* dst = static_cast<uint8_t*>(staging_.data()) + b * o_.plan.slot_bytes;
-    const ExpertPtrs3& src = streamed[i].w;
     demand_->wait(*staging_free_[b]);
-    traced_copy(*demand_, req.layer, streamed[i].expert, shape.expert_bytes(), [&] {
-      demand_->copy_h2d(dst, src.gate, shape.gate_bytes());
-      demand_->copy_h2d(dst + shape.gate_bytes(), src.up, shape.up_bytes());
-      demand_->copy_h2d(dst + shape.gate_bytes() + shape.up_bytes(), src.down, shape.down_bytes());
-    });
-    demand_->record(*staging_done_[b]);
-    st_.h2d_bytes += shape.expert_bytes();
+    stage(req.layer, streamed[i], b);
     compute_->wait(*staging_done_[b]);
     kernels_->experts(shape, d_table, reinterpret_cast<const int32_t*>(d + off_ids + ids_bytes * (1 + i)), d_w, n,
                       static_cast<int32_t>(K), x_dev, req.out, /*accumulate=*/true, *compute_);
@@ -606,19 +610,7 @@ void OffloadExecutor::run_prefill(const MoeRequest& req) {
   }
   const auto t0 = Clock::now();
   // Streamed experts: copy i+1 into the other staging slot while expert i computes.
-  const auto stage = [&](size_t i) {
-    const size_t b = i % 2;
-    const ExpertPtrs3& src = streamed[i].w;
-    auto* dst = static_cast<uint8_t*>(staging_.data()) + b * o_.plan.slot_bytes;
-    traced_copy(*demand_, req.layer, streamed[i].expert, shape.expert_bytes(), [&] {
-      demand_->copy_h2d(dst, src.gate, shape.gate_bytes());
-      demand_->copy_h2d(dst + shape.gate_bytes(), src.up, shape.up_bytes());
-      demand_->copy_h2d(dst + shape.gate_bytes() + shape.up_bytes(), src.down, shape.down_bytes());
-    });
-    demand_->record(*staging_done_[b]);
-    st_.h2d_bytes += shape.expert_bytes();
-  };
-  for (size_t i = 0; i < std::min<size_t>(2, streamed.size()); ++i) stage(i);
+  for (size_t i = 0; i < std::min<size_t>(2, streamed.size()); ++i) stage(req.layer, streamed[i], i % 2);
   tbb::parallel_for(tbb::blocked_range<size_t>(0, direct.size(), 1),
                     [&](const tbb::blocked_range<size_t>& rg) {
                       for (size_t i = rg.begin(); i < rg.end(); ++i) {
@@ -643,7 +635,7 @@ void OffloadExecutor::run_prefill(const MoeRequest& req) {
     Tracer::Span span(o_.tracer, "staged expert", "compute",
                       {{"layer", req.layer}, {"expert", streamed[i].expert}, {"tokens", batch.group_size(streamed[i].expert)}});
     batch.compute_group(streamed[i].expert, w, y_.data());
-    if (i + 2 < streamed.size()) stage(i + 2);  // the buffer is free: its compute is done
+    if (i + 2 < streamed.size()) stage(req.layer, streamed[i + 2], b);  // the buffer is free: its compute is done
   }
   weighted_sum(req, y_.data());
   st_.compute_ms += ms_since(t0);

@@ -148,6 +148,9 @@ class OffloadExecutor final : public MoeExecutor {
   void traced_copy(Stream& s, int32_t layer, int32_t expert, uint64_t bytes, const std::function<void()>& issue);
   int32_t track_of(const Stream& s);
   Resolved resolve(int32_t layer, int32_t expert, int64_t n_tokens, uint64_t now);
+  // Copies a streamed expert (r.w: host store) into staging slot b on the demand stream and
+  // records staging_done_[b].
+  void stage(int32_t layer, const Resolved& r, size_t b);
   void init();
   void run_decode(const MoeRequest& req, std::vector<Resolved>& r);
   void run_prefill(const MoeRequest& req);
