@@ -31,6 +31,22 @@ class SimExpertKernels final : public DeviceExpertKernels {
     });
   }
 
+  void expert_pairs(const ExpertShape& s, const ExpertPtrs3* expert, const int32_t* pairs, int64_t n_pairs,
+                    const float* weights, int32_t k, const float* x, float* y, Stream& stream) override {
+    stream.host_fn([s, expert, pairs, n_pairs, weights, k, x, y] {
+      const int64_t E = s.n_embd;
+      std::vector<float> tmp(static_cast<size_t>(E));
+      const uint8_t one = 1;
+      for (int64_t p = 0; p < n_pairs; ++p) {
+        const int64_t t = pairs[p] / k;
+        compute_decode(s, x + t * E, std::span<const ExpertPtrs3>(expert, 1), std::span<const uint8_t>(&one, 1),
+                       tmp.data());
+        const float w = weights[pairs[p]];
+        for (int64_t d = 0; d < E; ++d) y[t * E + d] += w * tmp[static_cast<size_t>(d)];
+      }
+    });
+  }
+
   void add(float* y, const float* b, int64_t n, Stream& stream) override {
     stream.host_fn([y, b, n] {
       for (int64_t i = 0; i < n; ++i) y[i] += b[i];

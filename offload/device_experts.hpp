@@ -24,6 +24,11 @@ class DeviceExpertKernels {
   virtual ~DeviceExpertKernels() = default;
   virtual void experts(const ExpertShape& s, const ExpertPtrs3* table, const int32_t* ids, const float* weights,
                        int64_t n_tokens, int32_t k, const float* x, float* y, bool accumulate, Stream& stream) = 0;
+  // One expert (`expert`: a single device ExpertPtrs3) over its (token, slot) pairs (t·k + j,
+  // device int32, distinct tokens): y[t] += weights[t·k + j] · expert(x_t). Reads only those
+  // tokens (a streamed prefill expert), where experts() would scan all n_tokens·k pairs.
+  virtual void expert_pairs(const ExpertShape& s, const ExpertPtrs3* expert, const int32_t* pairs, int64_t n_pairs,
+                            const float* weights, int32_t k, const float* x, float* y, Stream& stream) = 0;
   // y[i] += b[i], i < n.
   virtual void add(float* y, const float* b, int64_t n, Stream& stream) = 0;
 };

@@ -21,20 +21,20 @@ class CudaExpertKernels final : public DeviceExpertKernels {
 
   void experts(const ExpertShape& s, const ExpertPtrs3* table, const int32_t* ids, const float* weights,
                int64_t n_tokens, int32_t k, const float* x, float* y, bool accumulate, Stream& stream) override {
-    if (s.gate_type != s.up_type)
-      fail(ErrorKind::unsupported, "cuda experts: gate ({}) and up ({}) of different types", type_name(s.gate_type),
-           type_name(s.up_type));
+    scratch(static_cast<size_t>(n_tokens) * static_cast<size_t>(k), s, stream);
     auto st = static_cast<cudaStream_t>(stream.native_handle());
-    const size_t h_bytes =
-        static_cast<size_t>(n_tokens) * static_cast<size_t>(k) * static_cast<size_t>(s.n_ff) * sizeof(float);
-    if (h_bytes > h_.bytes()) {
-      stream.synchronize();  // queued kernels may still read the old scratch
-      h_ = DeviceBuffer();
-      h_ = dev_.alloc(h_bytes, "offload expert scratch");
-    }
     const auto* t = reinterpret_cast<const cuda::ExpertPtrs*>(table);
     cuda::moe_gate_up_swiglu(s.gate_type, t, ids, n_tokens, k, s.n_embd, s.n_ff, x, h_.f32(), st);
     cuda::moe_down(s.down_type, t, ids, weights, n_tokens, k, s.n_embd, s.n_ff, h_.f32(), y, accumulate, st);
+  }
+
+  void expert_pairs(const ExpertShape& s, const ExpertPtrs3* expert, const int32_t* pairs, int64_t n_pairs,
+                    const float* weights, int32_t k, const float* x, float* y, Stream& stream) override {
+    if (n_pairs == 0) return;
+    scratch(static_cast<size_t>(n_pairs), s, stream);
+    cuda::moe_expert_pairs(s.gate_type, s.down_type, reinterpret_cast<const cuda::ExpertPtrs*>(expert), pairs, n_pairs,
+                           weights, k, s.n_embd, s.n_ff, x, h_.f32(), y,
+                           static_cast<cudaStream_t>(stream.native_handle()));
   }
 
   void add(float* y, const float* b, int64_t n, Stream& stream) override {
@@ -42,6 +42,18 @@ class CudaExpertKernels final : public DeviceExpertKernels {
   }
 
  private:
+  // h: rows × n_ff floats; grown with the stream drained (queued kernels may read the old one).
+  void scratch(size_t rows, const ExpertShape& s, Stream& stream) {
+    if (s.gate_type != s.up_type)
+      fail(ErrorKind::unsupported, "cuda experts: gate ({}) and up ({}) of different types", type_name(s.gate_type),
+           type_name(s.up_type));
+    const size_t bytes = rows * static_cast<size_t>(s.n_ff) * sizeof(float);
+    if (bytes <= h_.bytes()) return;
+    stream.synchronize();
+    h_ = DeviceBuffer();
+    h_ = dev_.alloc(bytes, "offload expert scratch");
+  }
+
   Device& dev_;
   DeviceBuffer h_;
 };

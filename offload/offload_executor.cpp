@@ -56,18 +56,18 @@ namespace {
 
 size_t pad256(size_t n) { return (n + 255) / 256 * 256; }
 
-// Byte offsets of the device flow's step buffer: table | weights | direct ids | streamed ids.
+// Byte offsets of the device flow's step buffer: table | weights | direct ids | the streamed
+// experts' pairs (each expert's t·k + j, back to back; at most nk in all).
 struct StepLayout {
-  size_t off_w, off_ids, ids_bytes, total;
-  StepLayout(size_t n_table, int64_t nk, size_t n_streamed)
+  size_t off_w, off_ids, off_pairs, total;
+  StepLayout(size_t n_table, int64_t nk)
       : off_w(pad256(n_table * sizeof(ExpertPtrs3))),
         off_ids(off_w + pad256(static_cast<size_t>(nk) * 4)),
-        ids_bytes(pad256(static_cast<size_t>(nk) * 4)),
-        total(off_ids + ids_bytes * (1 + n_streamed)) {}
-  // The largest step of n tokens: every expert used, all but the minimum streamed.
+        off_pairs(off_ids + pad256(static_cast<size_t>(nk) * 4)),
+        total(off_pairs + pad256(static_cast<size_t>(nk) * 4)) {}
+  // The largest step of n tokens: every expert in the table, plus the two staging entries.
   static StepLayout worst(int64_t n, int32_t top_k, int32_t n_expert) {
-    const int64_t nk = n * top_k;
-    return StepLayout(static_cast<size_t>(n_expert) + 2, nk, static_cast<size_t>(std::min<int64_t>(n_expert, nk)));
+    return StepLayout(static_cast<size_t>(n_expert) + 2, n * top_k);
   }
 };
 
@@ -509,9 +509,9 @@ void OffloadExecutor::run_device(const MoeRequest& req, const std::vector<Resolv
     const auto* base = static_cast<const uint8_t*>(staging_.data()) + static_cast<uint64_t>(b) * o_.plan.slot_bytes;
     table.push_back({base, base + shape.gate_bytes(), base + shape.gate_bytes() + shape.up_bytes()});
   }
-  // Layout (host and device alike): table | weights | direct ids | ids of streamed expert i.
-  const StepLayout lay(table.size(), nk, streamed.size());
-  const size_t off_w = lay.off_w, off_ids = lay.off_ids, ids_bytes = lay.ids_bytes, total = lay.total;
+  // Layout (host and device alike): table | weights | direct ids | streamed pairs.
+  const StepLayout lay(table.size(), nk);
+  const size_t off_w = lay.off_w, off_ids = lay.off_ids, off_pairs = lay.off_pairs, total = lay.total;
   grow(*device_, step_host_, total);
   if (total > step_dev_.bytes()) {
     compute_->synchronize();  // queued kernels may still read the old buffer
@@ -523,10 +523,19 @@ void OffloadExecutor::run_device(const MoeRequest& req, const std::vector<Resolv
   std::copy(req.expert_weights, req.expert_weights + nk, reinterpret_cast<float*>(h + off_w));
   auto* ids = reinterpret_cast<int32_t*>(h + off_ids);
   for (int64_t i = 0; i < nk; ++i) ids[i] = index[static_cast<size_t>(req.expert_ids[i])];
-  for (size_t i = 0; i < streamed.size(); ++i) {
-    auto* sid = reinterpret_cast<int32_t*>(h + off_ids + ids_bytes * (1 + i));
-    const int32_t local = n_direct + static_cast<int32_t>(i % 2);
-    for (int64_t p = 0; p < nk; ++p) sid[p] = req.expert_ids[p] == streamed[i].expert ? local : -1;
+  // Pairs of each streamed expert, in token order: a counting pass over the routing.
+  std::vector<int32_t> stream_index(static_cast<size_t>(W.n_expert), -1);
+  for (size_t i = 0; i < streamed.size(); ++i) stream_index[static_cast<size_t>(streamed[i].expert)] = static_cast<int32_t>(i);
+  std::vector<int64_t> pair_start(streamed.size() + 1, 0);
+  for (int64_t p = 0; p < nk; ++p)
+    if (const int32_t s = stream_index[static_cast<size_t>(req.expert_ids[p])]; s >= 0) ++pair_start[static_cast<size_t>(s) + 1];
+  for (size_t i = 0; i < streamed.size(); ++i) pair_start[i + 1] += pair_start[i];
+  {
+    auto* pairs = reinterpret_cast<int32_t*>(h + off_pairs);
+    std::vector<int64_t> fill(pair_start.begin(), pair_start.end() - 1);
+    for (int64_t p = 0; p < nk; ++p)
+      if (const int32_t s = stream_index[static_cast<size_t>(req.expert_ids[p])]; s >= 0)
+        pairs[fill[static_cast<size_t>(s)]++] = static_cast<int32_t>(p);
   }
   compute_->copy_h2d(step_dev_.data(), h, total);
   auto* d = static_cast<uint8_t*>(step_dev_.data());
@@ -551,8 +560,9 @@ void OffloadExecutor::run_device(const MoeRequest& req, const std::vector<Resolv
     demand_->wait(*staging_free_[b]);
     stage(req.layer, streamed[i], b);
     compute_->wait(*staging_done_[b]);
-    kernels_->experts(shape, d_table, reinterpret_cast<const int32_t*>(d + off_ids + ids_bytes * (1 + i)), d_w, n,
-                      static_cast<int32_t>(K), x_dev, req.out, /*accumulate=*/true, *compute_);
+    kernels_->expert_pairs(shape, d_table + n_direct + b,
+                           reinterpret_cast<const int32_t*>(d + off_pairs) + pair_start[i],
+                           pair_start[i + 1] - pair_start[i], d_w, static_cast<int32_t>(K), x_dev, req.out, *compute_);
     compute_->record(*staging_free_[b]);
   }
   // CPU experts while the device works; their sum is added on the compute stream.

@@ -80,7 +80,7 @@ struct OffloadOptions {
 };
 
 // Device memory the device flow's step buffers take for steps of up to max_batch tokens: the
-// uploaded table / weights / local ids (one id array per streamed expert), the CPU experts' sum,
+// uploaded table / weights / local ids / streamed experts' (token, slot) pairs, the CPU experts' sum,
 // and the expert kernels' scratch (max_batch · top_k · n_ff floats).
 uint64_t device_flow_step_bytes(int64_t max_batch, const ExpertShape& s, int32_t top_k, int32_t n_expert);
 

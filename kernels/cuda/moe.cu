@@ -13,28 +13,15 @@ using detail::Unit;
 constexpr int kWarps = 4;
 constexpr int kMaxK = 64;
 
-// grid.x: row blocks of n_ff; grid.y: token·k + slot.
+// One warp: silu(gate·x) ⊙ (up·x) of one row of expert p, written by lane 0 to *out.
 template <GgmlType T>
-__global__ void __launch_bounds__(32 * kWarps)
-    gate_up_kernel(const ExpertPtrs* __restrict__ table, const int32_t* __restrict__ ids,
-                   int64_t n_embd, int64_t n_ff, int k, const float* __restrict__ x,
-                   float* __restrict__ h) {
+__device__ __forceinline__ void gate_up_row(const ExpertPtrs& p, int64_t row, int64_t n_embd, const float* xt,
+                                            float* out) {
   using U = Unit<T>;
   const int lane = threadIdx.x & 31;
-  const int64_t row = int64_t{blockIdx.x} * kWarps + (threadIdx.x >> 5);
-  const int64_t ts = blockIdx.y;  // token * k + slot
-  if (row >= n_ff) return;
-  const int32_t e = ids[ts];
-  float* out = h + ts * n_ff + row;
-  if (e < 0) {
-    if (lane == 0) *out = 0.f;
-    return;
-  }
-  const ExpertPtrs p = table[e];
   const int64_t rb = detail::row_bytes_of<T>(n_embd);
   const uint8_t* g = static_cast<const uint8_t*>(p.gate) + row * rb;
   const uint8_t* u = static_cast<const uint8_t*>(p.up) + row * rb;
-  const float* xt = x + (ts / k) * n_embd;
   float ag = 0.f, au = 0.f;
   for (int64_t un = lane; un < n_embd / U::kValues; un += 32) {
     ag += detail::unit_dot<T>(g, un, xt);
@@ -45,27 +32,80 @@ __global__ void __launch_bounds__(32 * kWarps)
   if (lane == 0) *out = ag / (1.f + expf(-ag)) * au;
 }
 
+// One warp: down row `row` of expert p against h (n_ff), summed over the warp (every lane has it).
+template <GgmlType T>
+__device__ __forceinline__ float down_row(const ExpertPtrs& p, int64_t row, int64_t n_ff, const float* ht) {
+  using U = Unit<T>;
+  const int lane = threadIdx.x & 31;
+  const uint8_t* d = static_cast<const uint8_t*>(p.down) + row * detail::row_bytes_of<T>(n_ff);
+  float acc = 0.f;
+  for (int64_t un = lane; un < n_ff / U::kValues; un += 32) acc += detail::unit_dot<T>(d, un, ht);
+  return detail::warp_sum(acc);
+}
+
+// grid.x: row blocks of n_ff; grid.y: token·k + slot.
+template <GgmlType T>
+__global__ void __launch_bounds__(32 * kWarps)
+    gate_up_kernel(const ExpertPtrs* __restrict__ table, const int32_t* __restrict__ ids,
+                   int64_t n_embd, int64_t n_ff, int k, const float* __restrict__ x,
+                   float* __restrict__ h) {
+  const int lane = threadIdx.x & 31;
+  const int64_t row = int64_t{blockIdx.x} * kWarps + (threadIdx.x >> 5);
+  const int64_t ts = blockIdx.y;  // token * k + slot
+  if (row >= n_ff) return;
+  const int32_t e = ids[ts];
+  float* out = h + ts * n_ff + row;
+  if (e < 0) {
+    if (lane == 0) *out = 0.f;
+    return;
+  }
+  gate_up_row<T>(table[e], row, n_embd, x + (ts / k) * n_embd, out);
+}
+
+// One expert (*expert) over a list of (token·k + slot) pairs: grid.y = pair index; h is compact
+// (n_pairs, n_ff).
+template <GgmlType T>
+__global__ void __launch_bounds__(32 * kWarps)
+    gate_up_pairs_kernel(const ExpertPtrs* __restrict__ expert, const int32_t* __restrict__ pairs, int64_t n_embd,
+                         int64_t n_ff, int k, const float* __restrict__ x, float* __restrict__ h) {
+  const int64_t row = int64_t{blockIdx.x} * kWarps + (threadIdx.x >> 5);
+  if (row >= n_ff) return;
+  const int64_t ts = pairs[blockIdx.y];
+  gate_up_row<T>(*expert, row, n_embd, x + (ts / k) * n_embd, h + int64_t{blockIdx.y} * n_ff + row);
+}
+
+// y[t] += weights[t·k + j] · down · h[pair] for each pair t·k + j (distinct tokens: an expert is
+// routed at most once per token, so no two blocks of one launch write the same row).
+template <GgmlType T>
+__global__ void __launch_bounds__(32 * kWarps)
+    down_pairs_kernel(const ExpertPtrs* __restrict__ expert, const int32_t* __restrict__ pairs,
+                      const float* __restrict__ weights, int64_t n_embd, int64_t n_ff, int k,
+                      const float* __restrict__ h, float* __restrict__ y) {
+  const int64_t row = int64_t{blockIdx.x} * kWarps + (threadIdx.x >> 5);
+  if (row >= n_embd) return;
+  const int64_t ts = pairs[blockIdx.y];
+  const float v = weights[ts] * down_row<T>(*expert, row, n_ff, h + int64_t{blockIdx.y} * n_ff);
+  if ((threadIdx.x & 31) == 0) {
+    float* o = y + (ts / k) * n_embd + row;
+    *o = *o + v;
+  }
+}
+
 // grid.x: row blocks of n_embd; grid.y: token.
 template <GgmlType T>
 __global__ void __launch_bounds__(32 * kWarps)
     down_kernel(const ExpertPtrs* __restrict__ table, const int32_t* __restrict__ ids,
                 const float* __restrict__ weights, int64_t n_embd, int64_t n_ff, int k,
                 const float* __restrict__ h, float* __restrict__ y, bool accumulate) {
-  using U = Unit<T>;
   const int lane = threadIdx.x & 31;
   const int64_t row = int64_t{blockIdx.x} * kWarps + (threadIdx.x >> 5);
   const int64_t t = blockIdx.y;
   if (row >= n_embd) return;
-  const int64_t rb = detail::row_bytes_of<T>(n_ff);
   float total = 0.f;
   for (int j = 0; j < k; ++j) {
     const int32_t e = ids[t * k + j];
     if (e < 0) continue;
-    const uint8_t* d = static_cast<const uint8_t*>(table[e].down) + row * rb;
-    const float* ht = h + (t * k + j) * n_ff;
-    float acc = 0.f;
-    for (int64_t un = lane; un < n_ff / U::kValues; un += 32) acc += detail::unit_dot<T>(d, un, ht);
-    total += weights[t * k + j] * detail::warp_sum(acc);
+    total += weights[t * k + j] * down_row<T>(table[e], row, n_ff, h + (t * k + j) * n_ff);
   }
   if (lane == 0) {
     float* o = y + t * n_embd + row;
@@ -111,6 +151,30 @@ void moe_down(GgmlType t_down, const ExpertPtrs* table, const int32_t* ids, cons
     down_kernel<kT><<<grid, 32 * kWarps, 0, stream>>>(table, ids, weights, n_embd, n_ff, k, h, y, accumulate);
   });
   FERRY_CUDA_CHECK_LAUNCH("down_kernel");
+}
+
+void moe_expert_pairs(GgmlType t_gate_up, GgmlType t_down, const ExpertPtrs* expert, const int32_t* pairs,
+                      int64_t n_pairs, const float* weights, int k, int64_t n_embd, int64_t n_ff, const float* x,
+                      float* h, float* y, cudaStream_t stream) {
+  const char* op = "moe_expert_pairs";
+  if (n_pairs == 0) return;
+  require(expert && pairs && weights && x && h && y, op, "null pointer argument");
+  require(k >= 1 && k <= kMaxK, op, "k must be in [1, 64], got " + std::to_string(k));
+  require(n_pairs >= 1 && n_pairs <= 65535, op, "n_pairs must be in [1, 65535]");
+  require(aligned(x, 16) && aligned(h, 16) && aligned(y, 16), op, "activations must be 16-byte aligned");
+  check_weight_args(op, t_gate_up, reinterpret_cast<const void*>(16), n_ff, n_embd);
+  check_weight_args(op, t_down, reinterpret_cast<const void*>(16), n_embd, n_ff);
+  require(n_ff % 4 == 0, op, "n_ff must be a multiple of 4 (h rows are read with float4)");
+  const dim3 g1(static_cast<unsigned>((n_ff + kWarps - 1) / kWarps), static_cast<unsigned>(n_pairs));
+  FERRY_DISPATCH_WEIGHT_TYPE(t_gate_up, op, {
+    gate_up_pairs_kernel<kT><<<g1, 32 * kWarps, 0, stream>>>(expert, pairs, n_embd, n_ff, k, x, h);
+  });
+  FERRY_CUDA_CHECK_LAUNCH("gate_up_pairs_kernel");
+  const dim3 g2(static_cast<unsigned>((n_embd + kWarps - 1) / kWarps), static_cast<unsigned>(n_pairs));
+  FERRY_DISPATCH_WEIGHT_TYPE(t_down, op, {
+    down_pairs_kernel<kT><<<g2, 32 * kWarps, 0, stream>>>(expert, pairs, weights, n_embd, n_ff, k, h, y);
+  });
+  FERRY_CUDA_CHECK_LAUNCH("down_pairs_kernel");
 }
 
 }  // namespace ferry::cuda

@@ -37,4 +37,14 @@ void moe_down(GgmlType t_down, const ExpertPtrs* table, const int32_t* ids, cons
               int64_t n_tokens, int k, int64_t n_embd, int64_t n_ff, const float* h, float* y,
               bool accumulate, cudaStream_t stream);
 
+// One expert (expert: a single device ExpertPtrs) over a list of its (token, slot) pairs — a
+// streamed prefill expert reads only its own tokens instead of scanning all n_tokens·k:
+//   pairs: (n_pairs) int32 device, t·k + j;  weights: (n_tokens, k) device;  h: (n_pairs, n_ff)
+//   y[t] += weights[t·k + j] · down(silu(gate·x_t) ⊙ up·x_t)   for each pair
+// An expert appears at most once per token, so the pairs name distinct tokens. The same float
+// operations as moe_gate_up_swiglu + moe_down(accumulate) with only this expert's ids ≥ 0.
+void moe_expert_pairs(GgmlType t_gate_up, GgmlType t_down, const ExpertPtrs* expert, const int32_t* pairs,
+                      int64_t n_pairs, const float* weights, int k, int64_t n_embd, int64_t n_ff, const float* x,
+                      float* h, float* y, cudaStream_t stream);
+
 }  // namespace ferry::cuda

@@ -2,6 +2,8 @@
 // Experts live at scattered offsets of one pool and are reached through the pointer table.
 #include "tests/gpu/gpu_test_util.hpp"
 
+#include <cstring>
+
 #include "kernels/cpu/quants.hpp"
 #include "runtime/core/types.hpp"
 
@@ -103,6 +105,25 @@ void run_case(GgmlType t_gu, GgmlType t_down, int64_t n_embd, int64_t n_ff, int6
   report("moe_down(accumulate)", shape, nmse(yacc, dy.download()), 1e-9);
   cuda::moe_down(t_down, tab, dids.get(), dw.get(), n_tokens, k, n_embd, n_ff, dh.get(), dy.get(), false, nullptr);
   report("moe_down", shape, nmse(yref, dy.download()), 1e-9);
+
+  // One expert over its own (token, slot) pairs (a streamed prefill expert) must give the bits of
+  // the grouped kernels with every other slot masked out, accumulating onto y0.
+  const int32_t e0 = ids[0] >= 0 ? ids[0] : ids[k - 1 >= 1 ? k - 1 : 0];
+  if (e0 < 0) return;
+  std::vector<int32_t> masked(ids.size()), pairs;
+  for (size_t p = 0; p < ids.size(); ++p) {
+    masked[p] = ids[p] == e0 ? e0 : -1;
+    if (ids[p] == e0) pairs.push_back(static_cast<int32_t>(p));
+  }
+  DevBuf<int32_t> dmasked(masked), dpairs(pairs);
+  DevBuf<float> dy_ref(y0), dy_pairs(y0), dh_pairs(pairs.size() * n_ff);
+  cuda::moe_gate_up_swiglu(t_gu, tab, dmasked.get(), n_tokens, k, n_embd, n_ff, dx.get(), dh.get(), nullptr);
+  cuda::moe_down(t_down, tab, dmasked.get(), dw.get(), n_tokens, k, n_embd, n_ff, dh.get(), dy_ref.get(), true, nullptr);
+  cuda::moe_expert_pairs(t_gu, t_down, tab + e0, dpairs.get(), static_cast<int64_t>(pairs.size()), dw.get(), k, n_embd,
+                         n_ff, dx.get(), dh_pairs.get(), dy_pairs.get(), nullptr);
+  const auto a = dy_ref.download(), b = dy_pairs.download();
+  report_exact("moe_expert_pairs == masked grouped", shape + " pairs=" + std::to_string(pairs.size()),
+               std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 TEST(GpuMoe, QwenLikeQ4KQ6K) {
