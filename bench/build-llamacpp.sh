@@ -7,6 +7,7 @@
 #
 #   cpu   -DGGML_NATIVE=ON, CPU backend only     → .cache/llama.cpp-build/cpu/bin/llama-bench
 #   cuda  -DGGML_CUDA=ON for sm_90 (H200/H100)   → .cache/llama.cpp-build/cuda/bin/llama-bench
+#         (AVX-512 host code: build it here, bench/gpu-bundle.sh takes it to the GPU machine)
 #
 # Only the llama-bench target is built (ggml + llama + the tool), so the CUDA variant fits a short
 # session on the GPU machine (about 5–8 min on 16 cores: the CUDA template instances dominate).
@@ -83,7 +84,11 @@ else
     echo "[build-llamacpp] cuda: nvcc not found" >&2
     exit 1
   }
-  flags+=(-DGGML_NATIVE=ON -DGGML_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=${FERRY_CUDA_ARCH:-90}")
+  # Built here and taken to the GPU machine (shared/GPU.md: its CPU has AVX-512, VNNI and AMX), so
+  # the host ISA is named rather than detected: AVX-512 with VNNI and BF16 for the CPU layers of
+  # --n-cpu-moe. cudart and cuBLAS are the toolkit's shared libraries there (CUDA 13).
+  flags+=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=ON
+    -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON -DGGML_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=${FERRY_CUDA_ARCH:-90}")
   [[ -x /usr/local/cuda/bin/nvcc ]] && flags+=(-DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc)
 fi
 gen=()

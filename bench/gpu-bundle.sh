@@ -4,7 +4,9 @@
 # binary, the GPU and backend test programs, the GPU benchmarks (bench_gpu_*), and the shared
 # libraries they load that a stock Ubuntu 24.04
 # lacks (oneTBB, mimalloc, liburing, fmt, ...). libcudart is linked statically; libcuda comes with
-# the driver there; cuBLAS is loaded at run time from the CUDA toolkit there when present.
+# the driver there; cuBLAS is loaded at run time from the CUDA toolkit there when present. With
+# .cache/llama.cpp-build/cuda (bench/build-llamacpp.sh cuda) built, its llama-bench goes along for
+# the side-by-side (GPU_CHECK_COMPARE=1 bash bench/gpu-check.sh).
 #
 # Build first (on this machine):
 #   cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DFERRY_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90
@@ -23,7 +25,9 @@ rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib"
 
 bins=()
-for f in "$build"/ferry "$build"/bench/bench_gpu_kernels "$build"/bench/bench_gpu_e2e "$build"/tests/gpu_test_* "$build"/tests/backend_test_*; do
+# llama.cpp's CUDA llama-bench for the side-by-side (bench/build-llamacpp.sh cuda), when built.
+llama_cuda="$root/.cache/llama.cpp-build/cuda/bin/llama-bench"
+for f in "$build"/ferry "$build"/bench/bench_gpu_kernels "$build"/bench/bench_gpu_e2e "$build"/tests/gpu_test_* "$build"/tests/backend_test_* "$llama_cuda"; do
   [[ -f "$f" && -x "$f" ]] && bins+=("$f")
 done
 [[ ${#bins[@]} -gt 0 ]] || { echo "gpu-bundle: nothing built in $build" >&2; exit 2; }
@@ -33,6 +37,7 @@ is_system_lib() {
   case "$(basename "$1")" in
     linux-vdso*|ld-linux*|libc.so*|libm.so*|libdl.so*|librt.so*|libpthread.so*|libstdc++.so*|libgcc_s.so*) return 0 ;;
     libcuda.so*|libnvidia*) return 0 ;;
+    libcudart.so*|libcublas*.so*) return 0 ;;  # the CUDA 13 toolkit there (llama-bench links them)
     *) return 1 ;;
   esac
 }

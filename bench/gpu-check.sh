@@ -60,6 +60,7 @@ run_prog "ferry-help" 20 "$bundle/bin/ferry" --help
 # the synth run does not finish in GPU_E2E_SYNTH_S (or the time left), the small preset is used.
 e2e_summary=""
 offload_summary=""
+compare_summary=""
 if [[ -x "$bundle/bin/bench_gpu_e2e" ]]; then
   e2e_dir="${GPU_E2E_DIR:-${TMPDIR:-/tmp}/ferry-e2e}"
   mkdir -p "$e2e_dir"
@@ -87,6 +88,15 @@ if [[ -x "$bundle/bin/bench_gpu_e2e" ]]; then
         offload_summary="$(grep '^|' "$logs/offload-bench-$preset.log")"
       else
         echo "== offload bench: skipped (time)"
+      fi
+      # llama.cpp side by side (issue 7; opt-in: the --n-cpu-moe search loads the model ~6 times
+      # per budget): fully resident and the 16G/12G budgets, one table of ratios.
+      left=$((budget_s - (SECONDS - t_start)))
+      if [[ -n "${GPU_CHECK_COMPARE:-}" && -x "$bundle/bin/llama-bench" ]] && ((left > 120)); then
+        run_prog "compare-llamacpp-$preset" $((left - 30)) python3 "$root/bench/compare_llamacpp.py" -m "$model" \
+          --no-cpu --ferry "$bundle/bin/ferry" --llama-bench-gpu "$bundle/bin/llama-bench" -t 16 -p 512 -n 64 -r 1 \
+          --raw-dir "$logs/compare-raw"
+        compare_summary="$(grep '^|' "$logs/compare-llamacpp-$preset.log")"
       fi
       [[ -n "${GPU_E2E_KEEP:-}" ]] || rm -f "$model"
       break
@@ -133,6 +143,11 @@ if [[ -n "$e2e_summary" ]]; then
   echo
   echo "== end-to-end (bench_gpu_e2e)"
   printf '%s' "$e2e_summary"
+fi
+if [[ -n "$compare_summary" ]]; then
+  echo
+  echo "== llama.cpp side by side (bench/compare_llamacpp.py)"
+  printf '%s\n' "$compare_summary"
 fi
 if [[ -n "$offload_summary" ]]; then
   echo
