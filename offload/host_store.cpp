@@ -16,6 +16,7 @@
 
 #include "runtime/backend/device_size.hpp"
 #include "runtime/core/error.hpp"
+#include "runtime/core/log.hpp"
 
 namespace ferry {
 namespace {
@@ -63,6 +64,18 @@ class Ring {
  private:
   io_uring ring_{};
 };
+
+// Whether this process may use io_uring at all (containers and seccomp profiles often forbid it).
+bool uring_usable(std::string& why) {
+  io_uring ring{};
+  const int rc = io_uring_queue_init(1, &ring, 0);
+  if (rc < 0) {
+    why = std::strerror(-rc);
+    return false;
+  }
+  io_uring_queue_exit(&ring);
+  return true;
+}
 
 struct ReadJob {
   uint64_t file_off;  // aligned
@@ -196,6 +209,11 @@ HostStore::HostStore(Device* device, const std::string& path, std::vector<StoreR
   for (size_t i = 0; i < regions.size(); ++i)
     ptr_.push_back(base + buf_off_[i] +
                    (regions[i].file_offset - down_align(regions[i].file_offset)));
+  std::string why;
+  if (mode == HostLoad::uring && !uring_usable(why)) {
+    log::warn("host store: io_uring is not available here ({}); filling the store from the mapping instead", why);
+    stats_.mode = mode = HostLoad::mmap;
+  }
   if (mode == HostLoad::mmap)
     load_mmap(regions, progress);
   else

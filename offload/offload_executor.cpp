@@ -133,7 +133,7 @@ void OffloadExecutor::init() {
     for (const auto& [bytes, tag] : fixed)
       if (bytes) reserved_.push_back(device_->alloc(bytes, tag));
   }
-  table_ = device_->alloc(plan.table_bytes, "expert slot table");
+  if (!compute_) table_ = device_->alloc(plan.table_bytes, "expert slot table");  // device flow: per-step tables
   staging_ = device_->alloc(plan.staging_bytes, "prefill staging slots");
   if (plan.n_slots > 0)
     slots_ = device_->alloc(plan.slot_bytes * static_cast<uint64_t>(plan.n_slots), "expert slots");
@@ -374,13 +374,14 @@ void OffloadExecutor::run(const MoeRequest& req) {
   if (req.top_k <= 0 || req.n_tokens < 0)
     fail(ErrorKind::internal, "MoE step layer {}: top_k {} n_tokens {}", req.layer, req.top_k,
          req.n_tokens);
+  // On cuda the routing must be host copies (read below): without the bridge it is device memory.
+  if (device_->kind() == DeviceKind::cuda && !req.device)
+    fail(ErrorKind::internal, "cuda offload: MoE step without host routing (the engine puts the host bridge in front)");
   for (int64_t i = 0; i < int64_t{req.n_tokens} * req.top_k; ++i)
     if (req.expert_ids[i] < 0 || req.expert_ids[i] >= W.n_expert)
       fail(ErrorKind::internal, "MoE step layer {}: expert id {} outside [0, {})", req.layer,
            req.expert_ids[i], W.n_expert);
   if (req.n_tokens == 0) return;
-  if (device_->kind() == DeviceKind::cuda && !req.device)
-    fail(ErrorKind::internal, "cuda offload: MoE step without host routing (the engine puts the host bridge in front)");
   if (o_.record) o_.record->add(req.layer, req.expert_ids, req.n_tokens, req.top_k);
   // One tick per forward step: a step starts when the layer index does not increase.
   if (req.layer <= last_layer_ || last_layer_ < 0) {
@@ -414,16 +415,17 @@ void OffloadExecutor::run(const MoeRequest& req) {
     else
       run_decode(req, r);
   } else {
-    predict_and_prefetch(req);
     if (compute_) {
-      const MoeLayerWeights& W = layers_[static_cast<size_t>(req.layer)];
+      // Resolve (and pin) this step's experts before predictions may evict slots.
       std::vector<int64_t> count(static_cast<size_t>(W.n_expert), 0);
       for (int64_t i = 0; i < int64_t{req.n_tokens} * req.top_k; ++i) ++count[static_cast<size_t>(req.expert_ids[i])];
       std::vector<Resolved> used;
       for (int32_t e = 0; e < W.n_expert; ++e)
         if (count[static_cast<size_t>(e)] > 0) used.push_back(resolve(req.layer, e, count[static_cast<size_t>(e)], tick_));
+      predict_and_prefetch(req);
       run_device(req, used);
     } else {
+      predict_and_prefetch(req);
       run_prefill(req);
     }
   }
@@ -486,6 +488,21 @@ void OffloadExecutor::run_device(const MoeRequest& req, const std::vector<Resolv
   const int64_t n = req.n_tokens, K = req.top_k, E = req.n_embd, nk = n * K;
   const float* x_dev = req.device ? req.device->x : req.x;  // sim: host memory is device memory
   const auto t0 = Clock::now();
+  // However the step ends, its slots are unpinned after compute_done_ covers the kernels that
+  // read them (an exception half-way must not leave slots pinned for good).
+  struct Unpin {
+    OffloadExecutor& ex;
+    const std::vector<Resolved>& used;
+    bool recorded = false;
+    ~Unpin() {
+      if (!recorded) try {
+          ex.compute_->record(*ex.compute_done_);
+        } catch (...) {
+        }
+      for (const Resolved& x : used)
+        if (x.pinned_slot >= 0) ex.cache_->unpin(x.pinned_slot);
+    }
+  } unpin{*this, used};
   // The host staging buffers are rewritten below: the copies of the previous step must have run
   // (on cuda the bridge's synchronisation has already seen to it; this is then a no-op).
   compute_done_->synchronize();
@@ -581,9 +598,7 @@ void OffloadExecutor::run_device(const MoeRequest& req, const std::vector<Resolv
     st_.cpu_ms += ms_since(tc);
   }
   compute_->record(*compute_done_);
-  // Pinned slots may be unpinned now: a refill waits for compute_done_ (fill_slot).
-  for (const Resolved& x : used)
-    if (x.pinned_slot >= 0) cache_->unpin(x.pinned_slot);
+  unpin.recorded = true;  // the slots are unpinned on return: a refill waits for compute_done_
   // The CPU forward reads `out` as soon as run() returns; the CUDA forward's next ops are queued
   // behind the kernels on the same stream.
   if (device_->kind() != DeviceKind::cuda) compute_->synchronize();

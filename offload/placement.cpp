@@ -57,8 +57,9 @@ std::vector<std::vector<int32_t>> profile_hot(const ExpertProfile& p, int64_t sl
 }  // namespace
 
 uint64_t Plan::fixed_bytes() const {
-  return in.dense_bytes + in.kv_bytes + in.state_bytes + in.workspace_bytes + in.step_bytes + staging_bytes +
-         table_bytes;
+  // Each part is one device allocation (or a reservation), rounded up to the device alignment.
+  return align_up(in.dense_bytes) + align_up(in.kv_bytes) + align_up(in.state_bytes) + align_up(in.workspace_bytes) +
+         align_up(in.step_bytes) + staging_bytes + table_bytes;
 }
 
 double Plan::resident_fraction() const {

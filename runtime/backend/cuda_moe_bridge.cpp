@@ -26,7 +26,9 @@ class CudaMoeBridge final : public MoeExecutor {
     const size_t nk = static_cast<size_t>(req.n_tokens) * static_cast<size_t>(req.top_k);
     const size_t bytes = (nx + 2 * nk) * 4;
     if (bytes > host_.bytes()) {
-      // The previous copies into this buffer completed at the last synchronisation below.
+      // Copies into this buffer completed at the last synchronisation below; copies out of it
+      // (an inner executor uploading the routing) may still be queued.
+      FERRY_CUDA_CHECK(cudaStreamSynchronize(s_));
       host_ = HostBuffer();
       host_ = dev_.alloc_host(bytes * 2, /*pinned=*/true);
     }

@@ -13,6 +13,9 @@
 #include "runtime/cli/observe_args.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/engine/threads.hpp"
+#include "runtime/gguf/gguf.hpp"
+#include "runtime/model/config.hpp"
+#include "runtime/tokenizer/tokenizer.hpp"
 
 namespace ferry::cli {
 namespace {
@@ -42,16 +45,20 @@ int logits_main(int argc, char** argv) {
 
   ThreadLimit threads(ma.threads);
   Observability obs(oa);
-  const SessionOptions offload_so = session_options(ma);
-  Offload offload(offa, offload_so.n_ctx, offload_so.type_k, offload_so.type_v, offload_so.n_batch);
+  // The tokens and the session's shape first (from the GGUF alone), so that an offload plan holds
+  // exactly the state the session will allocate (a long prompt is one large batch).
+  std::vector<int32_t> tokens;
+  SessionOptions so = session_options(ma);
+  {
+    const gguf::File f = gguf::File::open(ma.model);
+    tokens = !token_list.empty() ? parse_token_list(token_list) : Tokenizer::from_gguf(f).encode(prompt, true, true);
+    if (so.n_ctx == 0) so.n_ctx = std::max<int64_t>(static_cast<int64_t>(tokens.size()), default_context(read_config(f)));
+  }
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  if (!decode) so.n_batch = static_cast<int32_t>(std::max<int64_t>(n, 1));  // ONE prefill batch
+  Offload offload(offa, so.n_ctx, so.type_k, so.type_v, so.n_batch);
   auto model = LoadedModel::load(ma.model, {}, offload.wrap(obs.wrap(), obs.tracer()),
                                  backend_options(offload.args().device, offload.args().vram, offload.active()));
-  const std::vector<int32_t> tokens =
-      !token_list.empty() ? parse_token_list(token_list) : model->tokenizer().encode(prompt, true, true);
-  const int64_t n = static_cast<int64_t>(tokens.size());
-  SessionOptions so = session_options(ma);
-  if (so.n_ctx == 0) so.n_ctx = std::max<int64_t>(n, default_context(model->config()));
-  if (!decode) so.n_batch = static_cast<int32_t>(std::max<int64_t>(n, 1));  // ONE prefill batch
   Session session(*model, so);
   DebugHook dump;
   if (!dump_names.empty()) {

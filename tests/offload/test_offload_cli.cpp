@@ -67,19 +67,26 @@ class OffloadCli : public ::testing::Test {
     return rc == 0 ? slurp(path) : std::string();
   }
 
+  std::string vram_for(const std::string& flags, uint64_t slots);
+
   std::string model_, dir_, tokens_, last_output_;
 };
 
-TEST_F(OffloadCli, SimWithHalfTheExpertsGivesTheCpuBytes) {
-  // The plan without a budget tells the slot size and the fixed part; then budget half the experts.
-  const std::string plan_path = dir_ + "/plan-all.json";
-  ASSERT_FALSE(logits("--device sim --plan-json " + plan_path, "all").empty());
+// --vram that leaves `slots` expert slots after the fixed part of the plan `flags` make (the plan
+// without a budget tells the slot size and the fixed part, which depends on the session's batch:
+// one prefill batch of all tokens, or 512-token batches with --decode).
+std::string OffloadCli::vram_for(const std::string& flags, uint64_t slots) {
+  const std::string plan_path = dir_ + "/plan-probe.json";
+  EXPECT_FALSE(logits(flags + " --plan-json " + plan_path, "probe").empty());
   const auto all = nlohmann::json::parse(slurp(plan_path));
-  const uint64_t slot = all["slot_bytes"].get<uint64_t>();
-  const auto n_all = all["n_slots"].get<uint64_t>();
-  ASSERT_EQ(n_all, 4u * 32u);
+  EXPECT_EQ(all["n_slots"].get<uint64_t>(), 4u * 32u);
   const uint64_t fixed = all["total_bytes"].get<uint64_t>() - all["slots_bytes"].get<uint64_t>();
-  const std::string vram = std::to_string(fixed + slot * n_all / 2);
+  return std::to_string(fixed + all["slot_bytes"].get<uint64_t>() * slots);
+}
+
+TEST_F(OffloadCli, SimWithHalfTheExpertsGivesTheCpuBytes) {
+  ASSERT_FALSE(logits("--device sim --plan-json " + dir_ + "/plan-all.json", "all").empty());
+  const std::string vram = vram_for("--device sim", 64), vram_decode = vram_for("--device sim --decode", 64);
 
   const std::string cpu = logits("", "cpu");
   const std::string cpu_decode = logits("--decode", "cpu-decode");
@@ -90,7 +97,7 @@ TEST_F(OffloadCli, SimWithHalfTheExpertsGivesTheCpuBytes) {
                      std::string("sim-") + cold),
               cpu)
         << cold;
-    EXPECT_EQ(logits(std::string("--device sim --vram ") + vram +
+    EXPECT_EQ(logits(std::string("--device sim --vram ") + vram_decode +
                          " --decode --offload-stats --cold " + cold,
                      std::string("simd-") + cold),
               cpu_decode)
@@ -98,7 +105,7 @@ TEST_F(OffloadCli, SimWithHalfTheExpertsGivesTheCpuBytes) {
     EXPECT_NE(last_output_.find("offload: 64 slots"), std::string::npos) << last_output_;
   }
   EXPECT_EQ(
-      logits("--device sim --vram " + vram + " --decode --prefetch 2 --host-load uring", "simd-pf"),
+      logits("--device sim --vram " + vram_decode + " --decode --prefetch 2 --host-load uring", "simd-pf"),
       cpu_decode);
 
   ASSERT_FALSE(
@@ -128,16 +135,13 @@ std::vector<float> npy_floats(const std::string& bytes) {
 TEST_F(OffloadCli, SimDeviceFlowIsCloseToTheCpu) {
   const std::string plan_path = dir_ + "/plan-flow.json";
   ASSERT_FALSE(logits("--device sim --sim-flow device --plan-json " + plan_path, "flow-all").empty());
-  const auto all = nlohmann::json::parse(slurp(plan_path));
-  EXPECT_GT(all["step_bytes"].get<uint64_t>(), 0u);
-  const uint64_t slot = all["slot_bytes"].get<uint64_t>();
-  const uint64_t fixed = all["total_bytes"].get<uint64_t>() - all["slots_bytes"].get<uint64_t>();
-  const std::string vram = std::to_string(fixed + slot * 64);
+  EXPECT_GT(nlohmann::json::parse(slurp(plan_path))["step_bytes"].get<uint64_t>(), 0u);
   const std::vector<float> cpu_prefill = npy_floats(logits("", "cpu")), cpu_decode = npy_floats(logits("--decode", "cpu-decode"));
   ASSERT_FALSE(cpu_prefill.empty());
   for (const char* cold : {"auto", "cpu", "copy"}) {
     for (const char* mode : {"", "--decode "}) {
       const std::vector<float>& cpu = *mode ? cpu_decode : cpu_prefill;
+      const std::string vram = vram_for(std::string("--device sim --sim-flow device ") + mode, 64);
       const std::vector<float> got = npy_floats(logits(std::string("--device sim --sim-flow device --offload-stats ") +
                                                            mode + "--vram " + vram + " --cold " + cold,
                                                        std::string("flow-") + cold + (*mode ? "-d" : "")));
