@@ -23,7 +23,8 @@ ColdMode parse_cold_mode(std::string_view s) {
   if (s == "auto") return ColdMode::auto_;
   if (s == "cpu") return ColdMode::cpu;
   if (s == "copy") return ColdMode::copy;
-  fail(ErrorKind::invalid_arg, "--cold '{}': expected auto, cpu or copy", s);
+  if (s == "mapped") return ColdMode::mapped;
+  fail(ErrorKind::invalid_arg, "--cold '{}': expected auto, cpu, copy or mapped", s);
 }
 
 OffloadExecutor::OffloadExecutor(std::unique_ptr<Device> device,
@@ -122,6 +123,19 @@ void OffloadExecutor::init() {
     w.up.base = store_->data(static_cast<size_t>(3 * l + 1));
     w.down.base = store_->data(static_cast<size_t>(3 * l + 2));
   }
+  if (o_.cold == ColdMode::mapped) {
+    if (!compute_)
+      fail(ErrorKind::invalid_arg, "--cold mapped needs the device flow (cuda, or --sim-flow device on sim)");
+    for (size_t r = 0; r < static_cast<size_t>(3 * L); ++r) {
+      const auto* d = static_cast<const uint8_t*>(device_->mapped_view(store_->data(r)));
+      if (!d)
+        fail(ErrorKind::unsupported,
+             "--cold mapped: the {} host store is not readable by the device in place (use --host-load uring, "
+             "which pins it)",
+             host_load_name(o_.host_load));
+      mapped_.push_back(d);
+    }
+  }
 
   // Device memory, in plan order; every allocation is charged to the budget.
   if (o_.reserve_fixed) {
@@ -209,6 +223,14 @@ ExpertPtrs3 OffloadExecutor::host_ptrs(int32_t layer, int32_t expert) const {
   return expert_ptrs(layers_[static_cast<size_t>(layer)], expert);
 }
 
+ExpertPtrs3 OffloadExecutor::mapped_ptrs(int32_t layer, int32_t expert) const {
+  const MoeLayerWeights& w = layers_[static_cast<size_t>(layer)];
+  const auto e = static_cast<uint64_t>(expert);
+  const size_t r = static_cast<size_t>(3 * layer);
+  return ExpertPtrs3{mapped_[r] + e * w.gate.expert_stride_bytes, mapped_[r + 1] + e * w.up.expert_stride_bytes,
+                     mapped_[r + 2] + e * w.down.expert_stride_bytes};
+}
+
 int32_t OffloadExecutor::track_of(const Stream& s) {
   constexpr int32_t kCopyTrack0 = Tracer::kTrackBase;
   for (size_t i = 0; i < tracks_.size(); ++i)
@@ -274,8 +296,21 @@ OffloadExecutor::Resolved OffloadExecutor::resolve(int32_t layer, int32_t expert
   ++st_.uses;
   ++st_.layer_uses[static_cast<size_t>(layer)];
   int32_t slot = cache_->access(layer, expert, now);
+  // --cold mapped, decode: what is not ready in a slot is read in place over the link.
+  const bool map_now = o_.cold == ColdMode::mapped && n_tokens == 1;
+  const auto read_mapped = [&] {
+    ++st_.mapped;
+    st_.mapped_bytes += bytes;
+    r.mapped = true;
+    r.w = mapped_ptrs(layer, expert);
+  };
   if (slot >= 0 && prefetcher_->in_flight(slot)) {
     ++st_.inflight;
+    if (map_now) {
+      if (counters_) counters_->miss(layer);
+      read_mapped();
+      return r;
+    }
     const double remaining = std::max(0.0, cost_.copy_us(bytes) - prefetcher_->age_us(slot));
     const ColdChoice c = o_.cold == ColdMode::cpu    ? ColdChoice::cpu
                          : o_.cold == ColdMode::copy ? ColdChoice::wait_prefetch
@@ -308,6 +343,11 @@ OffloadExecutor::Resolved OffloadExecutor::resolve(int32_t layer, int32_t expert
   }
   ++st_.misses;
   if (counters_) counters_->miss(layer);
+  if (map_now) {
+    read_mapped();
+    if (o_.admit) prefetcher_->admit(layer, expert, now);  // the cache still follows the routing
+    return r;
+  }
   const ColdChoice c = o_.cold == ColdMode::cpu    ? ColdChoice::cpu
                        : o_.cold == ColdMode::copy ? ColdChoice::copy_now
                                                    : cost_.choose(bytes, n_tokens, -1, 0);
@@ -512,9 +552,9 @@ void OffloadExecutor::run_device(const MoeRequest& req, const std::vector<Resolv
   std::vector<int32_t> index(static_cast<size_t>(W.n_expert), -1);
   std::vector<Resolved> cpu, streamed;
   for (const Resolved& x : used) {
-    if (x.pinned_slot >= 0) {
+    if (x.pinned_slot >= 0 || x.mapped) {  // x.w: slot addresses, or mapped host store addresses
       index[static_cast<size_t>(x.expert)] = static_cast<int32_t>(table.size());
-      table.push_back(slot_ptrs(x.pinned_slot, req.layer));
+      table.push_back(x.w);
     } else if (x.stream) {
       streamed.push_back(x);
     } else {
@@ -705,9 +745,9 @@ std::string offload_stats_text(const OffloadStats& s) {
   std::string t = fmt::format(
       "offload: {} slots, {} steps, {} tokens; expert uses {}: hits {} ({:.1f}%), prefetch in "
       "flight {} (waited {}), "
-      "misses {} → cpu {}, copy-now {}, streamed {}\n",
+      "misses {} → cpu {}, copy-now {}, streamed {}, read in place {} ({:.1f} MB)\n",
       s.n_slots, s.steps, s.tokens, s.uses, s.hits, pct(s.hits, s.uses), s.inflight, s.waited,
-      s.misses, s.cpu_experts, s.copy_now, s.streamed);
+      s.misses, s.cpu_experts, s.copy_now, s.streamed, s.mapped, static_cast<double>(s.mapped_bytes) / 1e6);
   t += fmt::format(
       "offload: prefetch issued {} used {} ({:.1f}% precision) wasted {} stale {} no-slot {}; "
       "admitted {} (dropped {})\n",

@@ -46,8 +46,12 @@
 
 namespace ferry {
 
-enum class ColdMode { auto_, cpu, copy };      // auto_: the cost model decides; others force a path
-ColdMode parse_cold_mode(std::string_view s);  // "auto" | "cpu" | "copy"
+// auto_: the cost model decides; others force a path. mapped (device flow only): a decode miss is
+// read by the device kernels in place from the pinned host store over the link (no slot, no
+// copy), and admitted behind as with cpu; prefill keeps the cost model (reading in place costs the
+// link once per token there).
+enum class ColdMode { auto_, cpu, copy, mapped };
+ColdMode parse_cold_mode(std::string_view s);  // "auto" | "cpu" | "copy" | "mapped"
 
 struct OffloadOptions {
   Plan plan;
@@ -92,6 +96,8 @@ struct OffloadStats {
   uint64_t waited = 0;    // ... and waited for
   uint64_t misses = 0;    // not in the cache
   uint64_t cpu_experts = 0, copy_now = 0, streamed = 0;
+  uint64_t mapped = 0;        // decode misses read in place from mapped host memory
+  uint64_t mapped_bytes = 0;  // ... their weight bytes (read over the link, not copied)
   uint64_t h2d_bytes = 0;   // demand and streaming copies (prefetch bytes: prefetch.bytes)
   uint64_t init_bytes = 0;  // the initial hot set
   double wait_ms = 0;       // host time blocked on copies (demand, stream, prefetch waits)
@@ -139,9 +145,12 @@ class OffloadExecutor final : public MoeExecutor {
     ExpertPtrs3 w;
     int32_t pinned_slot = -1;  // unpinned after the step
     bool stream = false;       // prefill: through the staging slots
+    bool mapped = false;       // device kernels read w (mapped host addresses) in place
   };
   ExpertPtrs3 slot_ptrs(int32_t slot, int32_t layer) const;
   ExpertPtrs3 host_ptrs(int32_t layer, int32_t expert) const;
+  // Device addresses of an expert in the host store (ColdMode::mapped); valid when mapped_ is set.
+  ExpertPtrs3 mapped_ptrs(int32_t layer, int32_t expert) const;
   void fill_slot(int32_t slot, int32_t layer, int32_t expert, Stream& s);
   // issue() enqueues a copy of `bytes` on s; with a tracer, brackets it with host_fn markers that
   // record an "h2d" span on s's track.
@@ -188,6 +197,7 @@ class OffloadExecutor final : public MoeExecutor {
   std::unique_ptr<Event> compute_done_;                 // last step's kernels (slot refills wait)
   std::array<std::unique_ptr<Event>, 2> staging_free_;  // the kernels that last read a staging slot
   HostBuffer step_host_, partial_host_;                 // pinned: table | weights | ids, CPU partial sum
+  std::vector<const uint8_t*> mapped_;                  // (3·n_layer) device views of the store regions
   DeviceBuffer step_dev_, partial_dev_;
 };
 

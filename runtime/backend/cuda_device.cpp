@@ -147,6 +147,16 @@ class CudaDevice final : public Device {
     return HostRegistration(p, true, [](void* q) { (void)cudaHostUnregister(q); });
   }
 
+  const void* mapped_view(const void* host) override {
+    void* d = nullptr;
+    const cudaError_t st = cudaHostGetDevicePointer(&d, const_cast<void*>(host), 0);
+    if (st != cudaSuccess) {
+      (void)cudaGetLastError();  // pageable, or not mapped: not an error for the caller
+      return nullptr;
+    }
+    return d;
+  }
+
   void synchronize() override { FERRY_CUDA_CHECK(cudaDeviceSynchronize()); }
   void note_copy(int dir, size_t bytes) { count_copy(dir, bytes); }
 

@@ -166,6 +166,10 @@ class Device {
   // pinned=true tries to page-lock (cudaMallocHost); on failure it warns and returns pageable memory.
   virtual HostBuffer alloc_host(size_t bytes, bool pinned = true) = 0;
   virtual HostRegistration register_host(void* p, size_t bytes) = 0;
+  // The address through which device kernels read host memory in place (mapped pinned memory:
+  // cudaMallocHost'd or registered), or nullptr when the device cannot (pageable memory). sim:
+  // the host address itself (its kernels run on the host).
+  virtual const void* mapped_view(const void* host) = 0;
   virtual void synchronize() = 0;  // all streams of this device
 
  protected:

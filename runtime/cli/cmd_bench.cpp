@@ -86,8 +86,8 @@ int bench_main(int argc, char** argv) {
   app.add_option("--routing-seed", oa.routing_seed, "seed of --routing uniform|locality")->capture_default_str();
   app.add_option("--prefetch", offa.prefetch, "offload: layers ahead to predict and prefetch (0: off)")
       ->check(CLI::Range(0, 8))->capture_default_str();
-  app.add_option("--cold", offa.cold, "offload: cold experts by auto (cost model), cpu, copy")
-      ->check(CLI::IsMember({"auto", "cpu", "copy"}))->capture_default_str();
+  app.add_option("--cold", offa.cold, "offload: cold experts by auto (cost model), cpu, copy, mapped")
+      ->check(CLI::IsMember({"auto", "cpu", "copy", "mapped"}))->capture_default_str();
   app.add_option("--evict", offa.evict, "offload: eviction lrfu or lru")->check(CLI::IsMember({"lrfu", "lru"}))
       ->capture_default_str();
   app.add_option("--sim-link", offa.sim_link, "sim device link model GBPS[:LATENCY_US]")->capture_default_str();

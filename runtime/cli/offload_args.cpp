@@ -56,8 +56,8 @@ void add_offload_args(CLI::App& app, OffloadArgs& a) {
   app.add_option("--host-load", a.host_load,
                  "fill the host expert store by uring, mmap or alias (no copy)")
       ->check(CLI::IsMember({"uring", "mmap", "alias"}));
-  app.add_option("--cold", a.cold, "cold experts: auto (cost model), cpu, copy")
-      ->check(CLI::IsMember({"auto", "cpu", "copy"}));
+  app.add_option("--cold", a.cold, "cold experts: auto (cost model), cpu, copy, mapped (decode misses read in place from pinned host memory; device flow)")
+      ->check(CLI::IsMember({"auto", "cpu", "copy", "mapped"}));
   app.add_option("--evict", a.evict, "expert cache eviction: lrfu, lru")
       ->check(CLI::IsMember({"lrfu", "lru"}));
   app.add_option("--prefetch", a.prefetch, "layers ahead to predict and prefetch (0: off)")

@@ -5,7 +5,7 @@
 //   --print-plan, --plan-json FILE     the placement (bytes per component, slots, per layer)
 //   --profile FILE, --record-profile FILE   activation profile in / out (placement_profile.hpp)
 //   --host-load uring|mmap|alias       how the host store is filled (sim default: alias)
-//   --cold auto|cpu|copy        force the cold-expert path (default: the cost model decides)
+//   --cold auto|cpu|copy|mapped force the cold-expert path (default: the cost model decides)
 //   --evict lrfu|lru            cache eviction policy
 //   --prefetch N                predictor depth (layers ahead), 0 = no prefetch (default)
 //   --sim-link GBPS[:LAT_US]    sim device's host→device link model (default 13:10, PCIe 4.0 x8)

@@ -327,7 +327,7 @@ TEST(GpuE2eBudget, RealUseStaysInsideTheBudget) {
 // The offload executor on CUDA (device flow behind the host bridge, pinned uring host store) with
 // a device budget that leaves about half of the routed experts off the GPU, against the resident
 // CUDA executor on the same file: every cold path (CPU experts, copy-now, prefill streaming through
-// the staging slots), the budget never exceeded (pool peak, and cudaMemGetInfo against it).
+// the staging slots, decode misses read in place from the mapped pinned store), the budget never exceeded (pool peak, and cudaMemGetInfo against it).
 struct OffloadCase {
   synth::Arch arch;
   synth::QuantMix quant;
@@ -342,7 +342,11 @@ TEST_P(GpuOffload, LogitsMatchResidentInsideTheBudget) {
   const std::string path = write_model(c.arch, c.quant);
   const gguf::File f = gguf::File::open(path);
   const std::string name = std::string(synth::arch_name(c.arch)) + "-tiny-" + std::string(synth::quant_mix_name(c.quant)) +
-                           " cold " + (c.cold == ColdMode::cpu ? "cpu" : c.cold == ColdMode::copy ? "copy" : "auto");
+                           " cold " +
+                           (c.cold == ColdMode::cpu      ? "cpu"
+                            : c.cold == ColdMode::copy   ? "copy"
+                            : c.cold == ColdMode::mapped ? "mapped (decode misses read in place)"
+                                                         : "auto");
   std::mt19937 rng(9);
   std::vector<int32_t> prompt(24), next(8);
   Logits resident, offloaded;
@@ -440,6 +444,9 @@ TEST_P(GpuOffload, LogitsMatchResidentInsideTheBudget) {
     if (c.cold == ColdMode::cpu) {
       EXPECT_GT(st.cpu_experts, 0u);
     }
+    if (c.cold == ColdMode::mapped) {
+      EXPECT_GT(st.mapped, 0u);  // the pinned uring store is mapped into the device's address space
+    }
     if (c.cold == ColdMode::copy) {
       EXPECT_GT(st.streamed, 0u);
       EXPECT_GT(st.copy_now, 0u);
@@ -460,13 +467,17 @@ INSTANTIATE_TEST_SUITE_P(
     Models, GpuOffload,
     ::testing::Values(OffloadCase{synth::Arch::qwen3moe, synth::QuantMix::f32, ColdMode::cpu},
                       OffloadCase{synth::Arch::qwen3moe, synth::QuantMix::f32, ColdMode::copy},
+                      OffloadCase{synth::Arch::qwen3moe, synth::QuantMix::f32, ColdMode::mapped},
                       OffloadCase{synth::Arch::qwen3moe, synth::QuantMix::q4_k_m, ColdMode::auto_},
                       OffloadCase{synth::Arch::qwen3moe, synth::QuantMix::q4_k_m, ColdMode::copy},
                       OffloadCase{synth::Arch::qwen35moe, synth::QuantMix::q4_k_m, ColdMode::cpu},
                       OffloadCase{synth::Arch::qwen35moe, synth::QuantMix::q4_k_m, ColdMode::copy}),
     [](const ::testing::TestParamInfo<OffloadCase>& i) {
       return std::string(synth::arch_name(i.param.arch)) + "_" + std::string(synth::quant_mix_name(i.param.quant)) +
-             (i.param.cold == ColdMode::cpu ? "_cpu" : i.param.cold == ColdMode::copy ? "_copy" : "_auto");
+             (i.param.cold == ColdMode::cpu      ? "_cpu"
+              : i.param.cold == ColdMode::copy   ? "_copy"
+              : i.param.cold == ColdMode::mapped ? "_mapped"
+                                                 : "_auto");
     });
 
 }  // namespace

@@ -266,6 +266,21 @@ TEST_F(OffloadExecutorTest, MinimalSlotsStillCorrect) {
   EXPECT_GT(st.cache.evictions, 0u);
 }
 
+// The smallest and largest routed expert (gate + up + down bytes) over the layers of a model
+// (Q4_K_M mixes give some layers Q6_K down matrices).
+std::pair<uint64_t, uint64_t> expert_bytes_range(const std::string& path) {
+  const gguf::File f = gguf::File::open(path);
+  uint64_t lo = UINT64_MAX, hi = 0;
+  for (int l = 0; f.find_tensor("blk." + std::to_string(l) + ".ffn_up_exps.weight"); ++l) {
+    uint64_t b = 0;
+    for (const char* m : {"gate", "up", "down"})
+      b += f.tensor("blk." + std::to_string(l) + ".ffn_" + m + "_exps.weight").nb[2];
+    lo = std::min(lo, b);
+    hi = std::max(hi, b);
+  }
+  return {lo, hi};
+}
+
 // The device flow (what cuda runs: slot experts as device kernels on a compute stream, streamed
 // prefill experts through the staging slots ordered by events, CPU experts beside them and their
 // sum added on the stream) on the sim device: the same logits as the CPU executor up to float
@@ -286,7 +301,7 @@ TEST_F(OffloadExecutorTest, DeviceFlowMatchesTheCpuExecutor) {
     const int32_t n_vocab = c.model.arch == synth::Arch::qwen35moe ? 512 : 768;
     const auto toks = test::random_tokens(c.n_tok, n_vocab, 31);
     const auto ref = reference(path, toks, c.prefill);
-    for (ColdMode cold : {ColdMode::cpu, ColdMode::copy, ColdMode::auto_}) {
+    for (ColdMode cold : {ColdMode::cpu, ColdMode::copy, ColdMode::auto_, ColdMode::mapped}) {
       for (bool pred : {false, true}) {
         Variant v{HostLoad::alias, cold, pred};
         v.device_flow = true;
@@ -308,6 +323,14 @@ TEST_F(OffloadExecutorTest, DeviceFlowMatchesTheCpuExecutor) {
         if (cold == ColdMode::cpu) {
           EXPECT_EQ(st.cpu_experts, st.misses + st.inflight) << what;
           EXPECT_GT(st.cpu_ms, 0.0) << what;
+        }
+        if (cold == ColdMode::mapped) {
+          EXPECT_GT(st.mapped, 0u) << what;  // decode misses read in place
+          const auto [lo, hi] = expert_bytes_range(path);
+          EXPECT_GE(st.mapped_bytes, st.mapped * lo) << what;
+          EXPECT_LE(st.mapped_bytes, st.mapped * hi) << what;
+        } else {
+          EXPECT_EQ(st.mapped, 0u) << what;
         }
         if (cold == ColdMode::copy) {
           EXPECT_GT(st.streamed, 0u) << what;  // the prefill's cold experts went through staging
@@ -341,6 +364,16 @@ TEST_F(OffloadExecutorTest, BudgetIsChargedAndEnforced) {
   // The budget is full: any further device allocation is refused.
   EXPECT_THROW((void)ex.device().alloc(budget - mem.used_bytes + 256, "extra"), Error);
   // A device budget smaller than the plan: construction fails with a budget error.
+  // --cold mapped reads the host store through the device: the exact (synchronous CPU) flow has
+  // no device kernels to do it.
+  OffloadOptions mapped = o;
+  mapped.cold = ColdMode::mapped;
+  try {
+    OffloadExecutor bad(make_sim_device(d), layers, mapped);
+    FAIL() << "expected --cold mapped to need the device flow";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::invalid_arg) << e.what();
+  }
   DeviceOptions small;
   small.budget_bytes = budget - o.plan.slot_bytes;
   try {
