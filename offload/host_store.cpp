@@ -146,7 +146,8 @@ HostLoad parse_host_load(std::string_view s) {
   if (s == "alias") return HostLoad::alias;
   if (s == "mmap") return HostLoad::mmap;
   if (s == "uring") return HostLoad::uring;
-  fail(ErrorKind::invalid_arg, "--host-load '{}': expected uring, mmap or alias", s);
+  if (s == "registered") return HostLoad::registered;
+  fail(ErrorKind::invalid_arg, "--host-load '{}': expected uring, mmap, registered or alias", s);
 }
 
 const char* host_load_name(HostLoad m) {
@@ -157,6 +158,8 @@ const char* host_load_name(HostLoad m) {
       return "mmap";
     case HostLoad::uring:
       return "uring";
+    case HostLoad::registered:
+      return "registered";
   }
   return "?";
 }
@@ -196,6 +199,28 @@ HostStore::HostStore(Device* device, const std::string& path, std::vector<StoreR
   }
   if (!device)
     fail(ErrorKind::internal, "host store: loading mode {} needs a device", host_load_name(mode));
+  if (mode == HostLoad::registered) {
+    // One registration over the span of the mapping that holds every region (regions may share
+    // pages; registering them one by one would register a page twice).
+    const uint8_t* lo = nullptr;
+    const uint8_t* hi = nullptr;
+    for (const auto& r : regions) {
+      ptr_.push_back(r.mapped);
+      if (!lo || r.mapped < lo) lo = r.mapped;
+      if (!hi || r.mapped + r.bytes > hi) hi = r.mapped + r.bytes;
+    }
+    const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+    auto* b = reinterpret_cast<uint8_t*>(reinterpret_cast<uintptr_t>(lo) / page * page);
+    const auto e = (reinterpret_cast<uintptr_t>(hi) + page - 1) / page * page;
+    check_host_memory(e - reinterpret_cast<uintptr_t>(b), "the routed experts of " + path + " (registered)");
+    const auto t0 = std::chrono::steady_clock::now();
+    registration_ = device->register_host(b, e - reinterpret_cast<uintptr_t>(b));
+    stats_.pinned = registration_.registered();
+    stats_.load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    stats_.load_gbps = stats_.load_ms > 0 ? static_cast<double>(stats_.bytes) / (stats_.load_ms * 1e6) : 0.0;
+    if (progress) progress(1.0);
+    return;
+  }
   uint64_t total = 0;
   for (const auto& r : regions) {
     buf_off_.push_back(total);

@@ -24,8 +24,10 @@
 
 namespace ferry {
 
-enum class HostLoad { alias, mmap, uring };
-HostLoad parse_host_load(std::string_view s);  // "alias" | "mmap" | "uring"
+// alias: the file mapping as it is (pageable); registered: the mapping page-locked in place by the
+// device (no copy; the pages are faulted in once); mmap / uring: copied into pinned memory.
+enum class HostLoad { alias, mmap, uring, registered };
+HostLoad parse_host_load(std::string_view s);  // "alias" | "mmap" | "uring" | "registered"
 const char* host_load_name(HostLoad m);
 
 struct StoreRegion {
@@ -61,6 +63,7 @@ class HostStore {
                   const StoreProgress& progress);
 
   HostBuffer buf_;
+  HostRegistration registration_;  // registered: the span of the mapping that holds the regions
   std::vector<const uint8_t*> ptr_;  // (n_regions)
   std::vector<uint64_t>
       buf_off_;  // (n_regions) where region r's first aligned file byte lands in buf_

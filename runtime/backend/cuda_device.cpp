@@ -137,7 +137,15 @@ class CudaDevice final : public Device {
   }
 
   HostRegistration register_host(void* p, size_t bytes) override {
-    const cudaError_t st = cudaHostRegister(p, bytes, cudaHostRegisterDefault);
+    // Mapped (kernels may read it in place); read-only where the device supports it, which a
+    // PROT_READ file mapping needs.
+    int ro = 0;
+    (void)cudaDeviceGetAttribute(&ro, cudaDevAttrHostRegisterReadOnlySupported, id_);
+    cudaError_t st = cudaHostRegister(p, bytes, cudaHostRegisterMapped | (ro ? cudaHostRegisterReadOnly : 0u));
+    if (st != cudaSuccess && ro) {
+      (void)cudaGetLastError();
+      st = cudaHostRegister(p, bytes, cudaHostRegisterMapped);
+    }
     if (st != cudaSuccess) {
       (void)cudaGetLastError();
       log::warn("cuda: cudaHostRegister of {} failed ({}); copies from it will be pageable (slower)",

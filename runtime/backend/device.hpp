@@ -100,7 +100,9 @@ class HostBuffer {
   Free free_;
 };
 
-// Page-locks existing host memory (an mmapped expert store) for fast copies, until destroyed.
+// Page-locks existing host memory (an mmapped expert store) for fast copies and in-place device
+// reads (mapped; read-only where the device allows, so a PROT_READ file mapping can be registered),
+// until destroyed.
 // registered() is false when the device could not pin it (a warning was logged; copies still work).
 class HostRegistration {
  public:

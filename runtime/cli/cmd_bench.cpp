@@ -94,8 +94,8 @@ int bench_main(int argc, char** argv) {
   app.add_option("--hw-profile", offa.hw_profile, "offload cost-model rates from a hardware profile JSON");
   app.add_option("--sim-flow", offa.sim_flow, "sim device: exact or device (the flow cuda runs)")
       ->check(CLI::IsMember({"exact", "device"}))->capture_default_str();
-  app.add_option("--host-load", offa.host_load, "offload host store fill: uring, mmap, alias")
-      ->check(CLI::IsMember({"uring", "mmap", "alias"}));
+  app.add_option("--host-load", offa.host_load, "offload host store fill: uring, mmap, registered (page-lock the mapping), alias")
+      ->check(CLI::IsMember({"uring", "mmap", "registered", "alias"}));
   app.add_option("-o,--output", output, "output format: md, csv, json, jsonl")->capture_default_str();
   app.add_flag("--no-warmup", no_warmup, "skip the warm-up run before each test");
 

@@ -54,8 +54,8 @@ void add_offload_args(CLI::App& app, OffloadArgs& a) {
                  "activation profile (per-layer expert frequencies) for the initial hot set");
   app.add_option("--record-profile", a.record_profile, "write this run's activation profile");
   app.add_option("--host-load", a.host_load,
-                 "fill the host expert store by uring, mmap or alias (no copy)")
-      ->check(CLI::IsMember({"uring", "mmap", "alias"}));
+                 "fill the host expert store by uring or mmap (copies into pinned memory), registered (the mapping page-locked in place) or alias (the mapping as it is)")
+      ->check(CLI::IsMember({"uring", "mmap", "registered", "alias"}));
   app.add_option("--cold", a.cold, "cold experts: auto (cost model), cpu, copy, mapped (decode misses read in place from pinned host memory; device flow)")
       ->check(CLI::IsMember({"auto", "cpu", "copy", "mapped"}));
   app.add_option("--evict", a.evict, "expert cache eviction: lrfu, lru")

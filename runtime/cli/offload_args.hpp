@@ -4,7 +4,7 @@
 //   --vram SIZE                 device budget (K/M/G suffix); none: every expert resident
 //   --print-plan, --plan-json FILE     the placement (bytes per component, slots, per layer)
 //   --profile FILE, --record-profile FILE   activation profile in / out (placement_profile.hpp)
-//   --host-load uring|mmap|alias       how the host store is filled (sim default: alias)
+//   --host-load uring|mmap|registered|alias   how the host store is filled (sim default: alias)
 //   --cold auto|cpu|copy|mapped force the cold-expert path (default: the cost model decides)
 //   --evict lrfu|lru            cache eviction policy
 //   --prefetch N                predictor depth (layers ahead), 0 = no prefetch (default)

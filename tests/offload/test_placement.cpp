@@ -162,7 +162,7 @@ TEST(HostStore, UringAndMmapReadTheFileBytes) {
       {1500000, 123457, bytes.data() + 1500000},
       {bytes.size() - 5000, 5000, bytes.data() + bytes.size() - 5000}};
   auto dev = make_sim_device(DeviceOptions{});
-  for (HostLoad mode : {HostLoad::uring, HostLoad::mmap, HostLoad::alias}) {
+  for (HostLoad mode : {HostLoad::uring, HostLoad::mmap, HostLoad::registered, HostLoad::alias}) {
     double last = 0;
     HostStore s(dev.get(), path, regions, mode, [&](double f) { last = f; });
     EXPECT_DOUBLE_EQ(last, 1.0) << host_load_name(mode);
@@ -170,10 +170,13 @@ TEST(HostStore, UringAndMmapReadTheFileBytes) {
     for (size_t r = 0; r < regions.size(); ++r)
       EXPECT_EQ(std::memcmp(s.data(r), bytes.data() + regions[r].file_offset, regions[r].bytes), 0)
           << host_load_name(mode) << " region " << r;
-    if (mode != HostLoad::alias) {
+    if (mode == HostLoad::uring || mode == HostLoad::mmap) {
       EXPECT_GT(s.stats().load_gbps, 0.0);
       EXPECT_NE(s.data(0), regions[0].mapped);  // a copy, not the mapping
+    } else {
+      EXPECT_EQ(s.data(0), regions[0].mapped);  // the mapping itself (registered: page-locked in place)
     }
+    EXPECT_EQ(s.stats().pinned, mode != HostLoad::alias) << host_load_name(mode);
   }
   // A region past the end of the file is an I/O error, not garbage.
   const std::vector<StoreRegion> past = {{bytes.size() - 10, 4096, nullptr}};
