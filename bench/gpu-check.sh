@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/gpu-check.sh [BUNDLE_DIR] — the one script run on the GPU test machine (see
+# bench/gpu-check.sh [BUNDLE_DIR | BUNDLE.tar.xz] — the one script run on the GPU test machine (see
 # bench/gpu-bundle.sh for how the bundle is made; default bundle build-gpu/gpu-bundle). Prints
 # nvidia-smi, runs every backend and GPU test program, a compute-sanitizer memcheck pass over the
 # kernel tests when the tool exists and time allows, the end-to-end and offload benchmarks on a
@@ -10,8 +10,13 @@
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bundle="${1:-$root/build-gpu/gpu-bundle}"
+logs="${OUT:-$(dirname "$bundle")/gpu-check-out}"
+if [[ -f "$bundle" && "$bundle" == *.tar.xz ]]; then  # the carried archive of bench/gpu-bundle.sh
+  unpack="${TMPDIR:-/tmp}/ferry-bundle"
+  rm -rf "$unpack" && mkdir -p "$unpack" && tar -xJf "$bundle" -C "$unpack" || { echo "gpu-check: cannot unpack $bundle" >&2; exit 2; }
+  bundle="$(find "$unpack" -mindepth 1 -maxdepth 1 -type d | head -1)"
+fi
 [[ -d "$bundle/bin" ]] || { echo "gpu-check: no bundle at $bundle (make one with bench/gpu-bundle.sh)" >&2; exit 2; }
-logs="${OUT:-$bundle/../gpu-check-out}"
 mkdir -p "$logs"
 budget_s=${GPU_CHECK_BUDGET_S:-450}
 t_start=$SECONDS
@@ -82,7 +87,7 @@ if [[ -x "$bundle/bin/bench_gpu_e2e" ]]; then
       # the model's own (near-uniform) routing and the locality generator, one table from ferry bench.
       left=$((budget_s - (SECONDS - t_start)))
       if ((left > 90)); then
-        vrams="none,16G,12G"; [[ "$preset" == small ]] && vrams="none,1G,600M"
+        vrams="none,16G,12G"; [[ "$preset" == small ]] && vrams="none,1400M,1200M"
         run_prog "offload-bench-$preset" $((left > 240 ? 240 : left - 20)) "$bundle/bin/ferry" bench -m "$model" \
           --device cuda --vram "$vrams" --routing model,locality -p 512 -n 64 -r 1 -o md
         offload_summary="$(grep -E '^\||host store' "$logs/offload-bench-$preset.log")"
