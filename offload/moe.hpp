@@ -34,6 +34,9 @@ struct MoeDeviceIo {
   const float* x = nullptr;               // (n_tokens, n_embd) device
   const int32_t* expert_ids = nullptr;    // (n_tokens, top_k) device, the router's choice
   const float* expert_weights = nullptr;  // (n_tokens, top_k) device
+  // steady_clock nanoseconds when the routing reached the host: the GPU has nothing queued from
+  // here until the executor enqueues the step's work (its "sync" idle time).
+  int64_t ready_ns = 0;
 };
 
 struct MoeRequest {

@@ -168,6 +168,8 @@ void OffloadExecutor::init() {
   if (compute_) {
     compute_done_ = device_->create_event();
     for (auto& e : staging_free_) e = device_->create_event();
+    for (auto* e : {&kernels_done_, &cpu_ready_, &stream_begin_, &stream_end_}) *e = device_->create_event();
+    st_.device_flow = true;
     // Step buffers for max_batch tokens now, so a plan's step_bytes covers them.
     const StepLayout worst = StepLayout::worst(o_.max_batch, plan.in.n_expert_used, plan.in.n_expert);
     step_host_ = device_->alloc_host(worst.total, true);
@@ -430,6 +432,7 @@ void OffloadExecutor::run(const MoeRequest& req) {
   }
   last_layer_ = req.layer;
   ++st_.steps;
+  step_wait0_ = st_.wait_ms;
   if (counters_) counters_->vram_in_use(device_->memory().used_bytes);
   prefetcher_->poll();
   y_.resize(static_cast<size_t>(req.n_tokens) * static_cast<size_t>(req.top_k) *
@@ -546,6 +549,7 @@ void OffloadExecutor::run_device(const MoeRequest& req, const std::vector<Resolv
   // The host staging buffers are rewritten below: the copies of the previous step must have run
   // (on cuda the bridge's synchronisation has already seen to it; this is then a no-op).
   compute_done_->synchronize();
+  collect_device_waits();
 
   // The step's table: slot experts first, then the two staging slots; local ids per pair.
   std::vector<ExpertPtrs3> table;
@@ -594,6 +598,14 @@ void OffloadExecutor::run_device(const MoeRequest& req, const std::vector<Resolv
       if (const int32_t s = stream_index[static_cast<size_t>(req.expert_ids[p])]; s >= 0)
         pairs[fill[static_cast<size_t>(s)]++] = static_cast<int32_t>(p);
   }
+  if (req.device && req.device->ready_ns > 0) {
+    // The compute stream idled from the routing's arrival until this first enqueue, less what the
+    // host spent waiting on copies (counted as copy).
+    const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+    const double idle_ms = std::max(0.0, static_cast<double>(now - req.device->ready_ns) / 1e6 - (st_.wait_ms - step_wait0_));
+    st_.device_wait_ms[static_cast<int>(WaitCause::sync)] += idle_ms;
+    if (counters_) counters_->wait(WaitCause::sync, static_cast<uint64_t>(idle_ms * 1e6));
+  }
   compute_->copy_h2d(step_dev_.data(), h, total);
   auto* d = static_cast<uint8_t*>(step_dev_.data());
   const auto* d_table = reinterpret_cast<const ExpertPtrs3*>(d);
@@ -612,6 +624,10 @@ void OffloadExecutor::run_device(const MoeRequest& req, const std::vector<Resolv
     compute_->memset(req.out, 0, static_cast<size_t>(n * E) * sizeof(float));
   // Streamed experts: copy i+2 waits for the kernels that read copy i; the compute stream waits
   // for each copy. The host only enqueues.
+  if (!streamed.empty()) {
+    compute_->record(*stream_begin_);
+    st_.stream_bytes += shape.expert_bytes() * streamed.size();
+  }
   for (size_t i = 0; i < streamed.size(); ++i) {
     const size_t b = i % 2;
     demand_->wait(*staging_free_[b]);
@@ -622,8 +638,13 @@ void OffloadExecutor::run_device(const MoeRequest& req, const std::vector<Resolv
                            pair_start[i + 1] - pair_start[i], d_w, static_cast<int32_t>(K), x_dev, req.out, *compute_);
     compute_->record(*staging_free_[b]);
   }
+  if (!streamed.empty()) {
+    compute_->record(*stream_end_);
+    pending_stream_ = true;
+  }
   // CPU experts while the device works; their sum is added on the compute stream.
   if (!cpu.empty()) {
+    compute_->record(*kernels_done_);
     const auto tc = Clock::now();
     const size_t bytes = static_cast<size_t>(n * E) * sizeof(float);
     grow(*device_, partial_host_, bytes);
@@ -633,6 +654,8 @@ void OffloadExecutor::run_device(const MoeRequest& req, const std::vector<Resolv
       partial_dev_ = DeviceBuffer();
       partial_dev_ = device_->alloc(bytes, "offload cpu expert sum");
     }
+    compute_->record(*cpu_ready_);  // the device idled from kernels_done_ to here if it finished first
+    pending_cpu_wait_ = true;
     compute_->copy_h2d(partial_dev_.data(), partial_host_.data(), bytes);
     kernels_->add(req.out, partial_dev_.f32(), n * E, *compute_);
     st_.cpu_ms += ms_since(tc);
@@ -713,9 +736,23 @@ void OffloadExecutor::set_counters(StatsCounters* c) {
   prefetcher_->set_counters(c);
 }
 
+void OffloadExecutor::collect_device_waits() {
+  if (pending_cpu_wait_) {
+    const double ms = std::max(0.0, cpu_ready_->elapsed_ms_since(*kernels_done_));
+    st_.device_wait_ms[static_cast<int>(WaitCause::cpu_expert)] += ms;
+    if (counters_) counters_->wait(WaitCause::cpu_expert, static_cast<uint64_t>(ms * 1e6));
+    pending_cpu_wait_ = false;
+  }
+  if (pending_stream_) {
+    st_.stream_gpu_ms += std::max(0.0, stream_end_->elapsed_ms_since(*stream_begin_));
+    pending_stream_ = false;
+  }
+}
+
 void OffloadExecutor::drain() {
   device_->synchronize();
   prefetcher_->poll();
+  if (compute_) collect_device_waits();
 }
 
 OffloadStats OffloadExecutor::stats() const {
@@ -732,6 +769,7 @@ OffloadStats OffloadExecutor::stats() const {
 void OffloadExecutor::reset_stats() {
   const auto L = st_.layer_uses.size();
   st_ = OffloadStats{};
+  st_.device_flow = compute_ != nullptr;
   st_.layer_uses.assign(L, 0);
   st_.layer_hits.assign(L, 0);
   prefetcher_->reset_counters();
@@ -769,6 +807,18 @@ std::string offload_stats_text(const OffloadStats& s) {
       s.memory.budget_bytes == UINT64_MAX ? 0.0
                                           : static_cast<double>(s.memory.budget_bytes) / 1048576.0,
       s.rates.source, s.rates.h2d_gbps, s.rates.cpu_gbps, s.rates.device_gbps);
+  if (s.device_flow) {
+    t += fmt::format(
+        "offload: device idle {:.3f} ms/token waiting for copies, {:.3f} for CPU experts, {:.3f} for the host "
+        "(sync + decisions)",
+        s.wait_ms / tok, s.device_wait_ms[static_cast<int>(WaitCause::cpu_expert)] / tok,
+        s.device_wait_ms[static_cast<int>(WaitCause::sync)] / tok);
+    if (s.stream_bytes)
+      t += fmt::format("; prefill streaming {:.1f} MB in {:.1f} ms of device time, its kernels included ({:.2f} GB/s)",
+                       static_cast<double>(s.stream_bytes) / 1e6, s.stream_gpu_ms,
+                       s.stream_gpu_ms > 0 ? static_cast<double>(s.stream_bytes) / (s.stream_gpu_ms * 1e6) : 0.0);
+    t += "\n";
+  }
   t += fmt::format("offload: host store {} ({}{}), {:.1f} MB", host_load_name(s.store.mode),
                    s.store.pinned ? "pinned" : "pageable", s.store.direct_io ? ", O_DIRECT" : "",
                    static_cast<double>(s.store.bytes) / 1e6);

@@ -103,6 +103,15 @@ struct OffloadStats {
   double wait_ms = 0;       // host time blocked on copies (demand, stream, prefetch waits)
   double cpu_ms = 0, compute_ms = 0;
   std::vector<uint64_t> layer_uses, layer_hits;  // (n_layer)
+  // Device flow: time the compute stream sat idle, by cause (WaitCause order: copy, cpu_expert,
+  // sync). copy: host waits on demand copies and prefetches before the step's kernels could be
+  // queued; cpu_expert: from the end of the step's device kernels to the upload of the CPU
+  // experts' sum (events); sync: from the routing reaching the host (the bridge) to the step's
+  // first enqueue, less the copy waits. Prefill streaming: its GPU time (events) and bytes.
+  bool device_flow = false;
+  double device_wait_ms[3] = {0, 0, 0};
+  double stream_gpu_ms = 0;
+  uint64_t stream_bytes = 0;
   PrefetchCounters prefetch;
   CacheCounters cache;
   MemoryStats memory;
@@ -198,6 +207,11 @@ class OffloadExecutor final : public MoeExecutor {
   std::array<std::unique_ptr<Event>, 2> staging_free_;  // the kernels that last read a staging slot
   HostBuffer step_host_, partial_host_;                 // pinned: table | weights | ids, CPU partial sum
   std::vector<const uint8_t*> mapped_;                  // (3·n_layer) device views of the store regions
+  // Idle-time measurement (OffloadStats::device_wait_ms): events read back one step later.
+  std::unique_ptr<Event> kernels_done_, cpu_ready_, stream_begin_, stream_end_;
+  bool pending_cpu_wait_ = false, pending_stream_ = false;
+  double step_wait0_ = 0;  // st_.wait_ms when the step began
+  void collect_device_waits();  // the compute stream has run everything recorded so far
   DeviceBuffer step_dev_, partial_dev_;
 };
 

@@ -3,6 +3,7 @@
 #include "runtime/core/error.hpp"
 
 #if FERRY_HAVE_CUDA
+#include <chrono>
 #include <cuda_runtime_api.h>
 
 #include "kernels/cuda/check.cuh"
@@ -39,7 +40,10 @@ class CudaMoeBridge final : public MoeExecutor {
     FERRY_CUDA_CHECK(cudaMemcpyAsync(ids, req.expert_ids, nk * 4, cudaMemcpyDeviceToHost, s_));
     FERRY_CUDA_CHECK(cudaMemcpyAsync(w, req.expert_weights, nk * 4, cudaMemcpyDeviceToHost, s_));
     FERRY_CUDA_CHECK(cudaStreamSynchronize(s_));
-    const MoeDeviceIo io{req.x, req.expert_ids, req.expert_weights};
+    const MoeDeviceIo io{req.x, req.expert_ids, req.expert_weights,
+                         std::chrono::duration_cast<std::chrono::nanoseconds>(
+                             std::chrono::steady_clock::now().time_since_epoch())
+                             .count()};
     MoeRequest h = req;
     h.x = x;
     h.expert_ids = ids;

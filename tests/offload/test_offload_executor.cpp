@@ -336,6 +336,16 @@ TEST_F(OffloadExecutorTest, DeviceFlowMatchesTheCpuExecutor) {
           EXPECT_GT(st.streamed, 0u) << what;  // the prefill's cold experts went through staging
           EXPECT_GT(st.copy_now, 0u) << what;
           EXPECT_EQ(st.cpu_experts, 0u) << what;
+          // Streaming measured on the compute stream by events: bytes and a positive device time.
+          EXPECT_GT(st.stream_bytes, 0u) << what;
+          EXPECT_GT(st.stream_gpu_ms, 0.0) << what;
+        }
+        EXPECT_TRUE(st.device_flow) << what;
+        for (double w : st.device_wait_ms) EXPECT_TRUE(std::isfinite(w) && w >= 0) << what;
+        if (cold == ColdMode::cpu) {
+          // The sim "kernels" take about as long as the CPU experts beside them on this machine;
+          // whichever finished first, the idle time is measured and cannot exceed the run time.
+          EXPECT_LE(st.device_wait_ms[static_cast<int>(WaitCause::cpu_expert)], st.compute_ms) << what;
         }
       }
     }
