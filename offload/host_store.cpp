@@ -200,22 +200,32 @@ HostStore::HostStore(Device* device, const std::string& path, std::vector<StoreR
   if (!device)
     fail(ErrorKind::internal, "host store: loading mode {} needs a device", host_load_name(mode));
   if (mode == HostLoad::registered) {
-    // One registration over the span of the mapping that holds every region (regions may share
-    // pages; registering them one by one would register a page twice).
-    const uint8_t* lo = nullptr;
-    const uint8_t* hi = nullptr;
+    // The regions' pages, merged into runs (neighbouring regions may share a page, which must not
+    // be registered twice; the dense tensors between layers are left alone).
+    const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+    std::vector<std::pair<uintptr_t, uintptr_t>> runs;
     for (const auto& r : regions) {
       ptr_.push_back(r.mapped);
-      if (!lo || r.mapped < lo) lo = r.mapped;
-      if (!hi || r.mapped + r.bytes > hi) hi = r.mapped + r.bytes;
+      const auto a = reinterpret_cast<uintptr_t>(r.mapped);
+      runs.emplace_back(a / page * page, (a + r.bytes + page - 1) / page * page);
     }
-    const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-    auto* b = reinterpret_cast<uint8_t*>(reinterpret_cast<uintptr_t>(lo) / page * page);
-    const auto e = (reinterpret_cast<uintptr_t>(hi) + page - 1) / page * page;
-    check_host_memory(e - reinterpret_cast<uintptr_t>(b), "the routed experts of " + path + " (registered)");
+    std::sort(runs.begin(), runs.end());
+    std::vector<std::pair<uintptr_t, uintptr_t>> merged;
+    uint64_t pinned_bytes = 0;
+    for (const auto& r : runs) {
+      if (!merged.empty() && r.first <= merged.back().second)
+        merged.back().second = std::max(merged.back().second, r.second);
+      else
+        merged.push_back(r);
+    }
+    for (const auto& m : merged) pinned_bytes += m.second - m.first;
+    check_host_memory(pinned_bytes, "the routed experts of " + path + " (registered)");
     const auto t0 = std::chrono::steady_clock::now();
-    registration_ = device->register_host(b, e - reinterpret_cast<uintptr_t>(b));
-    stats_.pinned = registration_.registered();
+    stats_.pinned = true;
+    for (const auto& m : merged) {
+      registrations_.push_back(device->register_host(reinterpret_cast<void*>(m.first), m.second - m.first));
+      stats_.pinned = stats_.pinned && registrations_.back().registered();
+    }
     stats_.load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     stats_.load_gbps = stats_.load_ms > 0 ? static_cast<double>(stats_.bytes) / (stats_.load_ms * 1e6) : 0.0;
     if (progress) progress(1.0);

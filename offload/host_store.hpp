@@ -63,7 +63,7 @@ class HostStore {
                   const StoreProgress& progress);
 
   HostBuffer buf_;
-  HostRegistration registration_;  // registered: the span of the mapping that holds the regions
+  std::vector<HostRegistration> registrations_;  // registered: the regions' pages, merged into runs
   std::vector<const uint8_t*> ptr_;  // (n_regions)
   std::vector<uint64_t>
       buf_off_;  // (n_regions) where region r's first aligned file byte lands in buf_

@@ -291,7 +291,7 @@ void OffloadExecutor::stage(int32_t layer, const Resolved& r, size_t b) {
 }
 
 OffloadExecutor::Resolved OffloadExecutor::resolve(int32_t layer, int32_t expert, int64_t n_tokens,
-                                                   uint64_t now) {
+                                                   uint64_t now, bool decode) {
   Resolved r;
   r.expert = expert;
   const uint64_t bytes = shapes_[static_cast<size_t>(layer)].expert_bytes();
@@ -299,7 +299,7 @@ OffloadExecutor::Resolved OffloadExecutor::resolve(int32_t layer, int32_t expert
   ++st_.layer_uses[static_cast<size_t>(layer)];
   int32_t slot = cache_->access(layer, expert, now);
   // --cold mapped, decode: what is not ready in a slot is read in place over the link.
-  const bool map_now = o_.cold == ColdMode::mapped && n_tokens == 1;
+  const bool map_now = o_.cold == ColdMode::mapped && decode;
   const auto read_mapped = [&] {
     ++st_.mapped;
     st_.mapped_bytes += bytes;
@@ -389,7 +389,7 @@ OffloadExecutor::Resolved OffloadExecutor::resolve(int32_t layer, int32_t expert
   r.w = host_ptrs(layer, expert);
   // Decode: bring it in behind the CPU compute, so the cache follows the routing's locality (a
   // prefill would push out the decode working set for experts used once).
-  if (n_tokens == 1 && o_.admit && c != ColdChoice::copy_now)
+  if (decode && o_.admit && c != ColdChoice::copy_now)
     prefetcher_->admit(layer, expert, now);
   return r;
 }
@@ -437,8 +437,24 @@ void OffloadExecutor::run(const MoeRequest& req) {
   prefetcher_->poll();
   y_.resize(static_cast<size_t>(req.n_tokens) * static_cast<size_t>(req.top_k) *
             static_cast<size_t>(req.n_embd));
+  // Every slot pinned for this step is unpinned however the step ends — in the device flow only
+  // once compute_done_ covers the kernels that read it (a refill waits for it: fill_slot).
+  std::vector<Resolved> used;
+  struct Unpin {
+    OffloadExecutor& ex;
+    const std::vector<Resolved>& used;
+    ~Unpin() {
+      if (ex.compute_ && !ex.step_recorded_) try {
+          ex.compute_->record(*ex.compute_done_);
+        } catch (...) {
+        }
+      for (const Resolved& x : used)
+        if (x.pinned_slot >= 0) ex.cache_->unpin(x.pinned_slot);
+    }
+  } unpin{*this, used};
+  step_recorded_ = false;
   if (req.n_tokens == 1) {
-    std::vector<Resolved> r;
+    std::vector<Resolved>& r = used;
     // Present experts first (pinned), then predictions may evict anything else, then the misses.
     std::vector<int32_t> missing;
     for (int32_t s = 0; s < req.top_k; ++s) r.push_back(Resolved{});
@@ -446,30 +462,38 @@ void OffloadExecutor::run(const MoeRequest& req) {
       const int32_t e = req.expert_ids[s];
       const int32_t slot = cache_->find(req.layer, e);
       if (slot >= 0 && cache_->state(slot) == SlotState::ready)
-        r[static_cast<size_t>(s)] = resolve(req.layer, e, 1, tick_);
+        r[static_cast<size_t>(s)] = resolve(req.layer, e, 1, tick_, true);
       else
         missing.push_back(s);
     }
     predict_and_prefetch(req);
     for (int32_t s : missing)
-      r[static_cast<size_t>(s)] = resolve(req.layer, req.expert_ids[s], 1, tick_);
+      r[static_cast<size_t>(s)] = resolve(req.layer, req.expert_ids[s], 1, tick_, true);
     if (compute_)
       run_device(req, r);
     else
       run_decode(req, r);
   } else {
     if (compute_) {
-      // Resolve (and pin) this step's experts before predictions may evict slots.
+      // Resolve (and pin) this step's experts before predictions may evict slots. A token names
+      // each expert once (top-k): the streamed experts' pair lists rely on it.
       std::vector<int64_t> count(static_cast<size_t>(W.n_expert), 0);
-      for (int64_t i = 0; i < int64_t{req.n_tokens} * req.top_k; ++i) ++count[static_cast<size_t>(req.expert_ids[i])];
-      std::vector<Resolved> used;
+      for (int64_t t = 0; t < req.n_tokens; ++t)
+        for (int32_t j = 0; j < req.top_k; ++j) {
+          const int32_t e = req.expert_ids[t * req.top_k + j];
+          for (int32_t i = 0; i < j; ++i)
+            if (req.expert_ids[t * req.top_k + i] == e)
+              fail(ErrorKind::internal, "MoE step layer {}: token {} routes to expert {} twice", req.layer, t, e);
+          ++count[static_cast<size_t>(e)];
+        }
       for (int32_t e = 0; e < W.n_expert; ++e)
-        if (count[static_cast<size_t>(e)] > 0) used.push_back(resolve(req.layer, e, count[static_cast<size_t>(e)], tick_));
+        if (count[static_cast<size_t>(e)] > 0)
+          used.push_back(resolve(req.layer, e, count[static_cast<size_t>(e)], tick_, false));
       predict_and_prefetch(req);
       run_device(req, used);
     } else {
       predict_and_prefetch(req);
-      run_prefill(req);
+      run_prefill(req, used);
     }
   }
 }
@@ -531,21 +555,6 @@ void OffloadExecutor::run_device(const MoeRequest& req, const std::vector<Resolv
   const int64_t n = req.n_tokens, K = req.top_k, E = req.n_embd, nk = n * K;
   const float* x_dev = req.device ? req.device->x : req.x;  // sim: host memory is device memory
   const auto t0 = Clock::now();
-  // However the step ends, its slots are unpinned after compute_done_ covers the kernels that
-  // read them (an exception half-way must not leave slots pinned for good).
-  struct Unpin {
-    OffloadExecutor& ex;
-    const std::vector<Resolved>& used;
-    bool recorded = false;
-    ~Unpin() {
-      if (!recorded) try {
-          ex.compute_->record(*ex.compute_done_);
-        } catch (...) {
-        }
-      for (const Resolved& x : used)
-        if (x.pinned_slot >= 0) ex.cache_->unpin(x.pinned_slot);
-    }
-  } unpin{*this, used};
   // The host staging buffers are rewritten below: the copies of the previous step must have run
   // (on cuda the bridge's synchronisation has already seen to it; this is then a no-op).
   compute_done_->synchronize();
@@ -661,7 +670,7 @@ void OffloadExecutor::run_device(const MoeRequest& req, const std::vector<Resolv
     st_.cpu_ms += ms_since(tc);
   }
   compute_->record(*compute_done_);
-  unpin.recorded = true;  // the slots are unpinned on return: a refill waits for compute_done_
+  step_recorded_ = true;  // run() unpins the slots on return: a refill waits for compute_done_
   // The CPU forward reads `out` as soon as run() returns; the CUDA forward's next ops are queued
   // behind the kernels on the same stream.
   if (device_->kind() != DeviceKind::cuda) compute_->synchronize();
@@ -682,18 +691,17 @@ void OffloadExecutor::run_decode(const MoeRequest& req, std::vector<Resolved>& r
   compute_decode(shapes_[static_cast<size_t>(req.layer)], req.x, w, all, y_.data());
   weighted_sum(req, y_.data());
   st_.compute_ms += ms_since(t0);
-  for (const Resolved& x : r)
-    if (x.pinned_slot >= 0) cache_->unpin(x.pinned_slot);
 }
 
-void OffloadExecutor::run_prefill(const MoeRequest& req) {
+void OffloadExecutor::run_prefill(const MoeRequest& req, std::vector<Resolved>& used) {
   const MoeLayerWeights& W = layers_[static_cast<size_t>(req.layer)];
   const ExpertShape& shape = shapes_[static_cast<size_t>(req.layer)];
   const ExpertBatch batch(shape, req, W.n_expert);
   std::vector<Resolved> direct, streamed;
   for (int32_t e = 0; e < W.n_expert; ++e) {
     if (batch.group_size(e) == 0) continue;
-    Resolved r = resolve(req.layer, e, batch.group_size(e), tick_);
+    Resolved r = resolve(req.layer, e, batch.group_size(e), tick_, false);
+    used.push_back(r);  // unpinned by run()
     (r.stream ? streamed : direct).push_back(r);
   }
   const auto t0 = Clock::now();
@@ -727,8 +735,6 @@ void OffloadExecutor::run_prefill(const MoeRequest& req) {
   }
   weighted_sum(req, y_.data());
   st_.compute_ms += ms_since(t0);
-  for (const Resolved& x : direct)
-    if (x.pinned_slot >= 0) cache_->unpin(x.pinned_slot);
 }
 
 void OffloadExecutor::set_counters(StatsCounters* c) {
@@ -737,7 +743,7 @@ void OffloadExecutor::set_counters(StatsCounters* c) {
 }
 
 void OffloadExecutor::collect_device_waits() {
-  if (pending_cpu_wait_) {
+  if (pending_cpu_wait_) {  // (both events recorded before the flag was set)
     const double ms = std::max(0.0, cpu_ready_->elapsed_ms_since(*kernels_done_));
     st_.device_wait_ms[static_cast<int>(WaitCause::cpu_expert)] += ms;
     if (counters_) counters_->wait(WaitCause::cpu_expert, static_cast<uint64_t>(ms * 1e6));
@@ -774,6 +780,7 @@ void OffloadExecutor::reset_stats() {
   st_.layer_hits.assign(L, 0);
   prefetcher_->reset_counters();
   cache_->reset_counters();
+  pending_cpu_wait_ = pending_stream_ = false;  // a step before the reset is not counted after it
 }
 
 std::string offload_stats_text(const OffloadStats& s) {

@@ -165,13 +165,15 @@ class OffloadExecutor final : public MoeExecutor {
   // record an "h2d" span on s's track.
   void traced_copy(Stream& s, int32_t layer, int32_t expert, uint64_t bytes, const std::function<void()>& issue);
   int32_t track_of(const Stream& s);
-  Resolved resolve(int32_t layer, int32_t expert, int64_t n_tokens, uint64_t now);
+  // n_tokens: the expert's tokens in this step (the cost model's batch); decode: a one-token step
+  // (prefill groups of one token are not admitted nor read in place).
+  Resolved resolve(int32_t layer, int32_t expert, int64_t n_tokens, uint64_t now, bool decode);
   // Copies a streamed expert (r.w: host store) into staging slot b on the demand stream and
   // records staging_done_[b].
   void stage(int32_t layer, const Resolved& r, size_t b);
   void init();
   void run_decode(const MoeRequest& req, std::vector<Resolved>& r);
-  void run_prefill(const MoeRequest& req);
+  void run_prefill(const MoeRequest& req, std::vector<Resolved>& used);
   // The device flow's step; `used`: one Resolved per distinct expert of the step.
   void run_device(const MoeRequest& req, const std::vector<Resolved>& used);
   void cpu_part(const MoeRequest& req, const std::vector<Resolved>& cpu, float* partial);
@@ -211,6 +213,7 @@ class OffloadExecutor final : public MoeExecutor {
   std::unique_ptr<Event> kernels_done_, cpu_ready_, stream_begin_, stream_end_;
   bool pending_cpu_wait_ = false, pending_stream_ = false;
   double step_wait0_ = 0;  // st_.wait_ms when the step began
+  bool step_recorded_ = false;  // device flow: compute_done_ covers this step's kernels
   void collect_device_waits();  // the compute stream has run everything recorded so far
   DeviceBuffer step_dev_, partial_dev_;
 };

@@ -84,10 +84,11 @@ __global__ void __launch_bounds__(32 * kWarps)
   const int64_t row = int64_t{blockIdx.x} * kWarps + (threadIdx.x >> 5);
   if (row >= n_embd) return;
   const int64_t ts = pairs[blockIdx.y];
-  const float v = weights[ts] * down_row<T>(*expert, row, n_ff, h + int64_t{blockIdx.y} * n_ff);
+  // The grouped kernel's operations for one slot: total = 0 + w·d, then y + total.
+  const float v = __fadd_rn(0.f, __fmul_rn(weights[ts], down_row<T>(*expert, row, n_ff, h + int64_t{blockIdx.y} * n_ff)));
   if ((threadIdx.x & 31) == 0) {
     float* o = y + (ts / k) * n_embd + row;
-    *o = *o + v;
+    *o = __fadd_rn(*o, v);
   }
 }
 
@@ -105,11 +106,12 @@ __global__ void __launch_bounds__(32 * kWarps)
   for (int j = 0; j < k; ++j) {
     const int32_t e = ids[t * k + j];
     if (e < 0) continue;
-    total += weights[t * k + j] * down_row<T>(table[e], row, n_ff, h + (t * k + j) * n_ff);
+    // Explicit roundings (no FMA contraction): moe_expert_pairs does the same operations.
+    total = __fadd_rn(total, __fmul_rn(weights[t * k + j], down_row<T>(table[e], row, n_ff, h + (t * k + j) * n_ff)));
   }
   if (lane == 0) {
     float* o = y + t * n_embd + row;
-    *o = accumulate ? *o + total : total;
+    *o = accumulate ? __fadd_rn(*o, total) : total;
   }
 }
 

@@ -141,11 +141,7 @@ class CudaDevice final : public Device {
     // PROT_READ file mapping needs.
     int ro = 0;
     (void)cudaDeviceGetAttribute(&ro, cudaDevAttrHostRegisterReadOnlySupported, id_);
-    cudaError_t st = cudaHostRegister(p, bytes, cudaHostRegisterMapped | (ro ? cudaHostRegisterReadOnly : 0u));
-    if (st != cudaSuccess && ro) {
-      (void)cudaGetLastError();
-      st = cudaHostRegister(p, bytes, cudaHostRegisterMapped);
-    }
+    const cudaError_t st = cudaHostRegister(p, bytes, cudaHostRegisterMapped | (ro ? cudaHostRegisterReadOnly : 0u));
     if (st != cudaSuccess) {
       (void)cudaGetLastError();
       log::warn("cuda: cudaHostRegister of {} failed ({}); copies from it will be pageable (slower)",

@@ -110,11 +110,16 @@ void run_case(GgmlType t_gu, GgmlType t_down, int64_t n_embd, int64_t n_ff, int6
   // the grouped kernels with every other slot masked out, accumulating onto y0.
   const int32_t e0 = ids[0] >= 0 ? ids[0] : ids[k - 1 >= 1 ? k - 1 : 0];
   if (e0 < 0) return;
-  std::vector<int32_t> masked(ids.size()), pairs;
-  for (size_t p = 0; p < ids.size(); ++p) {
-    masked[p] = ids[p] == e0 ? e0 : -1;
-    if (ids[p] == e0) pairs.push_back(static_cast<int32_t>(p));
-  }
+  // This routing may name an expert twice in one token (6 experts, k up to 8); real top-k does
+  // not, and moe_expert_pairs requires distinct tokens: keep each token's first e0 only.
+  std::vector<int32_t> masked(ids.size(), -1), pairs;
+  for (int64_t t = 0; t < n_tokens; ++t)
+    for (int j = 0; j < k; ++j)
+      if (ids[t * k + j] == e0) {
+        masked[t * k + j] = e0;
+        pairs.push_back(static_cast<int32_t>(t * k + j));
+        break;
+      }
   DevBuf<int32_t> dmasked(masked), dpairs(pairs);
   DevBuf<float> dy_ref(y0), dy_pairs(y0), dh_pairs(pairs.size() * n_ff);
   cuda::moe_gate_up_swiglu(t_gu, tab, dmasked.get(), n_tokens, k, n_embd, n_ff, dx.get(), dh.get(), nullptr);
