@@ -2,7 +2,8 @@
 # scripts/test.sh — install dependencies, build, and run the whole test suite (what CI runs).
 #   scripts/test.sh [ctest args...]   e.g. scripts/test.sh -L unit   or   -R gguf
 # Labels: unit, model, oracle (against llama.cpp through the project venv), gpu (skips without GPU).
-# The AddressSanitizer/UBSan build of the GGUF parser and tokenizer tests also runs (hostile files).
+# The AddressSanitizer/UBSan build of the GGUF parser and tokenizer tests (hostile files) and of the
+# offload executor tests (threads, streams) also runs.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -17,6 +18,9 @@ if [[ $# -eq 0 ]]; then
   for d in gguf tokenizer; do
     asan_targets+=" $(cd tests/$d && ls test_*.cpp | sed "s/^/${d}_/; s/\.cpp$//" | tr '\n' ' ')"
   done
+  # And the offload executor: streams, events and worker threads of the sim device, every flow.
+  asan_targets+=" offload_test_offload_executor"
   FERRY_TARGETS="$asan_targets" bash scripts/build.sh asan -DFERRY_BENCH=OFF >/dev/null
-  ctest --test-dir build-asan --output-on-failure -j"$(nproc)" -R '^(gguf|tokenizer)\.' --no-tests=error
+  ctest --test-dir build-asan --output-on-failure -j"$(nproc)" -R '^(gguf|tokenizer)\.|^offload\.OffloadExecutorTest\.' \
+    --no-tests=error
 fi
