@@ -200,7 +200,9 @@ void OffloadExecutor::init() {
     cost_ = CostModel(*o_.rates);
   } else {
     // Calibrate with expert 0 of layer 0, copied into a staging slot.
-    cost_ = CostModel(calibrate_rates(*device_, shapes_[0], host_ptrs(0, 0), staging_.data()));
+    HardwareRates r = calibrate_rates(*device_, shapes_[0], host_ptrs(0, 0), staging_.data());
+    if (compute_) r.device_gbps = measure_device_rate();
+    cost_ = CostModel(r);
   }
   st_.layer_uses.assign(static_cast<size_t>(L), 0);
   st_.layer_hits.assign(static_cast<size_t>(L), 0);
@@ -740,6 +742,43 @@ void OffloadExecutor::run_prefill(const MoeRequest& req, std::vector<Resolved>& 
 void OffloadExecutor::set_counters(StatsCounters* c) {
   counters_ = c;
   prefetcher_->set_counters(c);
+}
+
+double OffloadExecutor::measure_device_rate() {
+  // The device kernels on the expert calibrate_rates left in staging slot 0: one token, timed
+  // with events on the compute stream (best of a few launches after a warm-up).
+  const ExpertShape& s = shapes_[0];
+  const auto* base = static_cast<const uint8_t*>(staging_.data());
+  const ExpertPtrs3 entry{base, base + s.gate_bytes(), base + s.gate_bytes() + s.up_bytes()};
+  const size_t x_bytes = static_cast<size_t>(s.n_embd) * sizeof(float);
+  // Layout in the step buffer (sized for max_batch ≥ 1 tokens): table entry | weight | id | x | y.
+  const size_t off_w = 256, off_id = 512, off_x = 768, off_y = off_x + (x_bytes + 255) / 256 * 256;
+  const size_t total = off_y + x_bytes;
+  if (total > step_dev_.bytes() || total > step_host_.bytes()) return cost_.rates().device_gbps;
+  auto* h = static_cast<uint8_t*>(step_host_.data());
+  *reinterpret_cast<ExpertPtrs3*>(h) = entry;
+  *reinterpret_cast<float*>(h + off_w) = 1.0f;
+  *reinterpret_cast<int32_t*>(h + off_id) = 0;
+  auto* x = reinterpret_cast<float*>(h + off_x);
+  for (int64_t i = 0; i < s.n_embd; ++i) x[i] = static_cast<float>((i * 7919) % 13) / 13.0f - 0.5f;
+  compute_->copy_h2d(step_dev_.data(), h, off_y);
+  auto* d = static_cast<uint8_t*>(step_dev_.data());
+  const auto run = [&] {
+    kernels_->experts(s, reinterpret_cast<const ExpertPtrs3*>(d), reinterpret_cast<const int32_t*>(d + off_id),
+                      reinterpret_cast<const float*>(d + off_w), 1, 1, reinterpret_cast<const float*>(d + off_x),
+                      reinterpret_cast<float*>(d + off_y), false, *compute_);
+  };
+  run();  // warm-up (and any scratch allocation)
+  const auto e0 = device_->create_event(), e1 = device_->create_event();
+  double best_ms = 1e30;
+  for (int i = 0; i < 3; ++i) {
+    compute_->record(*e0);
+    run();
+    compute_->record(*e1);
+    e1->synchronize();
+    best_ms = std::min(best_ms, e1->elapsed_ms_since(*e0));
+  }
+  return best_ms > 0 ? static_cast<double>(s.expert_bytes()) / (best_ms * 1e6) : cost_.rates().device_gbps;
 }
 
 void OffloadExecutor::collect_device_waits() {
