@@ -88,7 +88,8 @@ else
   # the host ISA is named rather than detected: AVX-512 with VNNI and BF16 for the CPU layers of
   # --n-cpu-moe. cudart and cuBLAS are the toolkit's shared libraries there (CUDA 13).
   flags+=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=ON
-    -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON -DGGML_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=${FERRY_CUDA_ARCH:-90}")
+    -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON -DGGML_CUDA=ON -DGGML_CUDA_NCCL=OFF
+    "-DCMAKE_CUDA_ARCHITECTURES=${FERRY_CUDA_ARCH:-90}")  # NCCL: multi-GPU only, and 218 MB to carry
   [[ -x /usr/local/cuda/bin/nvcc ]] && flags+=(-DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc)
 fi
 gen=()

@@ -46,12 +46,23 @@ is_system_lib() {
 for b in "${bins[@]}"; do
   # Debug info stays here; the bundle carries symbol tables only (stack traces, sanitizer names).
   strip --strip-debug -o "$out/bin/$(basename "$b")" "$b"
+  # A llama-bench built before GGML_CUDA_NCCL=OFF links libnccl (218 MB) for multi-GPU all-reduce
+  # only; its calls are lazily bound (no BIND_NOW), so a single-GPU run never resolves them.
+  if [[ "$b" == "$llama_cuda" ]] && readelf -d "$b" | grep -q 'libnccl'; then
+    if command -v patchelf >/dev/null && ! readelf -d "$b" | grep -qE 'BIND_NOW|FLAGS.*NOW'; then
+      patchelf --remove-needed libnccl.so.2 "$out/bin/llama-bench"
+    else
+      echo "gpu-bundle: llama-bench needs libnccl and cannot be patched; left out (rebuild: bench/build-llamacpp.sh cuda)" >&2
+      rm -f "$out/bin/llama-bench"
+      continue
+    fi
+  fi
   while read -r lib; do
     [[ -n "$lib" && -f "$lib" ]] || continue
     is_system_lib "$lib" && continue
     dest="$out/lib/$(basename "$lib")"
     [[ -f "$dest" ]] || cp -L "$lib" "$dest"
-  done < <(ldd "$b" | awk '/=> \//{print $3} /^\t\//{print $1}')
+  done < <(ldd "$out/bin/$(basename "$b")" | awk '/=> \//{print $3} /^\t\//{print $1}')
 done
 
 total=$(du -sb "$out" | cut -f1)

@@ -8,7 +8,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 apt_pkgs=(build-essential cmake ninja-build pkg-config git python3 python3-venv python3-dev
           libtbb-dev liburing-dev libmimalloc-dev libgtest-dev libgmock-dev
-          nlohmann-json3-dev libcli11-dev libfmt-dev libpcre2-dev clang-format)
+          nlohmann-json3-dev libcli11-dev libfmt-dev libpcre2-dev clang-format patchelf)
 
 if [[ "${FERRY_SKIP_APT:-0}" != 1 ]]; then
   missing=()
