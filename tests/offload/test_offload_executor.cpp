@@ -4,7 +4,9 @@
 // inside the budget.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
+#include <limits>
 #include <fstream>
 #include <map>
 #include <set>
@@ -41,6 +43,39 @@ class TestPredictor final : public ExpertPredictor {
   std::mt19937 rng_{3};
 };
 
+// What runtime/backend/cuda_moe_bridge does on cuda, done on the host: the inner executor gets
+// host copies of x and the routing, and the originals as MoeRequest::device (with the arrival
+// time). With poison_x the host copy of x is NaN: a step that needs no host x (no CPU experts, no
+// predictor) must then read x through `device` only.
+class HostBridge final : public MoeExecutor {
+ public:
+  HostBridge(std::unique_ptr<MoeExecutor> inner, bool poison_x) : inner_(std::move(inner)), poison_(poison_x) {}
+  void run(const MoeRequest& req) override {
+    const auto nx = static_cast<size_t>(req.n_tokens) * static_cast<size_t>(req.n_embd);
+    const auto nk = static_cast<size_t>(req.n_tokens) * static_cast<size_t>(req.top_k);
+    x_.assign(req.x, req.x + nx);
+    if (poison_) std::fill(x_.begin(), x_.end(), std::numeric_limits<float>::quiet_NaN());
+    ids_.assign(req.expert_ids, req.expert_ids + nk);
+    w_.assign(req.expert_weights, req.expert_weights + nk);
+    const MoeDeviceIo io{req.x, req.expert_ids, req.expert_weights,
+                         std::chrono::duration_cast<std::chrono::nanoseconds>(
+                             std::chrono::steady_clock::now().time_since_epoch())
+                             .count()};
+    MoeRequest h = req;
+    h.x = x_.data();
+    h.expert_ids = ids_.data();
+    h.expert_weights = w_.data();
+    h.device = &io;
+    inner_->run(h);
+  }
+
+ private:
+  std::unique_ptr<MoeExecutor> inner_;
+  bool poison_;
+  std::vector<float> x_, w_;
+  std::vector<int32_t> ids_;
+};
+
 struct Variant {
   HostLoad load = HostLoad::alias;
   ColdMode cold = ColdMode::auto_;
@@ -49,6 +84,7 @@ struct Variant {
   EvictionPolicy policy = EvictionPolicy::lrfu;
   Tracer* tracer = nullptr;
   bool device_flow = false;
+  int bridge = 0;  // 1: behind a HostBridge; 2: ... whose host copy of x is poisoned
 };
 
 class OffloadExecutorTest : public ::testing::Test {
@@ -102,7 +138,8 @@ class OffloadExecutorTest : public ::testing::Test {
       d.sim_link = SimLinkModel{20.0, 20.0, 5.0};
       auto e = std::make_unique<OffloadExecutor>(make_sim_device(d), layers, std::move(o));
       ex = e.get();
-      return e;
+      if (v.bridge) return std::unique_ptr<MoeExecutor>(std::make_unique<HostBridge>(std::move(e), v.bridge == 2));
+      return std::unique_ptr<MoeExecutor>(std::move(e));
     });
     auto out = test::run_logits(*m, toks, prefill);
     ex->drain();
@@ -349,6 +386,41 @@ TEST_F(OffloadExecutorTest, DeviceFlowMatchesTheCpuExecutor) {
         }
       }
     }
+  }
+}
+
+// A bridged request (as on cuda): the device kernels read x through MoeRequest::device — with every
+// expert resident and the host copy of x poisoned, the logits are still the CPU's — and CPU experts
+// read the host copy; the idle time before the first enqueue is counted as "sync".
+TEST_F(OffloadExecutorTest, DeviceFlowBehindAHostBridge) {
+  const std::string path = test::write_model(tiny(synth::QuantMix::f32), "tiny-f32");
+  const auto toks = test::random_tokens(20, 768, 41);
+  const auto ref = reference(path, toks, 8);
+  const auto close = [&](const std::vector<float>& got, const char* what) {
+    ASSERT_EQ(got.size(), ref.size());
+    double err = 0, norm = 0;
+    for (size_t i = 0; i < ref.size(); ++i) {
+      err += (double{got[i]} - ref[i]) * (double{got[i]} - ref[i]);
+      norm += double{ref[i]} * ref[i];
+    }
+    EXPECT_LE(err / norm, 1e-10) << what;  // NaN fails
+  };
+  {
+    Variant v{HostLoad::alias, ColdMode::cpu, false, 1.0};
+    v.device_flow = true;
+    v.bridge = 2;
+    OffloadStats st;
+    close(offloaded(path, toks, 8, v, st), "all resident, host x poisoned");
+    EXPECT_EQ(st.cpu_experts, 0u);
+    EXPECT_GT(st.device_wait_ms[static_cast<int>(WaitCause::sync)], 0.0);
+  }
+  for (ColdMode cold : {ColdMode::cpu, ColdMode::copy}) {
+    Variant v{HostLoad::alias, cold, false, 0.5};
+    v.device_flow = true;
+    v.bridge = 1;
+    OffloadStats st;
+    close(offloaded(path, toks, 8, v, st), cold == ColdMode::cpu ? "bridged, cold cpu" : "bridged, cold copy");
+    EXPECT_GT(st.misses, 0u);
   }
 }
 
