@@ -6,6 +6,14 @@
 namespace ferry {
 namespace {
 
+// y_t += w · expert(x_t), the expert computed by the CPU code into tmp (n_embd floats).
+void add_expert(const ExpertShape& s, const ExpertPtrs3& expert, const float* x_t, float w, float* y_t,
+                std::vector<float>& tmp) {
+  const uint8_t one = 1;
+  compute_decode(s, x_t, std::span<const ExpertPtrs3>(&expert, 1), std::span<const uint8_t>(&one, 1), tmp.data());
+  for (int64_t d = 0; d < s.n_embd; ++d) y_t[d] += w * tmp[static_cast<size_t>(d)];
+}
+
 // The sim "kernels": the CPU expert code, run on the sim stream's worker in stream order. The
 // pointers are sim-arena (host) memory that stays valid until the stream has run this work.
 class SimExpertKernels final : public DeviceExpertKernels {
@@ -15,18 +23,11 @@ class SimExpertKernels final : public DeviceExpertKernels {
     stream.host_fn([s, table, ids, weights, n_tokens, k, x, y, accumulate] {
       const int64_t E = s.n_embd;
       std::vector<float> tmp(static_cast<size_t>(E));
-      const uint8_t one = 1;
       for (int64_t t = 0; t < n_tokens; ++t) {
         float* yt = y + t * E;
         if (!accumulate) std::fill(yt, yt + E, 0.0f);
-        for (int32_t j = 0; j < k; ++j) {
-          const int32_t id = ids[t * k + j];
-          if (id < 0) continue;
-          compute_decode(s, x + t * E, std::span<const ExpertPtrs3>(table + id, 1),
-                         std::span<const uint8_t>(&one, 1), tmp.data());
-          const float w = weights[t * k + j];
-          for (int64_t d = 0; d < E; ++d) yt[d] += w * tmp[static_cast<size_t>(d)];
-        }
+        for (int32_t j = 0; j < k; ++j)
+          if (const int32_t id = ids[t * k + j]; id >= 0) add_expert(s, table[id], x + t * E, weights[t * k + j], yt, tmp);
       }
     });
   }
@@ -36,13 +37,9 @@ class SimExpertKernels final : public DeviceExpertKernels {
     stream.host_fn([s, expert, pairs, n_pairs, weights, k, x, y] {
       const int64_t E = s.n_embd;
       std::vector<float> tmp(static_cast<size_t>(E));
-      const uint8_t one = 1;
       for (int64_t p = 0; p < n_pairs; ++p) {
         const int64_t t = pairs[p] / k;
-        compute_decode(s, x + t * E, std::span<const ExpertPtrs3>(expert, 1), std::span<const uint8_t>(&one, 1),
-                       tmp.data());
-        const float w = weights[pairs[p]];
-        for (int64_t d = 0; d < E; ++d) y[t * E + d] += w * tmp[static_cast<size_t>(d)];
+        add_expert(s, *expert, x + t * E, weights[pairs[p]], y + t * E, tmp);
       }
     });
   }

@@ -126,15 +126,17 @@ void OffloadExecutor::init() {
   if (o_.cold == ColdMode::mapped) {
     if (!compute_)
       fail(ErrorKind::invalid_arg, "--cold mapped needs the device flow (cuda, or --sim-flow device on sim)");
-    for (size_t r = 0; r < static_cast<size_t>(3 * L); ++r) {
-      const auto* d = static_cast<const uint8_t*>(device_->mapped_view(store_->data(r)));
-      if (!d)
-        fail(ErrorKind::unsupported,
-             "--cold mapped: the {} host store is not readable by the device in place (use --host-load uring, "
-             "which pins it)",
-             host_load_name(o_.host_load));
-      mapped_.push_back(d);
-    }
+    // The same layers as the device sees the host store (expert_ptrs then serves both).
+    mapped_ = layers_;
+    for (MoeLayerWeights& w : mapped_)
+      for (ExpertTensor* t : {&w.gate, &w.up, &w.down}) {
+        t->base = static_cast<const uint8_t*>(device_->mapped_view(t->base));
+        if (!t->base)
+          fail(ErrorKind::unsupported,
+               "--cold mapped: the {} host store is not readable by the device in place (use --host-load uring, "
+               "which pins it)",
+               host_load_name(o_.host_load));
+      }
   }
 
   // Device memory, in plan order; every allocation is charged to the budget.
@@ -216,23 +218,27 @@ OffloadExecutor::~OffloadExecutor() {
   }
 }
 
-ExpertPtrs3 OffloadExecutor::slot_ptrs(int32_t slot, int32_t layer) const {
-  const ExpertShape& s = shapes_[static_cast<size_t>(layer)];
-  const auto* base =
-      static_cast<const uint8_t*>(slots_.data()) + static_cast<uint64_t>(slot) * o_.plan.slot_bytes;
+namespace {
+
+// An expert packed at `base` (a cache or staging slot): gate, up, down back to back.
+ExpertPtrs3 packed(const uint8_t* base, const ExpertShape& s) {
   return ExpertPtrs3{base, base + s.gate_bytes(), base + s.gate_bytes() + s.up_bytes()};
+}
+
+}  // namespace
+
+ExpertPtrs3 OffloadExecutor::slot_ptrs(int32_t slot, int32_t layer) const {
+  return packed(static_cast<const uint8_t*>(slots_.data()) + static_cast<uint64_t>(slot) * o_.plan.slot_bytes,
+                shapes_[static_cast<size_t>(layer)]);
+}
+
+ExpertPtrs3 OffloadExecutor::staging_ptrs(size_t b, int32_t layer) const {
+  return packed(static_cast<const uint8_t*>(staging_.data()) + b * o_.plan.slot_bytes,
+                shapes_[static_cast<size_t>(layer)]);
 }
 
 ExpertPtrs3 OffloadExecutor::host_ptrs(int32_t layer, int32_t expert) const {
   return expert_ptrs(layers_[static_cast<size_t>(layer)], expert);
-}
-
-ExpertPtrs3 OffloadExecutor::mapped_ptrs(int32_t layer, int32_t expert) const {
-  const MoeLayerWeights& w = layers_[static_cast<size_t>(layer)];
-  const auto e = static_cast<uint64_t>(expert);
-  const size_t r = static_cast<size_t>(3 * layer);
-  return ExpertPtrs3{mapped_[r] + e * w.gate.expert_stride_bytes, mapped_[r + 1] + e * w.up.expert_stride_bytes,
-                     mapped_[r + 2] + e * w.down.expert_stride_bytes};
 }
 
 int32_t OffloadExecutor::track_of(const Stream& s) {
@@ -282,11 +288,11 @@ void OffloadExecutor::fill_slot(int32_t slot, int32_t layer, int32_t expert, Str
 
 void OffloadExecutor::stage(int32_t layer, const Resolved& r, size_t b) {
   const ExpertShape& shape = shapes_[static_cast<size_t>(layer)];
-  auto* dst = static_cast<uint8_t*>(staging_.data()) + b * o_.plan.slot_bytes;
+  const ExpertPtrs3 dst = staging_ptrs(b, layer);
   traced_copy(*demand_, layer, r.expert, shape.expert_bytes(), [&] {
-    demand_->copy_h2d(dst, r.w.gate, shape.gate_bytes());
-    demand_->copy_h2d(dst + shape.gate_bytes(), r.w.up, shape.up_bytes());
-    demand_->copy_h2d(dst + shape.gate_bytes() + shape.up_bytes(), r.w.down, shape.down_bytes());
+    demand_->copy_h2d(const_cast<uint8_t*>(dst.gate), r.w.gate, shape.gate_bytes());
+    demand_->copy_h2d(const_cast<uint8_t*>(dst.up), r.w.up, shape.up_bytes());
+    demand_->copy_h2d(const_cast<uint8_t*>(dst.down), r.w.down, shape.down_bytes());
   });
   demand_->record(*staging_done_[b]);
   st_.h2d_bytes += shape.expert_bytes();
@@ -306,7 +312,7 @@ OffloadExecutor::Resolved OffloadExecutor::resolve(int32_t layer, int32_t expert
     ++st_.mapped;
     st_.mapped_bytes += bytes;
     r.mapped = true;
-    r.w = mapped_ptrs(layer, expert);
+    r.w = expert_ptrs(mapped_[static_cast<size_t>(layer)], expert);
   };
   if (slot >= 0 && prefetcher_->in_flight(slot)) {
     ++st_.inflight;
@@ -512,6 +518,13 @@ void grow(Device& dev, HostBuffer& b, size_t bytes) {
 
 }  // namespace
 
+void OffloadExecutor::grow_device(DeviceBuffer& b, size_t bytes, const char* tag) {
+  if (bytes <= b.bytes()) return;
+  compute_->synchronize();  // queued kernels may still read the old buffer
+  b = DeviceBuffer();
+  b = device_->alloc(bytes, tag);
+}
+
 void OffloadExecutor::cpu_part(const MoeRequest& req, const std::vector<Resolved>& cpu, float* partial) {
   // The CPU experts' weighted sum over their own (token, slot) pairs, slots added in order.
   const ExpertShape& shape = shapes_[static_cast<size_t>(req.layer)];
@@ -577,19 +590,12 @@ void OffloadExecutor::run_device(const MoeRequest& req, const std::vector<Resolv
     }
   }
   const auto n_direct = static_cast<int32_t>(table.size());
-  for (int b = 0; b < 2; ++b) {
-    const auto* base = static_cast<const uint8_t*>(staging_.data()) + static_cast<uint64_t>(b) * o_.plan.slot_bytes;
-    table.push_back({base, base + shape.gate_bytes(), base + shape.gate_bytes() + shape.up_bytes()});
-  }
+  for (size_t b = 0; b < 2; ++b) table.push_back(staging_ptrs(b, req.layer));
   // Layout (host and device alike): table | weights | direct ids | streamed pairs.
   const StepLayout lay(table.size(), nk);
   const size_t off_w = lay.off_w, off_ids = lay.off_ids, off_pairs = lay.off_pairs, total = lay.total;
   grow(*device_, step_host_, total);
-  if (total > step_dev_.bytes()) {
-    compute_->synchronize();  // queued kernels may still read the old buffer
-    step_dev_ = DeviceBuffer();
-    step_dev_ = device_->alloc(total, "offload step table");
-  }
+  grow_device(step_dev_, total, "offload step table");
   auto* h = static_cast<uint8_t*>(step_host_.data());
   std::copy(table.begin(), table.end(), reinterpret_cast<ExpertPtrs3*>(h));
   std::copy(req.expert_weights, req.expert_weights + nk, reinterpret_cast<float*>(h + off_w));
@@ -660,11 +666,7 @@ void OffloadExecutor::run_device(const MoeRequest& req, const std::vector<Resolv
     const size_t bytes = static_cast<size_t>(n * E) * sizeof(float);
     grow(*device_, partial_host_, bytes);
     cpu_part(req, cpu, static_cast<float*>(partial_host_.data()));
-    if (bytes > partial_dev_.bytes()) {
-      compute_->synchronize();
-      partial_dev_ = DeviceBuffer();
-      partial_dev_ = device_->alloc(bytes, "offload cpu expert sum");
-    }
+    grow_device(partial_dev_, bytes, "offload cpu expert sum");
     compute_->record(*cpu_ready_);  // the device idled from kernels_done_ to here if it finished first
     pending_cpu_wait_ = true;
     compute_->copy_h2d(partial_dev_.data(), partial_host_.data(), bytes);
@@ -727,9 +729,7 @@ void OffloadExecutor::run_prefill(const MoeRequest& req, std::vector<Resolved>& 
     }
     st_.wait_ms += ms_since(tw);
     if (counters_) counters_->wait(WaitCause::copy, static_cast<uint64_t>(ms_since(tw) * 1e6));
-    const auto* base = static_cast<const uint8_t*>(staging_.data()) + b * o_.plan.slot_bytes;
-    const ExpertPtrs3 w{base, base + shape.gate_bytes(),
-                        base + shape.gate_bytes() + shape.up_bytes()};
+    const ExpertPtrs3 w = staging_ptrs(b, req.layer);
     Tracer::Span span(o_.tracer, "staged expert", "compute",
                       {{"layer", req.layer}, {"expert", streamed[i].expert}, {"tokens", batch.group_size(streamed[i].expert)}});
     batch.compute_group(streamed[i].expert, w, y_.data());
@@ -748,8 +748,7 @@ double OffloadExecutor::measure_device_rate() {
   // The device kernels on the expert calibrate_rates left in staging slot 0: one token, timed
   // with events on the compute stream (best of a few launches after a warm-up).
   const ExpertShape& s = shapes_[0];
-  const auto* base = static_cast<const uint8_t*>(staging_.data());
-  const ExpertPtrs3 entry{base, base + s.gate_bytes(), base + s.gate_bytes() + s.up_bytes()};
+  const ExpertPtrs3 entry = staging_ptrs(0, 0);
   const size_t x_bytes = static_cast<size_t>(s.n_embd) * sizeof(float);
   // Layout in the step buffer (sized for max_batch ≥ 1 tokens): table entry | weight | id | x | y.
   const size_t off_w = 256, off_id = 512, off_x = 768, off_y = off_x + (x_bytes + 255) / 256 * 256;

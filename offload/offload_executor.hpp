@@ -158,8 +158,9 @@ class OffloadExecutor final : public MoeExecutor {
   };
   ExpertPtrs3 slot_ptrs(int32_t slot, int32_t layer) const;
   ExpertPtrs3 host_ptrs(int32_t layer, int32_t expert) const;
-  // Device addresses of an expert in the host store (ColdMode::mapped); valid when mapped_ is set.
-  ExpertPtrs3 mapped_ptrs(int32_t layer, int32_t expert) const;
+  ExpertPtrs3 staging_ptrs(size_t b, int32_t layer) const;  // prefill staging slot b (0 or 1)
+  // Device flow: grows a device buffer, draining the compute stream first.
+  void grow_device(DeviceBuffer& b, size_t bytes, const char* tag);
   void fill_slot(int32_t slot, int32_t layer, int32_t expert, Stream& s);
   // issue() enqueues a copy of `bytes` on s; with a tracer, brackets it with host_fn markers that
   // record an "h2d" span on s's track.
@@ -208,7 +209,7 @@ class OffloadExecutor final : public MoeExecutor {
   std::unique_ptr<Event> compute_done_;                 // last step's kernels (slot refills wait)
   std::array<std::unique_ptr<Event>, 2> staging_free_;  // the kernels that last read a staging slot
   HostBuffer step_host_, partial_host_;                 // pinned: table | weights | ids, CPU partial sum
-  std::vector<const uint8_t*> mapped_;                  // (3·n_layer) device views of the store regions
+  std::vector<MoeLayerWeights> mapped_;  // ColdMode::mapped: the host store as the device reads it
   // Idle-time measurement (OffloadStats::device_wait_ms): events read back one step later.
   std::unique_ptr<Event> kernels_done_, cpu_ready_, stream_begin_, stream_end_;
   bool pending_cpu_wait_ = false, pending_stream_ = false;

@@ -110,9 +110,7 @@ PlacementInput placement_input(const gguf::File& f, const ModelConfig& c, int64_
 Offload::Offload(OffloadArgs a, int64_t n_ctx, GgmlType type_k, GgmlType type_v, int32_t n_batch)
     : a_(std::move(a)), n_ctx_(n_ctx), type_k_(type_k), type_v_(type_v), n_batch_(n_batch) {
   if (a_.device == "auto") a_.device = device_kind_name(default_device_kind());
-  const bool planning =
-      a_.print_plan || !a_.plan_json.empty() || !a_.profile.empty() || !a_.record_profile.empty();
-  if (a_.device == "cpu" && (!a_.vram.empty() || planning))
+  if (a_.device == "cpu" && (!a_.vram.empty() || planning()))
     fail(ErrorKind::invalid_arg,
          "--vram, --print-plan, --plan-json and the profiles need --device sim (or cuda)");
   if (!a_.vram.empty()) (void)parse_size(a_.vram);  // bad sizes fail before loading
@@ -121,10 +119,12 @@ Offload::Offload(OffloadArgs a, int64_t n_ctx, GgmlType type_k, GgmlType type_v,
 
 Offload::~Offload() = default;
 
+bool Offload::planning() const {
+  return a_.print_plan || !a_.plan_json.empty() || !a_.profile.empty() || !a_.record_profile.empty();
+}
+
 bool Offload::active() const {
-  const bool planning =
-      a_.print_plan || !a_.plan_json.empty() || !a_.profile.empty() || !a_.record_profile.empty();
-  return a_.device == "sim" || (a_.device == "cuda" && (!a_.vram.empty() || planning));
+  return a_.device == "sim" || (a_.device == "cuda" && (!a_.vram.empty() || planning()));
 }
 
 MoeExecutorWrap Offload::wrap(MoeExecutorWrap then, Tracer* tracer) {

@@ -65,6 +65,7 @@ class Offload {
   OffloadExecutor* executor() { return executor_; }
 
  private:
+  bool planning() const;  // a plan or profile flag was given
   OffloadArgs a_;
   int64_t n_ctx_;
   GgmlType type_k_, type_v_;

@@ -3,6 +3,8 @@
 // through any MoE executor, and offload options built straight from a GGUF.
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <memory>
 #include <random>
@@ -78,6 +80,21 @@ inline PlacementInput input_for_slots(const std::vector<MoeLayerWeights>& layers
   in.step_bytes = step_bytes;
   in.budget_bytes = fixed_bytes + step_bytes + 2 * slot + table + static_cast<uint64_t>(slots) * slot;
   return in;
+}
+
+// got against ref: Σ(got − ref)² / Σ ref² (NaN when got has NaNs) and the largest |got − ref|.
+struct Diff {
+  double nmse = 0, max_abs = 0;
+};
+inline Diff diff(const std::vector<float>& got, const std::vector<float>& ref) {
+  double err = 0, norm = 0, max_abs = 0;
+  for (size_t i = 0; i < ref.size() && i < got.size(); ++i) {
+    const double d = static_cast<double>(got[i]) - ref[i];
+    err += d * d;
+    norm += static_cast<double>(ref[i]) * ref[i];
+    max_abs = std::max(max_abs, std::abs(d));
+  }
+  return {err / norm, max_abs};
 }
 
 // Logits of every token: one prefill of `prefill` tokens, then the rest decoded one at a time.

@@ -146,12 +146,7 @@ TEST_F(OffloadCli, SimDeviceFlowIsCloseToTheCpu) {
                                                            mode + "--vram " + vram + " --cold " + cold,
                                                        std::string("flow-") + cold + (*mode ? "-d" : "")));
       ASSERT_EQ(got.size(), cpu.size()) << cold << " " << mode;
-      double err = 0, norm = 0;
-      for (size_t i = 0; i < cpu.size(); ++i) {
-        err += (double{got[i]} - cpu[i]) * (double{got[i]} - cpu[i]);
-        norm += double{cpu[i]} * cpu[i];
-      }
-      EXPECT_LE(err / norm, 1e-10) << cold << " " << mode;
+      EXPECT_LE(test::diff(got, cpu).nmse, 1e-10) << cold << " " << mode;
       EXPECT_NE(last_output_.find("offload: 64 slots"), std::string::npos) << last_output_;
     }
   }

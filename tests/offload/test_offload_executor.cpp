@@ -346,14 +346,8 @@ TEST_F(OffloadExecutorTest, DeviceFlowMatchesTheCpuExecutor) {
         const auto got = offloaded(path, toks, c.prefill, v, st);
         const std::string what = fmt::format("{} cold {} predictor {}", c.name, static_cast<int>(cold), pred);
         ASSERT_EQ(got.size(), ref.size());
-        double err = 0, norm = 0, max_abs = 0;
-        for (size_t i = 0; i < ref.size(); ++i) {
-          const double d = static_cast<double>(got[i]) - ref[i];
-          err += d * d;
-          norm += static_cast<double>(ref[i]) * ref[i];
-          max_abs = std::max(max_abs, std::abs(d));
-        }
-        EXPECT_LE(err / norm, 1e-10) << what << " (max |diff| " << max_abs << ")";
+        const test::Diff dv = test::diff(got, ref);
+        EXPECT_LE(dv.nmse, 1e-10) << what << " (max |diff| " << dv.max_abs << ")";
         EXPECT_GT(st.misses, 0u) << what;
         EXPECT_GT(st.hits, 0u) << what;
         EXPECT_EQ(st.hits + st.inflight + st.misses, st.uses) << what;
@@ -398,12 +392,7 @@ TEST_F(OffloadExecutorTest, DeviceFlowBehindAHostBridge) {
   const auto ref = reference(path, toks, 8);
   const auto close = [&](const std::vector<float>& got, const char* what) {
     ASSERT_EQ(got.size(), ref.size());
-    double err = 0, norm = 0;
-    for (size_t i = 0; i < ref.size(); ++i) {
-      err += (double{got[i]} - ref[i]) * (double{got[i]} - ref[i]);
-      norm += double{ref[i]} * ref[i];
-    }
-    EXPECT_LE(err / norm, 1e-10) << what;  // NaN fails
+    EXPECT_LE(test::diff(got, ref).nmse, 1e-10) << what;  // NaN fails
   };
   {
     Variant v{HostLoad::alias, ColdMode::cpu, false, 1.0};
