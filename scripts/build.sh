@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# scripts/build.sh [release|debug|asan] — configure and build Ferry into build/ (release),
-# build-debug/ or build-asan/ (AddressSanitizer + UBSan). Extra args go to cmake configure.
+# scripts/build.sh [release|debug|asan|emu] — configure and build Ferry into build/ (release),
+# build-debug/, build-asan/ (AddressSanitizer + UBSan) or build-emu/ (the CUDA backend on the CUDA
+# emulator, tests/cuda_emu: GPU tests without a GPU). Extra args go to cmake configure.
 #   FERRY_CUDA=AUTO|ON|OFF (default AUTO: built when nvcc is found, runs only where a GPU is)
 #   CUDA_ARCH=90           CUDA architectures (default: CI builds one, users get 86;89;90;120)
 #   CI=true                warnings as errors
@@ -11,12 +12,18 @@ kind="${1:-release}"; shift || true
 case "$kind" in
   release) dir=build; args=(-DCMAKE_BUILD_TYPE=Release) ;;
   debug)   dir=build-debug; args=(-DCMAKE_BUILD_TYPE=Debug) ;;
-  asan)    dir=build-asan; args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DFERRY_SANITIZE=address,undefined -DFERRY_CUDA=OFF) ;;
-  *) echo "usage: scripts/build.sh [release|debug|asan] [cmake args...]" >&2; exit 2 ;;
+  asan)    dir=build-asan; args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DFERRY_SANITIZE=address,undefined) ;;
+  emu)     dir=build-emu; args=(-DCMAKE_BUILD_TYPE=Release) ;;
+  *) echo "usage: scripts/build.sh [release|debug|asan|emu] [cmake args...]" >&2; exit 2 ;;
+esac
+case "$kind" in
+  asan) cuda=OFF ;;
+  emu) cuda=EMU ;;
+  *) cuda="${FERRY_CUDA:-AUTO}" ;;
 esac
 # nvcc ships outside PATH on some installs
 if ! command -v nvcc >/dev/null && [[ -x /usr/local/cuda/bin/nvcc ]]; then export PATH=/usr/local/cuda/bin:$PATH; fi
-args+=(-DFERRY_CUDA="${FERRY_CUDA:-AUTO}")
+args+=(-DFERRY_CUDA="$cuda")
 if [[ -n "${CUDA_ARCH:-}" ]]; then args+=(-DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCH")
 elif [[ "${CI:-}" == "true" ]]; then args+=(-DCMAKE_CUDA_ARCHITECTURES=90); fi
 [[ "${CI:-}" == "true" ]] && args+=(-DFERRY_WERROR=ON)

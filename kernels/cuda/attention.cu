@@ -4,6 +4,7 @@
 #include <cmath>
 #include <string>
 
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/quant_device.cuh"
@@ -267,12 +268,12 @@ void attention_rows(const AttentionArgs& a, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(a.n_head), static_cast<unsigned>(a.n_tokens), static_cast<unsigned>(n_split));
   FERRY_DISPATCH_HEAD_DIM(a.head_dim, op, {
     if (a.kv_type == GgmlType::F16)
-      attention_rows_kernel<kHD, __half><<<grid, 32 * kWarps, 0, stream>>>(a, n_split, keys_per_split);
+      launch(attention_rows_kernel<kHD, __half>, grid, 32 * kWarps, 0, stream, a, n_split, keys_per_split);
     else
-      attention_rows_kernel<kHD, float><<<grid, 32 * kWarps, 0, stream>>>(a, n_split, keys_per_split);
+      launch(attention_rows_kernel<kHD, float>, grid, 32 * kWarps, 0, stream, a, n_split, keys_per_split);
     FERRY_CUDA_CHECK_LAUNCH("attention_rows_kernel");
     if (n_split > 1) {
-      attention_combine_kernel<kHD><<<dim3(static_cast<unsigned>(a.n_head), static_cast<unsigned>(a.n_tokens)), kHD, 0, stream>>>(a, n_split);
+      launch(attention_combine_kernel<kHD>, dim3(static_cast<unsigned>(a.n_head), static_cast<unsigned>(a.n_tokens)), kHD, 0, stream, a, n_split);
       FERRY_CUDA_CHECK_LAUNCH("attention_combine_kernel");
     }
   });
@@ -284,9 +285,9 @@ void attention_tiled(const AttentionArgs& a, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(a.n_head), static_cast<unsigned>((a.n_tokens + kTileQ - 1) / kTileQ));
   FERRY_DISPATCH_HEAD_DIM(a.head_dim, op, {
     if (a.kv_type == GgmlType::F16)
-      attention_tiled_kernel<kHD, __half><<<grid, 32 * kWarps, 0, stream>>>(a);
+      launch(attention_tiled_kernel<kHD, __half>, grid, 32 * kWarps, 0, stream, a);
     else
-      attention_tiled_kernel<kHD, float><<<grid, 32 * kWarps, 0, stream>>>(a);
+      launch(attention_tiled_kernel<kHD, float>, grid, 32 * kWarps, 0, stream, a);
     FERRY_CUDA_CHECK_LAUNCH("attention_tiled_kernel");
   });
 }

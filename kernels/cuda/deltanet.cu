@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <string>
 
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/deltanet.cuh"
 
@@ -126,10 +127,10 @@ void gdn_delta_rule(const GdnArgs& a, cudaStream_t stream) {
   if (a.n_tokens <= 0) return;
   const dim3 grid(static_cast<unsigned>(a.n_v_heads), static_cast<unsigned>((a.head_dim + 31) / 32));
   switch (a.head_dim) {
-    case 16: gdn_rule_kernel<16><<<grid, 32 * kRowWarps, 0, stream>>>(a); break;
-    case 32: gdn_rule_kernel<32><<<grid, 32 * kRowWarps, 0, stream>>>(a); break;
-    case 64: gdn_rule_kernel<64><<<grid, 32 * kRowWarps, 0, stream>>>(a); break;
-    case 128: gdn_rule_kernel<128><<<grid, 32 * kRowWarps, 0, stream>>>(a); break;
+    case 16: launch(gdn_rule_kernel<16>, grid, 32 * kRowWarps, 0, stream, a); break;
+    case 32: launch(gdn_rule_kernel<32>, grid, 32 * kRowWarps, 0, stream, a); break;
+    case 64: launch(gdn_rule_kernel<64>, grid, 32 * kRowWarps, 0, stream, a); break;
+    case 128: launch(gdn_rule_kernel<128>, grid, 32 * kRowWarps, 0, stream, a); break;
     default:
       throw_unsupported(std::string(op) + ": head_dim " + std::to_string(a.head_dim) + " (supported: 16, 32, 64, 128)");
   }
@@ -144,10 +145,10 @@ void gdn_conv_silu(const float* x, int64_t ldx, const float* w, int kernel, floa
   if (n_tokens <= 0) return;
   const unsigned blocks = static_cast<unsigned>((n_ch + 127) / 128);
   switch (kernel) {
-    case 2: conv_silu_kernel<2><<<blocks, 128, 0, stream>>>(x, ldx, w, state, y, ldy, n_tokens, n_ch); break;
-    case 3: conv_silu_kernel<3><<<blocks, 128, 0, stream>>>(x, ldx, w, state, y, ldy, n_tokens, n_ch); break;
-    case 4: conv_silu_kernel<4><<<blocks, 128, 0, stream>>>(x, ldx, w, state, y, ldy, n_tokens, n_ch); break;
-    case 5: conv_silu_kernel<5><<<blocks, 128, 0, stream>>>(x, ldx, w, state, y, ldy, n_tokens, n_ch); break;
+    case 2: launch(conv_silu_kernel<2>, blocks, 128, 0, stream, x, ldx, w, state, y, ldy, n_tokens, n_ch); break;
+    case 3: launch(conv_silu_kernel<3>, blocks, 128, 0, stream, x, ldx, w, state, y, ldy, n_tokens, n_ch); break;
+    case 4: launch(conv_silu_kernel<4>, blocks, 128, 0, stream, x, ldx, w, state, y, ldy, n_tokens, n_ch); break;
+    case 5: launch(conv_silu_kernel<5>, blocks, 128, 0, stream, x, ldx, w, state, y, ldy, n_tokens, n_ch); break;
     default:
       throw_unsupported(std::string(op) + ": conv kernel " + std::to_string(kernel) + " (supported: 2..5)");
   }
@@ -163,7 +164,7 @@ void gdn_gates(const float* b_raw, int64_t ldb, const float* a_raw, int64_t lda,
   const int64_t n = n_tokens * n_heads;
   if (n <= 0) return;
   require((n + 255) / 256 < (1ll << 31), "gdn_gates", "too many tokens");
-  gates_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(b_raw, ldb, a_raw, lda, dt_bias, ssm_a,
+  launch(gates_kernel, static_cast<unsigned>((n + 255) / 256), 256, 0, stream, b_raw, ldb, a_raw, lda, dt_bias, ssm_a,
                                                                            beta, g, ld_out, n_tokens, n_heads);
   FERRY_CUDA_CHECK_LAUNCH("gates_kernel");
 }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <string>
 
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/ops.cuh"
 
@@ -84,28 +85,28 @@ void rope_neox(float* x, int64_t n_tokens, int n_heads, int head_dim, int n_rot,
   const int threads = std::min(128, n_rot / 2);
   const dim3 grid(static_cast<unsigned>((n_rot / 2 + threads - 1) / threads), static_cast<unsigned>(n_heads),
                   static_cast<unsigned>(n_tokens));
-  rope_neox_kernel<<<grid, threads, 0, stream>>>(x, head_dim, n_rot, ld_token, ld_head, pos, theta_scale);
+  launch(rope_neox_kernel, grid, threads, 0, stream, x, head_dim, n_rot, ld_token, ld_head, pos, theta_scale);
   FERRY_CUDA_CHECK_LAUNCH("rope_neox_kernel");
 }
 
 void swiglu(const float* g, const float* u, float* y, int64_t n, cudaStream_t stream) {
   require(g && u && y, "swiglu", "null pointer");
   if (n <= 0) return;
-  swiglu_kernel<<<grid_for(n, 256), 256, 0, stream>>>(g, u, y, n);
+  launch(swiglu_kernel, grid_for(n, 256), 256, 0, stream, g, u, y, n);
   FERRY_CUDA_CHECK_LAUNCH("swiglu_kernel");
 }
 
 void add(const float* a, const float* b, float* y, int64_t n, cudaStream_t stream) {
   require(a && b && y, "add", "null pointer");
   if (n <= 0) return;
-  add_kernel<<<grid_for(n, 256), 256, 0, stream>>>(a, b, y, n);
+  launch(add_kernel, grid_for(n, 256), 256, 0, stream, a, b, y, n);
   FERRY_CUDA_CHECK_LAUNCH("add_kernel");
 }
 
 void scale(const float* x, float s, float* y, int64_t n, cudaStream_t stream) {
   require(x && y, "scale", "null pointer");
   if (n <= 0) return;
-  scale_kernel<<<grid_for(n, 256), 256, 0, stream>>>(x, s, y, n);
+  launch(scale_kernel, grid_for(n, 256), 256, 0, stream, x, s, y, n);
   FERRY_CUDA_CHECK_LAUNCH("scale_kernel");
 }
 
@@ -113,7 +114,7 @@ void sigmoid_gate_add(float* y, const float* s, const float* gate_logit, int64_t
                       int64_t n, cudaStream_t stream) {
   require(y && s && gate_logit, "sigmoid_gate_add", "null pointer");
   if (n_tokens <= 0 || n <= 0) return;
-  sigmoid_gate_add_kernel<<<grid_for(n_tokens * n, 256), 256, 0, stream>>>(y, s, gate_logit, n_tokens, n);
+  launch(sigmoid_gate_add_kernel, grid_for(n_tokens * n, 256), 256, 0, stream, y, s, gate_logit, n_tokens, n);
   FERRY_CUDA_CHECK_LAUNCH("sigmoid_gate_add_kernel");
 }
 
@@ -124,9 +125,9 @@ void kv_store(const float* src, int64_t ld_src, void* cache, GgmlType cache_type
   if (n_tokens <= 0) return;
   const unsigned grid = grid_for(n_tokens * row_elems, 256);
   if (cache_type == GgmlType::F16) {
-    kv_store_kernel<__half><<<grid, 256, 0, stream>>>(src, ld_src, static_cast<__half*>(cache), p0, n_tokens, row_elems);
+    launch(kv_store_kernel<__half>, grid, 256, 0, stream, src, ld_src, static_cast<__half*>(cache), p0, n_tokens, row_elems);
   } else if (cache_type == GgmlType::F32) {
-    kv_store_kernel<float><<<grid, 256, 0, stream>>>(src, ld_src, static_cast<float*>(cache), p0, n_tokens, row_elems);
+    launch(kv_store_kernel<float>, grid, 256, 0, stream, src, ld_src, static_cast<float*>(cache), p0, n_tokens, row_elems);
   } else {
     throw_unsupported("kv_store: cache type id " + std::to_string(static_cast<unsigned>(cache_type)) +
                       " (supported: F32, F16)");

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <string>
 
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/blas.hpp"
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/matmul.cuh"
@@ -117,7 +118,7 @@ void matmul_tiled(GgmlType w, const void* W, int64_t rows, int64_t cols, const f
   require((rows + kTileRows - 1) / kTileRows < (1ll << 31) && (n_batch + kTileBatch - 1) / kTileBatch <= 65535,
           op, "matrix too large for one launch");
   FERRY_DISPATCH_WEIGHT_TYPE(w, op, {
-    matmul_tiled_kernel<kT><<<grid, kTiledThreads, 0, stream>>>(static_cast<const uint8_t*>(W), rows,
+    launch(matmul_tiled_kernel<kT>, grid, kTiledThreads, 0, stream, static_cast<const uint8_t*>(W), rows,
                                                                  cols, X, ldx, n_batch, Y, ldy);
   });
   FERRY_CUDA_CHECK_LAUNCH("matmul_tiled_kernel");
@@ -152,8 +153,8 @@ void matmul_blas(Blas& blas, GemmPrecision p, GgmlType w, const void* W, int64_t
   if (f16 || ldx != cols) {
     const int64_t total = n_batch * cols;
     const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((total + 255) / 256, 65535));
-    if (f16) pack_activations_kernel<__half><<<blocks, 256, 0, stream>>>(X, ldx, n_batch, cols, reinterpret_cast<__half*>(ws));
-    else pack_activations_kernel<float><<<blocks, 256, 0, stream>>>(X, ldx, n_batch, cols, reinterpret_cast<float*>(ws));
+    if (f16) launch(pack_activations_kernel<__half>, blocks, 256, 0, stream, X, ldx, n_batch, cols, reinterpret_cast<__half*>(ws));
+    else launch(pack_activations_kernel<float>, blocks, 256, 0, stream, X, ldx, n_batch, cols, reinterpret_cast<float*>(ws));
     FERRY_CUDA_CHECK_LAUNCH("pack_activations_kernel");
     xg = ws;
   }

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <string>
 
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/matmul.cuh"
 #include "kernels/cuda/quant_device.cuh"
@@ -160,13 +161,13 @@ void matmul_direct(GgmlType w, const void* W, int64_t rows, int64_t cols, const 
   FERRY_DISPATCH_WEIGHT_TYPE(w, op, {
     if (n_batch == 1 && rows >= kMultiRowMinRows) {
       const auto g4 = static_cast<unsigned>((rows + 4 * kWarpsPerBlock - 1) / (4 * kWarpsPerBlock));
-      matvec_rows_kernel<kT, 4><<<g4, 32 * kWarpsPerBlock, 0, stream>>>(w8, rows, cols, X, Y);
+      launch(matvec_rows_kernel<kT, 4>, g4, 32 * kWarpsPerBlock, 0, stream, w8, rows, cols, X, Y);
     } else if (n_batch == 1) {
-      matvec_rows_kernel<kT, 1><<<grid_x, 32 * kWarpsPerBlock, 0, stream>>>(w8, rows, cols, X, Y);
+      launch(matvec_rows_kernel<kT, 1>, grid_x, 32 * kWarpsPerBlock, 0, stream, w8, rows, cols, X, Y);
     } else {
       const auto chunks = static_cast<unsigned>((n_batch + 7) / 8);
       require(chunks <= 65535, op, "n_batch too large for the direct path");
-      matmul_direct_kernel<kT, 8><<<dim3(grid_x, chunks), 32 * kWarpsPerBlock, 0, stream>>>(
+      launch(matmul_direct_kernel<kT, 8>, dim3(grid_x, chunks), 32 * kWarpsPerBlock, 0, stream,
           w8, rows, cols, X, ldx, n_batch, Y, ldy);
     }
   });
@@ -179,7 +180,7 @@ void dequantize(GgmlType w, const void* W, int64_t rows, int64_t cols, float* ds
   require(dst != nullptr, "dequantize", "dst is null");
   require(rows < (1ll << 31), "dequantize", "too many rows");
   FERRY_DISPATCH_WEIGHT_TYPE(w, "dequantize", {
-    dequantize_kernel<kT, float><<<static_cast<unsigned>(rows), 128, 0, stream>>>(
+    launch(dequantize_kernel<kT, float>, static_cast<unsigned>(rows), 128, 0, stream,
         static_cast<const uint8_t*>(W), cols, dst);
   });
   FERRY_CUDA_CHECK_LAUNCH("dequantize_kernel");
@@ -191,7 +192,7 @@ void dequantize_f16(GgmlType w, const void* W, int64_t rows, int64_t cols, void*
   require(dst_half != nullptr, "dequantize_f16", "dst is null");
   require(rows < (1ll << 31), "dequantize_f16", "too many rows");
   FERRY_DISPATCH_WEIGHT_TYPE(w, "dequantize_f16", {
-    dequantize_kernel<kT, __half><<<static_cast<unsigned>(rows), 128, 0, stream>>>(
+    launch(dequantize_kernel<kT, __half>, static_cast<unsigned>(rows), 128, 0, stream,
         static_cast<const uint8_t*>(W), cols, static_cast<__half*>(dst_half));
   });
   FERRY_CUDA_CHECK_LAUNCH("dequantize_kernel<half>");
@@ -204,7 +205,7 @@ void embed_rows(GgmlType w, const void* table, int64_t n_vocab, int64_t n_embd,
   if (n_tokens == 0) return;
   require(n_tokens > 0 && n_tokens < (1ll << 31), "embed_rows", "bad n_tokens");
   FERRY_DISPATCH_WEIGHT_TYPE(w, "embed_rows", {
-    embed_kernel<kT><<<static_cast<unsigned>(n_tokens), 128, 0, stream>>>(
+    launch(embed_kernel<kT>, static_cast<unsigned>(n_tokens), 128, 0, stream,
         static_cast<const uint8_t*>(table), n_vocab, n_embd, ids, out);
   });
   FERRY_CUDA_CHECK_LAUNCH("embed_kernel");

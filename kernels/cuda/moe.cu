@@ -1,5 +1,6 @@
 #include <string>
 
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/matmul.cuh"
 #include "kernels/cuda/moe.cuh"
@@ -136,7 +137,7 @@ void moe_gate_up_swiglu(GgmlType t_gate_up, const ExpertPtrs* table, const int32
   require(n_ff % 4 == 0, op, "n_ff must be a multiple of 4 (h rows are read with float4)");
   const dim3 grid(static_cast<unsigned>((n_ff + kWarps - 1) / kWarps), static_cast<unsigned>(n_tokens * k));
   FERRY_DISPATCH_WEIGHT_TYPE(t_gate_up, op, {
-    gate_up_kernel<kT><<<grid, 32 * kWarps, 0, stream>>>(table, ids, n_embd, n_ff, k, x, h);
+    launch(gate_up_kernel<kT>, grid, 32 * kWarps, 0, stream, table, ids, n_embd, n_ff, k, x, h);
   });
   FERRY_CUDA_CHECK_LAUNCH("gate_up_kernel");
 }
@@ -150,7 +151,7 @@ void moe_down(GgmlType t_down, const ExpertPtrs* table, const int32_t* ids, cons
   check_weight_args(op, t_down, reinterpret_cast<const void*>(16), n_embd, n_ff);
   const dim3 grid(static_cast<unsigned>((n_embd + kWarps - 1) / kWarps), static_cast<unsigned>(n_tokens));
   FERRY_DISPATCH_WEIGHT_TYPE(t_down, op, {
-    down_kernel<kT><<<grid, 32 * kWarps, 0, stream>>>(table, ids, weights, n_embd, n_ff, k, h, y, accumulate);
+    launch(down_kernel<kT>, grid, 32 * kWarps, 0, stream, table, ids, weights, n_embd, n_ff, k, h, y, accumulate);
   });
   FERRY_CUDA_CHECK_LAUNCH("down_kernel");
 }
@@ -169,12 +170,12 @@ void moe_expert_pairs(GgmlType t_gate_up, GgmlType t_down, const ExpertPtrs* exp
   require(n_ff % 4 == 0, op, "n_ff must be a multiple of 4 (h rows are read with float4)");
   const dim3 g1(static_cast<unsigned>((n_ff + kWarps - 1) / kWarps), static_cast<unsigned>(n_pairs));
   FERRY_DISPATCH_WEIGHT_TYPE(t_gate_up, op, {
-    gate_up_pairs_kernel<kT><<<g1, 32 * kWarps, 0, stream>>>(expert, pairs, n_embd, n_ff, k, x, h);
+    launch(gate_up_pairs_kernel<kT>, g1, 32 * kWarps, 0, stream, expert, pairs, n_embd, n_ff, k, x, h);
   });
   FERRY_CUDA_CHECK_LAUNCH("gate_up_pairs_kernel");
   const dim3 g2(static_cast<unsigned>((n_embd + kWarps - 1) / kWarps), static_cast<unsigned>(n_pairs));
   FERRY_DISPATCH_WEIGHT_TYPE(t_down, op, {
-    down_pairs_kernel<kT><<<g2, 32 * kWarps, 0, stream>>>(expert, pairs, weights, n_embd, n_ff, k, h, y);
+    launch(down_pairs_kernel<kT>, g2, 32 * kWarps, 0, stream, expert, pairs, weights, n_embd, n_ff, k, h, y);
   });
   FERRY_CUDA_CHECK_LAUNCH("down_pairs_kernel");
 }

@@ -2,6 +2,7 @@
 #include <cfloat>
 #include <string>
 
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/ops.cuh"
 #include "kernels/cuda/quant_device.cuh"
@@ -29,7 +30,7 @@ __device__ __forceinline__ void warp_best(float& v, int& i) {
 __global__ void route_topk_kernel(const float* __restrict__ logits, int n_expert, int k,
                                   int32_t* __restrict__ ids, float* __restrict__ weights,
                                   bool renormalize, float scale) {
-  extern __shared__ float prob[];
+  FERRY_DYNAMIC_SHARED(float, prob);
   const int lane = threadIdx.x;
   const int64_t t = blockIdx.x;
   const float* l = logits + t * n_expert;
@@ -122,7 +123,7 @@ void route_topk(const float* logits, int64_t n_tokens, int n_expert, int k, int3
   require(k >= 1 && k <= n_expert && k <= kMaxTopK, op, "k must be in [1, min(n_expert, 64)]");
   require(n_tokens >= 0 && n_tokens < (1ll << 31), op, "bad n_tokens");
   if (n_tokens == 0) return;
-  route_topk_kernel<<<static_cast<unsigned>(n_tokens), 32, sizeof(float) * n_expert, stream>>>(
+  launch(route_topk_kernel, static_cast<unsigned>(n_tokens), 32, sizeof(float) * n_expert, stream,
       logits, n_expert, k, ids, weights, renormalize, scale);
   FERRY_CUDA_CHECK_LAUNCH("route_topk_kernel");
 }
@@ -132,7 +133,7 @@ void argmax_rows(const float* x, int64_t ld, int64_t n_rows, int64_t n, int32_t*
   require(x && out && n > 0 && ld >= n && n < (1ll << 31), "argmax_rows", "bad arguments");
   if (n_rows <= 0) return;
   require(n_rows < (1ll << 31), "argmax_rows", "too many rows");
-  argmax_kernel<<<static_cast<unsigned>(n_rows), 256, 0, stream>>>(x, ld, n, out);
+  launch(argmax_kernel, static_cast<unsigned>(n_rows), 256, 0, stream, x, ld, n, out);
   FERRY_CUDA_CHECK_LAUNCH("argmax_kernel");
 }
 

@@ -28,6 +28,15 @@ namespace ferry::gputest {
     if (::ferry::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";       \
   } while (0)
 
+// True in the CUDA emulator build (tests/cuda_emu): results are checked as on a GPU, speeds are not.
+constexpr bool emulated() {
+#if defined(FERRY_CUDA_EMU)
+  return true;
+#else
+  return false;
+#endif
+}
+
 inline std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.f, float hi = 1.f) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> u(lo, hi);

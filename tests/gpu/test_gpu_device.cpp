@@ -96,7 +96,10 @@ TEST(GpuDevice, CopiesEventsAndHostFunctions) {
   const double ms = e1->elapsed_ms_since(*e0);
   const double gbps = bytes / (ms * 1e-3) / 1e9;
   std::printf("[gpu-info] pinned H2D 64 MiB: %.3f ms = %.1f GB/s\n", ms, gbps);
-  EXPECT_GT(gbps, 3.0);  // pinned PCIe copies: far above this floor on any real card
+  // Pinned PCIe copies: far above this floor on any real card (the emulator copies with memcpy).
+  if (!gputest::emulated()) {
+    EXPECT_GT(gbps, 3.0);
+  }
   const CopyStats cs = dev->copies();
   EXPECT_EQ(cs.h2d_bytes, bytes);
   EXPECT_EQ(cs.d2h_bytes, bytes);

@@ -1,0 +1,26 @@
+#pragma once
+// The one way kernels are launched: launch(kernel, grid, block, shared_bytes, stream, args...).
+// Under nvcc it is the <<<...>>> launch; in the CUDA emulator build (FERRY_CUDA=EMU,
+// tests/cuda_emu) it queues the kernel on the emulated stream, which runs it on the host.
+// Follow it with FERRY_CUDA_CHECK_LAUNCH (check.cuh) as after any launch.
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <utility>
+
+#if defined(FERRY_CUDA_EMU)
+#include "tests/cuda_emu/emu.hpp"
+namespace ferry::cuda {
+using ::ferry_emu::launch;
+}  // namespace ferry::cuda
+#else
+namespace ferry::cuda {
+template <typename... P, typename... A>
+inline void launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
+                   A&&... args) {
+  kernel<<<grid, block, shared_bytes, stream>>>(std::forward<A>(args)...);
+}
+}  // namespace ferry::cuda
+// `extern __shared__ T name[]`: the block's dynamic shared memory, as a T*.
+#define FERRY_DYNAMIC_SHARED(type, name) extern __shared__ type name[]
+#endif

@@ -1,0 +1,20 @@
+#pragma once
+// Shared between the emulator's runtime (runtime.cpp) and its block scheduler (fiber.cpp).
+#include <functional>
+#include <vector>
+
+#include "cuda_runtime_api.h"
+
+namespace ferry_emu {
+
+struct LaunchShape {
+  dim3 grid, block;
+  size_t shared_bytes = 0;
+};
+
+// Runs one block of `shape` to completion on the calling thread; throws std::runtime_error on a
+// barrier deadlock. `shared` is the block's dynamic shared memory.
+void run_block(const LaunchShape& shape, uint3 block_idx, const std::function<void()>& body,
+               std::vector<unsigned char>& shared);
+
+}  // namespace ferry_emu

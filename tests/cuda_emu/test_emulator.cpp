@@ -1,0 +1,180 @@
+// The CUDA emulator itself (built only with FERRY_CUDA=EMU): the behaviours the GPU tests rely on
+// when they run on it — warp shuffles and block barriers, barrier divergence reported, pointer
+// arguments and copy ranges checked, stream and event ordering, pageable-copy staging, capacity.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "tests/cuda_emu/emu.hpp"
+
+namespace {
+
+__global__ void warp_sums(const float* x, float* out) {
+  float v = x[blockIdx.x * blockDim.x + threadIdx.x];
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  if (threadIdx.x % 32 == 0) out[(blockIdx.x * blockDim.x + threadIdx.x) / 32] = v;
+}
+
+// Reverses each block's slice through shared memory: wrong without the barrier.
+__global__ void reverse_block(const int* x, int* y) {
+  __shared__ int tile[256];
+  const unsigned i = threadIdx.x, base = blockIdx.x * blockDim.x;
+  tile[i] = x[base + i];
+  __syncthreads();
+  y[base + i] = tile[blockDim.x - 1 - i];
+}
+
+__device__ __attribute__((noinline)) void barrier_elsewhere() { __syncthreads(); }
+
+// Half the block waits at one __syncthreads, half at another.
+__global__ void divergent_barrier(int* y) {
+  if (threadIdx.x < 16)
+    barrier_elsewhere();
+  else
+    __syncthreads();
+  y[threadIdx.x] = 1;
+}
+
+// Half of warp 0 waits in a shuffle, half at __syncthreads: neither can complete.
+__global__ void stuck_barrier(float* y) {
+  float v = 1.f;
+  if (threadIdx.x < 16)
+    v = __shfl_xor_sync(0xffffffffu, v, 1);
+  else
+    __syncthreads();
+  y[threadIdx.x] = v;
+}
+
+// Threads past n end before the barrier (the `if (i >= n) return;` idiom).
+__global__ void early_exit_then_barrier(int* y, int n) {
+  if (static_cast<int>(threadIdx.x) >= n) return;
+  __syncthreads();
+  y[threadIdx.x] = 2;
+}
+
+__global__ void fill(int* y, int v, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = v;
+}
+
+template <typename T>
+T* dev_alloc(size_t n) {
+  void* p = nullptr;
+  EXPECT_EQ(cudaMalloc(&p, n * sizeof(T)), cudaSuccess);
+  return static_cast<T*>(p);
+}
+
+TEST(CudaEmulator, ShufflesAndBarriers) {
+  std::vector<float> x(256);
+  std::iota(x.begin(), x.end(), 1.f);
+  float* dx = dev_alloc<float>(256);
+  float* dout = dev_alloc<float>(8);
+  ASSERT_EQ(cudaMemcpy(dx, x.data(), 256 * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+  ferry_emu::launch(warp_sums, dim3(2), dim3(128), 0, nullptr, dx, dout);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  std::vector<float> out(8);
+  ASSERT_EQ(cudaMemcpy(out.data(), dout, 8 * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+  for (int w = 0; w < 8; ++w) EXPECT_EQ(out[w], 32.f * (32 * w + 1) + 31 * 32 / 2.f) << "warp " << w;
+
+  std::vector<int> xi(512);
+  std::iota(xi.begin(), xi.end(), 0);
+  int* di = dev_alloc<int>(512);
+  int* dy = dev_alloc<int>(512);
+  ASSERT_EQ(cudaMemcpy(di, xi.data(), 512 * sizeof(int), cudaMemcpyHostToDevice), cudaSuccess);
+  ferry_emu::launch(reverse_block, dim3(2), dim3(256), 0, nullptr, di, dy);
+  std::vector<int> yi(512);
+  ASSERT_EQ(cudaMemcpy(yi.data(), dy, 512 * sizeof(int), cudaMemcpyDeviceToHost), cudaSuccess);
+  for (int i = 0; i < 512; ++i) EXPECT_EQ(yi[i], (i / 256) * 256 + 255 - i % 256) << i;
+  for (void* p : {static_cast<void*>(dx), static_cast<void*>(dout), static_cast<void*>(di), static_cast<void*>(dy)})
+    cudaFree(p);
+}
+
+TEST(CudaEmulator, ChecksArgumentsAndRanges) {
+  int* d = dev_alloc<int>(64);
+  std::vector<int> host(64);
+  ferry_emu::launch(fill, dim3(1), dim3(64), 0, nullptr, host.data(), 7, 64);  // a host pointer
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidDevicePointer);
+  EXPECT_EQ(host[0], 0);  // not run
+  ferry_emu::launch(fill, dim3(1), dim3(2048), 0, nullptr, d, 7, 64);  // too many threads
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidConfiguration);
+  EXPECT_EQ(cudaMemcpy(d, host.data(), 65 * sizeof(int), cudaMemcpyHostToDevice), cudaErrorInvalidValue);
+  EXPECT_EQ(cudaMemcpy(host.data(), d + 1, 64 * sizeof(int), cudaMemcpyDeviceToHost), cudaErrorInvalidValue);
+  (void)cudaGetLastError();
+  // Page-locked host memory is device-accessible, as on a GPU with unified addressing.
+  void* pinned = nullptr;
+  ASSERT_EQ(cudaMallocHost(&pinned, 64 * sizeof(int)), cudaSuccess);
+  ferry_emu::launch(fill, dim3(1), dim3(64), 0, nullptr, static_cast<int*>(pinned), 5, 64);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(static_cast<int*>(pinned)[63], 5);
+  cudaFreeHost(pinned);
+  size_t free_b = 0, total_b = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free_b, &total_b), cudaSuccess);
+  void* big = nullptr;
+  EXPECT_EQ(cudaMalloc(&big, free_b + 1), cudaErrorMemoryAllocation);
+  (void)cudaGetLastError();
+  cudaFree(d);
+}
+
+TEST(CudaEmulator, StreamsEventsAndStaging) {
+  cudaStream_t s1, s2;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking), cudaSuccess);
+  cudaEvent_t done;
+  ASSERT_EQ(cudaEventCreate(&done), cudaSuccess);
+  constexpr int n = 1 << 16;
+  int* a = dev_alloc<int>(n);
+  int* b = dev_alloc<int>(n);
+  // s2 copies a to b only after s1's kernel filled a.
+  ferry_emu::launch(fill, dim3(n / 256), dim3(256), 0, s1, a, 3, n);
+  ASSERT_EQ(cudaEventRecord(done, s1), cudaSuccess);
+  ASSERT_EQ(cudaStreamWaitEvent(s2, done, 0), cudaSuccess);
+  ASSERT_EQ(cudaMemcpyAsync(b, a, n * sizeof(int), cudaMemcpyDeviceToDevice, s2), cudaSuccess);
+  // A pageable source is staged at the call: changing it afterwards does not change the copy.
+  std::vector<int> src(n, 9);
+  ASSERT_EQ(cudaMemcpyAsync(a, src.data(), n * sizeof(int), cudaMemcpyHostToDevice, s2), cudaSuccess);
+  src.assign(n, -1);
+  std::vector<int> hb(n), ha(n);
+  ASSERT_EQ(cudaMemcpyAsync(hb.data(), b, n * sizeof(int), cudaMemcpyDeviceToHost, s2), cudaSuccess);  // pageable: sync
+  ASSERT_EQ(cudaMemcpyAsync(ha.data(), a, n * sizeof(int), cudaMemcpyDeviceToHost, s2), cudaSuccess);
+  EXPECT_EQ(hb[0], 3);
+  EXPECT_EQ(hb[n - 1], 3);
+  EXPECT_EQ(ha[n - 1], 9);
+  EXPECT_EQ(cudaEventQuery(done), cudaSuccess);
+  // A host function runs in stream order.
+  int seen = 0;
+  ASSERT_EQ(cudaLaunchHostFunc(s1, [](void* p) { *static_cast<int*>(p) = 42; }, &seen), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(s1), cudaSuccess);
+  EXPECT_EQ(seen, 42);
+  cudaEventDestroy(done);
+  cudaStreamDestroy(s1);
+  cudaStreamDestroy(s2);
+  cudaFree(a);
+  cudaFree(b);
+}
+
+// Last: the fault is sticky, as on a GPU, until cudaDeviceReset.
+TEST(CudaEmulator, DivergentBarrierFailsTheLaunch) {
+  int* d = dev_alloc<int>(32);
+  ferry_emu::launch(divergent_barrier, dim3(1), dim3(32), 0, nullptr, d);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaErrorLaunchFailure);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorLaunchFailure);
+  EXPECT_EQ(cudaDeviceReset(), cudaSuccess);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  float* f = dev_alloc<float>(32);
+  ferry_emu::launch(stuck_barrier, dim3(1), dim3(32), 0, nullptr, f);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaErrorLaunchFailure);
+  EXPECT_EQ(cudaDeviceReset(), cudaSuccess);
+  // Threads that ended do not hold back a barrier.
+  ferry_emu::launch(early_exit_then_barrier, dim3(1), dim3(64), 0, nullptr, d, 32);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  int last = 0;
+  ASSERT_EQ(cudaMemcpy(&last, d + 31, sizeof(int), cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(last, 2);
+  cudaFree(d);
+  cudaFree(f);
+}
+
+}  // namespace
