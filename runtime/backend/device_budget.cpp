@@ -12,7 +12,8 @@ void BudgetTracker::charge(uint64_t bytes, std::string_view tag) {
   std::lock_guard lock(mu_);
   if (bytes > budget_ || used_ > budget_ - bytes)
     fail(ErrorKind::budget,
-         "{}: allocating {} for '{}' would exceed the memory budget: {} in use of {} (peak {})",
+         "{}: allocating {} for '{}' would exceed the memory budget: {} in use of {} (peak {}); "
+         "a larger --vram, or a smaller -c or KV type (-ctk/-ctv), lowers what is missing",
          name_, format_size(bytes), tag, format_size(used_), format_size(budget_), format_size(peak_));
   used_ += bytes;
   ++n_allocs_;
