@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "runtime/backend/cuda_device.hpp"
 #include "runtime/backend/cuda_ops.hpp"
 #include "runtime/backend/cuda_ops_moe.hpp"
@@ -142,22 +144,36 @@ int main(int argc, char** argv) {
                logits.data());
     m->forward(*st, std::span<const int32_t>(prompt.data(), 1), LogitsMode::last, logits.data());
 
-    std::vector<double> pp_ms, tg_ms;
+    std::vector<double> pp_ms, tg_ms, tg_eager_ms;
     double calls_per_token = 0;
+    auto decode = [&] {
+      const auto t = Clock::now();
+      for (int i = 0; i < n_decode; ++i) {
+        const int32_t next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+        m->forward(*st, std::span<const int32_t>(&next, 1), LogitsMode::last, logits.data());
+      }
+      return ms_since(t);
+    };
     for (int r = 0; r < reps; ++r) {
       st->reset();
       t0 = Clock::now();
       m->forward(*st, prompt, LogitsMode::last, logits.data());  // ends with a logits copy: synchronous
       pp_ms.push_back(ms_since(t0));
       const uint64_t calls0 = cuda_ops_calls(g);
-      t0 = Clock::now();
-      for (int i = 0; i < n_decode; ++i) {
-        const int32_t next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-        m->forward(*st, std::span<const int32_t>(&next, 1), LogitsMode::last, logits.data());
-      }
-      tg_ms.push_back(ms_since(t0));
+      tg_ms.push_back(decode());  // one-token steps as CUDA graphs (the default)
       calls_per_token = static_cast<double>(cuda_ops_calls(g) - calls0) / n_decode;
     }
+    // The same decode launched kernel by kernel: what the graphs save.
+    const CudaGraphStats gs = cuda_ops_graph_stats(g);
+    cuda_ops_set_graphs(g, false);
+    for (int r = 0; r < reps; ++r) {
+      st->reset();
+      m->forward(*st, prompt, LogitsMode::last, logits.data());
+      tg_eager_ms.push_back(decode());
+    }
+    cuda_ops_set_graphs(g, true);
+    std::sort(tg_eager_ms.begin(), tg_eager_ms.end());
+    const double tg_eager_tok_s = n_decode / (tg_eager_ms[tg_eager_ms.size() / 2] * 1e-3);
     std::sort(pp_ms.begin(), pp_ms.end());
     std::sort(tg_ms.begin(), tg_ms.end());
     const double pp_tok_s = n_prompt / (pp_ms[pp_ms.size() / 2] * 1e-3);
@@ -168,15 +184,17 @@ int main(int argc, char** argv) {
     // launch two) plus the MoE executor's two per layer.
     const double launches = calls_per_token + 2.0 * c.n_layer;
     const MemoryStats ms = dev->memory();
-    std::printf("\n| model | arch | layers | load s | pp%d tok/s | tg%d tok/s | MB/token | HBM GB/s | SOL | launches/token | VRAM peak GiB |\n",
+    std::printf("\n| model | arch | layers | load s | pp%d tok/s | tg%d tok/s | tg eager tok/s | MB/token | HBM GB/s | SOL | launches/token | graphs | VRAM peak GiB |\n",
                 n_prompt, n_decode);
-    std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     const std::string base = path.substr(path.find_last_of('/') + 1);
-    std::printf("| %s | %s | %d | %.1f | %.0f | %.1f | %.1f | %.0f | %.1f%% | ~%.0f | %.2f |\n", base.c_str(),
-                std::string(arch_name(c.arch)).c_str(), c.n_layer, load_ms / 1e3, pp_tok_s, tg_tok_s, static_cast<double>(bpt) / 1e6, hbm_gbps,
-                100.0 * sol, launches, static_cast<double>(ms.peak_bytes) / (1ull << 30));
-    std::printf("[gpu-bench] e2e %s | pp%d %.0f tok/s | tg%d %.1f tok/s | %.1f%% SOL | %.0f launches/token\n",
-                base.c_str(), n_prompt, pp_tok_s, n_decode, tg_tok_s, 100.0 * sol, launches);
+    const std::string graphs = gs.enabled ? fmt::format("{} launches, {} inst.", gs.launches, gs.instantiations) : "off";
+    std::printf("| %s | %s | %d | %.1f | %.0f | %.1f | %.1f | %.1f | %.0f | %.1f%% | ~%.0f | %s | %.2f |\n", base.c_str(),
+                std::string(arch_name(c.arch)).c_str(), c.n_layer, load_ms / 1e3, pp_tok_s, tg_tok_s, tg_eager_tok_s,
+                static_cast<double>(bpt) / 1e6, hbm_gbps, 100.0 * sol, launches, graphs.c_str(),
+                static_cast<double>(ms.peak_bytes) / (1ull << 30));
+    std::printf("[gpu-bench] e2e %s | pp%d %.0f tok/s | tg%d %.1f tok/s (eager %.1f) | %.1f%% SOL | %.0f launches/token\n",
+                base.c_str(), n_prompt, pp_tok_s, n_decode, tg_tok_s, tg_eager_tok_s, 100.0 * sol, launches);
 #endif
     return 0;
   } catch (const std::exception& e) {

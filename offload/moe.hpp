@@ -55,6 +55,9 @@ class MoeExecutor {
  public:
   virtual ~MoeExecutor() = default;
   virtual void run(const MoeRequest& req) = 0;
+  // True when run() only enqueues device work on the ops stream (no host synchronisation, no
+  // allocation, no host-side decision on the routing), so a step can be recorded as a CUDA graph.
+  virtual bool capturable() const { return false; }
 };
 
 }  // namespace ferry

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # scripts/build.sh [release|debug|asan|emu] — configure and build Ferry into build/ (release),
-# build-debug/, build-asan/ (AddressSanitizer + UBSan) or build-emu/ (the CUDA backend on the CUDA
-# emulator, tests/cuda_emu: GPU tests without a GPU). Extra args go to cmake configure.
+# build-debug/, build-asan/ (AddressSanitizer + UBSan, CUDA on the emulator) or build-emu/ (the
+# CUDA backend on the CUDA emulator, tests/cuda_emu: GPU tests without a GPU, fast). Extra args go
+# to cmake configure.
 #   FERRY_CUDA=AUTO|ON|OFF (default AUTO: built when nvcc is found, runs only where a GPU is)
 #   CUDA_ARCH=90           CUDA architectures (default: CI builds one, users get 86;89;90;120)
 #   CI=true                warnings as errors
@@ -17,8 +18,7 @@ case "$kind" in
   *) echo "usage: scripts/build.sh [release|debug|asan|emu] [cmake args...]" >&2; exit 2 ;;
 esac
 case "$kind" in
-  asan) cuda=OFF ;;
-  emu) cuda=EMU ;;
+  asan|emu) cuda=EMU ;;  # the sanitizer build runs the CUDA code on the emulator too
   *) cuda="${FERRY_CUDA:-AUTO}" ;;
 esac
 # nvcc ships outside PATH on some installs

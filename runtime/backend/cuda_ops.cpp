@@ -5,7 +5,10 @@
 #if FERRY_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
+#include <string_view>
 #include <unordered_map>
 
 #include "kernels/cuda/attention.cuh"
@@ -22,6 +25,8 @@ class CudaOps final : public Ops {
  public:
   CudaOps(Device& dev, const CudaOpsOptions& o) : dev_(dev), stream_(dev.create_stream()) {
     s_ = static_cast<cudaStream_t>(stream_->native_handle());
+    const char* env = std::getenv("FERRY_CUDA_GRAPHS");
+    graphs_on_ = o.graphs && !(env && std::string_view(env) == "0");
     if (o.use_cublas) {
       std::string why;
       blas_ = cuda::Blas::try_load(&why);
@@ -40,9 +45,90 @@ class CudaOps final : public Ops {
   cudaStream_t stream() const { return s_; }
   Device& device() const { return dev_; }
   uint64_t calls() const { return calls_; }
+  uint64_t workspace_bytes() const { return matmul_ws_.bytes() + attn_ws_.bytes() + blas_ws_.bytes(); }
+  CudaGraphStats graph_stats() const { return {graph_launches_, graph_instantiations_, graphs_on_}; }
+  void set_graphs(bool on) {
+    graphs_on_ = on;
+    graph_warmup_ = on ? 1 : 0;
+  }
+
+  ~CudaOps() override {
+    if (graph_exec_) (void)cudaGraphExecDestroy(graph_exec_);
+  }
+
+  // Each one-token step is recorded anew (its kernel arguments change: position, KV length) and
+  // applied to the executable graph with cudaGraphExecUpdate, which keeps it when only arguments
+  // changed; the GPU then runs the step's ~hundreds of kernels without a launch gap each.
+  bool begin_graph() override {
+    if (!graphs_on_) return false;
+    if (graph_warmup_ > 0) {  // the first step runs eagerly: lazily grown buffers get allocated
+      --graph_warmup_;
+      return false;
+    }
+    if (!staging_.data()) staging_ = dev_.alloc_host(64 << 10, true);
+    if (graph_done_) graph_done_->synchronize();  // the last graph no longer reads the staging
+    FERRY_CUDA_CHECK(cudaStreamBeginCapture(s_, cudaStreamCaptureModeThreadLocal));
+    recording_ = true;
+    staging_used_ = 0;
+    return true;
+  }
+
+  bool end_graph() override {
+    recording_ = false;
+    cudaGraph_t graph = nullptr;
+    if (const cudaError_t e = cudaStreamEndCapture(s_, &graph); e != cudaSuccess) {
+      graphs_off(cudaGetErrorString(e));
+      return false;
+    }
+    if (graph_exec_) {
+      cudaGraphExecUpdateResultInfo info{};
+      if (cudaGraphExecUpdate(graph_exec_, graph, &info) != cudaSuccess) {
+        (void)cudaGetLastError();
+        (void)cudaGraphExecDestroy(graph_exec_);
+        graph_exec_ = nullptr;
+      }
+    }
+    if (!graph_exec_) {
+      if (const cudaError_t e = cudaGraphInstantiate(&graph_exec_, graph, 0); e != cudaSuccess) {
+        graph_exec_ = nullptr;
+        (void)cudaGraphDestroy(graph);
+        graphs_off(cudaGetErrorString(e));
+        return false;
+      }
+      ++graph_instantiations_;
+    }
+    (void)cudaGraphDestroy(graph);
+    FERRY_CUDA_CHECK(cudaGraphLaunch(graph_exec_, s_));
+    if (!graph_done_) graph_done_ = dev_.create_event();
+    stream_->record(*graph_done_);
+    ++graph_launches_;
+    return true;
+  }
+
+  void abort_graph() override {
+    if (!recording_) return;
+    recording_ = false;
+    cudaGraph_t graph = nullptr;
+    if (cudaStreamEndCapture(s_, &graph) == cudaSuccess && graph) (void)cudaGraphDestroy(graph);
+    graphs_off("a call inside the step failed while it was recorded");
+  }
 
   DeviceBuffer alloc(size_t bytes) override { return dev_.alloc(bytes, "activations"); }
-  void to_device(void* dst, const void* src_host, size_t bytes) override { ++calls_; stream_->copy_h2d(dst, src_host, bytes); }
+  void to_device(void* dst, const void* src_host, size_t bytes) override {
+    ++calls_;
+    if (recording_) {
+      // A graph reads its copy's source when it runs, after the caller's (pageable) buffer is
+      // gone: the bytes go to pinned staging that lives as long as the graph's launch.
+      const size_t at = (staging_used_ + 15) / 16 * 16;
+      if (at + bytes > staging_.bytes())
+        fail(ErrorKind::internal, "cuda graph: {} bytes of step inputs exceed the {} staging", at + bytes, staging_.bytes());
+      std::memcpy(static_cast<char*>(staging_.data()) + at, src_host, bytes);
+      staging_used_ = at + bytes;
+      stream_->copy_h2d(dst, static_cast<char*>(staging_.data()) + at, bytes);
+      return;
+    }
+    stream_->copy_h2d(dst, src_host, bytes);
+  }
   void to_host(void* dst_host, const void* src, size_t bytes) override {
     ++calls_;
     stream_->copy_d2h(dst_host, src, bytes);
@@ -188,6 +274,22 @@ class CudaOps final : public Ops {
     }
   };
   uint64_t calls_ = 0;
+  // Step graphs (begin_graph): the executable graph, pinned staging for the step's inputs, the
+  // event after the last launch (the staging is reused once it has passed).
+  bool graphs_on_ = true, recording_ = false;
+  int graph_warmup_ = 1;
+  cudaGraphExec_t graph_exec_ = nullptr;
+  HostBuffer staging_;
+  size_t staging_used_ = 0;
+  std::unique_ptr<Event> graph_done_;
+  uint64_t graph_launches_ = 0, graph_instantiations_ = 0;
+
+  void graphs_off(const char* why) {
+    (void)cudaGetLastError();
+    graphs_on_ = false;
+    log::warn("cuda: step graphs off ({}); steps run kernel by kernel", why);
+  }
+
   std::mutex mu_;
   std::unordered_map<ResidentKey, DeviceBuffer, ResidentHash> resident_;
 };
@@ -214,6 +316,17 @@ uint64_t cuda_ops_calls(const Ops& ops) {
   const auto* c = dynamic_cast<const CudaOps*>(&ops);
   return c ? c->calls() : 0;
 }
+uint64_t cuda_ops_workspace_bytes(const Ops& ops) {
+  const auto* c = dynamic_cast<const CudaOps*>(&ops);
+  return c ? c->workspace_bytes() : 0;
+}
+CudaGraphStats cuda_ops_graph_stats(const Ops& ops) {
+  const auto* c = dynamic_cast<const CudaOps*>(&ops);
+  return c ? c->graph_stats() : CudaGraphStats{};
+}
+void cuda_ops_set_graphs(Ops& ops, bool on) {
+  if (auto* c = dynamic_cast<CudaOps*>(&ops)) c->set_graphs(on);
+}
 
 }  // namespace ferry
 
@@ -227,6 +340,9 @@ std::unique_ptr<Ops> make_cuda_ops(Device&, const CudaOpsOptions&) {
 void* cuda_ops_stream(Ops& ops) { fail(ErrorKind::invalid_arg, "expected the cuda ops backend, got '{}'", ops.name()); }
 Device& cuda_ops_device(Ops& ops) { fail(ErrorKind::invalid_arg, "expected the cuda ops backend, got '{}'", ops.name()); }
 uint64_t cuda_ops_calls(const Ops&) { return 0; }
+uint64_t cuda_ops_workspace_bytes(const Ops&) { return 0; }
+CudaGraphStats cuda_ops_graph_stats(const Ops&) { return {}; }
+void cuda_ops_set_graphs(Ops&, bool) {}
 
 }  // namespace ferry
 

@@ -19,7 +19,20 @@ struct CudaOpsOptions {
   size_t matmul_workspace_bytes = 64ull << 20;
   size_t attention_workspace_bytes = 16ull << 20;
   bool use_cublas = true;  // false: tiled kernel for large batches
+  // One-token steps as CUDA graphs (Ops::begin_graph); the environment variable
+  // FERRY_CUDA_GRAPHS=0 turns them off too.
+  bool graphs = true;
 };
+
+// Graph use of a CudaOps: launches, instantiations (an update that cannot reuse the executable
+// graph instantiates anew), and whether graphs are still on (a failed recording turns them off).
+struct CudaGraphStats {
+  uint64_t launches = 0, instantiations = 0;
+  bool enabled = false;
+};
+CudaGraphStats cuda_ops_graph_stats(const Ops& ops);
+// Turns step graphs on or off from the next step on (benchmarks compare both). No-op elsewhere.
+void cuda_ops_set_graphs(Ops& ops, bool on);
 
 // `device` must be a cuda Device and outlive the returned Ops.
 std::unique_ptr<Ops> make_cuda_ops(Device& device, const CudaOpsOptions& options = {});
@@ -33,5 +46,8 @@ Device& cuda_ops_device(Ops& ops);
 // Ops calls enqueued so far (every call launches at least one kernel or copy): the benchmark
 // reports calls per decoded token. 0 for other backends.
 uint64_t cuda_ops_calls(const Ops& ops);
+// Bytes of the backend's own device workspaces (matmul, attention, cuBLAS), allocated when the
+// ops are made; 0 for other backends.
+uint64_t cuda_ops_workspace_bytes(const Ops& ops);
 
 }  // namespace ferry

@@ -27,6 +27,10 @@ class CudaMoeExecutor final : public MoeExecutor {
     for (size_t l = 0; l < layers.size(); ++l) layers_.push_back(upload(layers[l], static_cast<int32_t>(l)));
   }
 
+  // Resident experts: every step is device work on the ops stream (bridged requests upload the
+  // host routing first, which a graph could not replay: those come through a non-capturable bridge).
+  bool capturable() const override { return true; }
+
   void run(const MoeRequest& req) override {
     if (req.layer < 0 || static_cast<size_t>(req.layer) >= layers_.size())
       fail(ErrorKind::invalid_arg, "cuda moe: layer {} of {}", req.layer, layers_.size());

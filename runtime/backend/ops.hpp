@@ -118,6 +118,16 @@ class Ops {
   // twice for the same host data returns the same copy: tied embedding/lm_head tables).
   virtual WeightView resident(const WeightView& host) = 0;
 
+  // --- step graphs (CUDA graphs; docs/decisions/0005): the Ops calls between begin_graph() and
+  // end_graph() are recorded instead of run, then launched as one graph. begin_graph() returns
+  // false where the backend does not (the CPU; graphs off; the warm-up step), and the step runs
+  // eagerly. end_graph() returns false when the recording failed: nothing of the step ran, graphs
+  // are now off, and the caller runs the step again eagerly. abort_graph() drops a recording after
+  // an exception. Inside a recording: no to_host, sync or alloc.
+  virtual bool begin_graph() { return false; }
+  virtual bool end_graph() { return false; }
+  virtual void abort_graph() {}
+
   // --- ops. In-place use is allowed where marked (dst may equal src).
   // dst[i] = dequantized row ids[i] of table.   ids: (n)   dst: (n, table.cols)
   virtual void embed(const WeightView& table, const int32_t* ids, int64_t n, float* dst) = 0;

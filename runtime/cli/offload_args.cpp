@@ -162,10 +162,11 @@ MoeExecutorWrap Offload::wrap(MoeExecutorWrap then, Tracer* tracer) {
     if (device_flow)
       in.step_bytes = device_flow_step_bytes(max_batch, expert_shape(layers[0]), c.n_expert_used, c.n_expert);
     if (cuda) {
-      // What is really allocated (dense weights, the CudaOps workspaces) replaces the estimate;
-      // the workspace gets a margin for the CUDA DeltaNet and attention scratch.
-      in.dense_bytes = cuda_dev->memory().used_bytes;
-      in.workspace_bytes += 32ull << 20;
+      // What is really allocated replaces the estimate: the dense weights, and the CudaOps
+      // workspaces (counted as workspace, with a margin for the DeltaNet and attention scratch).
+      const uint64_t backend_ws = cuda_ops_workspace_bytes(ops);
+      in.dense_bytes = cuda_dev->memory().used_bytes - backend_ws;
+      in.workspace_bytes += backend_ws + (32ull << 20);
     }
     std::unique_ptr<ExpertProfile> profile;
     if (!a_.profile.empty())

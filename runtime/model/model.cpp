@@ -43,6 +43,21 @@ StateFootprint state_footprint(const ModelConfig& c, const StateOptions& o) {
        supported_architectures());
 }
 
+void Model::run_step(int64_t n_tokens, bool moe_capturable, const std::function<void()>& step) {
+  if (n_tokens != 1 || debug_ || !moe_capturable || !ops_.begin_graph()) {
+    step();
+    return;
+  }
+  bool recorded = false;
+  try {
+    step();
+    recorded = true;
+  } catch (const std::exception&) {
+    ops_.abort_graph();  // graphs are off now; the step runs eagerly below
+  }
+  if (!recorded || !ops_.end_graph()) step();
+}
+
 void forward_in_batches(ModelState& st, const ModelConfig& c, std::span<const int32_t> tokens,
                         LogitsMode mode, float* logits,
                         const std::function<void(std::span<const int32_t>)>& step,

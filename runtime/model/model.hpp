@@ -86,6 +86,11 @@ class Model {
   void debug(std::string_view name, int32_t layer, const float* data, int64_t rows, int64_t cols) const {
     if (debug_) debug_(name, layer, data, rows, cols);
   }
+  // Runs one forward step. A one-token step (decode) is recorded and launched as one graph
+  // (Ops::begin_graph) when the backend has graphs, no debug hook reads intermediates and the MoE
+  // executor is capturable; otherwise, or when the recording fails, it runs eagerly. `step` must
+  // not change host state it reads (it may run twice: recorded, then eagerly).
+  void run_step(int64_t n_tokens, bool moe_capturable, const std::function<void()>& step);
   ModelConfig cfg_;
   Ops& ops_;
   std::vector<MoeLayerWeights> moe_layers_;

@@ -52,7 +52,8 @@ unsigned char* warp_exchange_slots();  // this warp's 32 x 16-byte exchange slot
 void* dynamic_shared();               // the block's dynamic shared memory
 
 // Queues a kernel: `thread_body` runs once per thread of every block. `name_hint` is for errors.
-void enqueue_kernel(cudaStream_t stream, dim3 grid, dim3 block, size_t shared_bytes,
+// `kernel` identifies the function (graph updates require the same kernels in the same order).
+void enqueue_kernel(cudaStream_t stream, const void* kernel, dim3 grid, dim3 block, size_t shared_bytes,
                     std::function<void()> thread_body);
 // Validation of pointer arguments (see above); false and a message on stderr when p is not
 // device-accessible. Null is allowed (optional arguments).
@@ -82,7 +83,8 @@ void launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t shared_bytes, cu
     set_launch_error(cudaErrorInvalidDevicePointer);
     return;
   }
-  enqueue_kernel(stream, grid, block, shared_bytes, [kernel, params] { std::apply(kernel, *params); });
+  enqueue_kernel(stream, reinterpret_cast<const void*>(kernel), grid, block, shared_bytes,
+                 [kernel, params] { std::apply(kernel, *params); });
 }
 
 }  // namespace ferry_emu

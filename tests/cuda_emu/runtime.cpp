@@ -34,18 +34,41 @@
 #include "tests/cuda_emu/emu_internal.hpp"
 #include "cublas_v2.h"
 
+struct CUgraph_st;
 struct CUevent_st {
   std::mutex mu;
   std::condition_variable cv;
   uint64_t recorded = 0;  // records issued
   uint64_t completed = 0;  // records reached by their stream
   std::chrono::steady_clock::time_point when{};
+  const CUgraph_st* captured_in = nullptr;  // the capture of its last record, if captured
 };
 
 namespace ferry_emu {
 namespace {
 
 using Op = std::function<void()>;
+
+// A captured operation and its node kind: the kernel's function, or one of the tags below
+// (cudaGraphExecUpdate requires the same kinds in the same order).
+struct GraphNode {
+  const void* kind;
+  Op op;
+};
+const char kCopyNode = 0, kMemsetNode = 0, kHostNode = 0, kEventNode = 0;
+
+}  // namespace
+}  // namespace ferry_emu
+
+struct CUgraph_st {
+  std::vector<ferry_emu::GraphNode> nodes;
+};
+struct CUgraphExec_st {
+  std::vector<ferry_emu::GraphNode> nodes;
+};
+
+namespace ferry_emu {
+namespace {
 
 struct Stream;
 
@@ -207,6 +230,10 @@ struct Stream {
   }
 
   const bool blocking;
+  // Stream capture (owned by the capturing thread; see cudaStreamBeginCapture).
+  CUgraph_st* capture = nullptr;
+  bool capture_invalid = false;
+  bool capture_strict = false;  // global / thread-local mode
   std::mutex mu;
   std::condition_variable cv;
   std::deque<Op> queue;
@@ -225,14 +252,39 @@ std::vector<Stream*> Runtime::streams(bool blocking_only) const {
 
 Stream* as_stream(cudaStream_t s) { return reinterpret_cast<Stream*>(s); }
 
-// Runs `op` in stream order: queued on a created stream; on the legacy default stream, after all
-// blocking streams drained, on the calling thread.
-cudaError_t submit(cudaStream_t s, Op op) {
+// The strict-mode captures this thread began and has not ended.
+thread_local std::vector<Stream*> captures_of_thread;
+
+// A call that is not allowed while this thread captures (a sync, an allocation, the legacy
+// stream): invalidates the captures, as the driver does, and returns the error to report.
+cudaError_t capture_violation(cudaError_t err, const char* what) {
+  bool any = false;
+  for (Stream* c : captures_of_thread)
+    if (c->capture_strict) {
+      c->capture_invalid = true;
+      any = true;
+    }
+  if (!any) return cudaSuccess;
+  std::fprintf(stderr, "cuda emulator: %s during stream capture (capture invalidated)\n", what);
+  return result(err);
+}
+
+// Runs `op` in stream order: queued on a created stream (or recorded, while it is captured); on
+// the legacy default stream, after all blocking streams drained, on the calling thread.
+cudaError_t submit(cudaStream_t s, Op op, const void* kind = &kHostNode) {
   if (cudaError_t e = Runtime::get().sticky(); e != cudaSuccess) return result(e);
+  if (s && as_stream(s)->capture) {
+    Stream* st = as_stream(s);
+    if (st->capture_invalid) return result(cudaErrorStreamCaptureInvalidated);
+    st->capture->nodes.push_back(GraphNode{kind, std::move(op)});
+    return cudaSuccess;
+  }
   if (s) {
     as_stream(s)->push(std::move(op));
     return cudaSuccess;
   }
+  if (cudaError_t e = capture_violation(cudaErrorStreamCaptureImplicit, "work on the legacy default stream"); e != cudaSuccess)
+    return e;
   for (Stream* b : Runtime::get().streams(true)) b->synchronize();
   try {
     op();
@@ -244,6 +296,13 @@ cudaError_t submit(cudaStream_t s, Op op) {
 }
 
 cudaError_t wait_stream(cudaStream_t s) {
+  if (s && as_stream(s)->capture) {
+    as_stream(s)->capture_invalid = true;
+    std::fprintf(stderr, "cuda emulator: synchronising a capturing stream (capture invalidated)\n");
+    return result(cudaErrorStreamCaptureUnsupported);
+  }
+  if (cudaError_t e = capture_violation(cudaErrorStreamCaptureUnsupported, "a synchronising call"); e != cudaSuccess)
+    return e;
   if (s)
     as_stream(s)->synchronize();
   else
@@ -279,16 +338,25 @@ cudaError_t copy(void* dst, const void* src, size_t n, cudaMemcpyKind kind, cuda
   if ((dst_dev && !check_device_range(dst, n, "copy destination")) ||
       (src_dev && !check_device_range(src, n, "copy source")))
     return result(cudaErrorInvalidValue);
+  const bool capturing = s && as_stream(s)->capture;
+  if (capturing && ((!src_dev && !is_pinned_or_device(src, n)) || (!dst_dev && !is_pinned_or_device(dst, n)))) {
+    // A graph replays the copy later: it cannot stage or wait for pageable memory.
+    as_stream(s)->capture_invalid = true;
+    std::fprintf(stderr, "cuda emulator: a pageable-memory copy captured into a graph (capture invalidated)\n");
+    return result(cudaErrorStreamCaptureUnsupported);
+  }
   if (!src_dev && !is_pinned_or_device(src, n)) {
     // Pageable source: staged now, as the driver does.
     auto staged = std::make_shared<std::vector<unsigned char>>(static_cast<const unsigned char*>(src),
                                                                static_cast<const unsigned char*>(src) + n);
-    if (cudaError_t e = submit(s, [dst, staged] { std::memcpy(dst, staged->data(), staged->size()); }); e != cudaSuccess)
+    if (cudaError_t e = submit(s, [dst, staged] { std::memcpy(dst, staged->data(), staged->size()); }, &kCopyNode);
+        e != cudaSuccess)
       return e;
-  } else if (cudaError_t e = submit(s, [dst, src, n] { std::memcpy(dst, src, n); }); e != cudaSuccess) {
+  } else if (cudaError_t e = submit(s, [dst, src, n] { std::memcpy(dst, src, n); }, &kCopyNode); e != cudaSuccess) {
     return e;
   }
   // Synchronous calls, and copies into pageable memory, return when the data is there.
+  if (capturing) return cudaSuccess;
   if (sync || (!dst_dev && !is_pinned_or_device(dst, n))) return wait_stream(s);
   return cudaSuccess;
 }
@@ -305,7 +373,8 @@ bool device_accessible(const void* p, int arg_index) {
 
 void set_launch_error(cudaError_t err) { last_error = err; }
 
-void enqueue_kernel(cudaStream_t stream, dim3 grid, dim3 block, size_t shared_bytes, std::function<void()> body) {
+void enqueue_kernel(cudaStream_t stream, const void* kernel, dim3 grid, dim3 block, size_t shared_bytes,
+                    std::function<void()> body) {
   const unsigned long long threads = 1ull * block.x * block.y * block.z;
   if (threads == 0 || threads > 1024 || block.z > 64 || grid.x == 0 || grid.y == 0 || grid.z == 0 ||
       grid.y > 65535 || grid.z > 65535 || shared_bytes > 48 * 1024) {
@@ -320,7 +389,7 @@ void enqueue_kernel(cudaStream_t stream, dim3 grid, dim3 block, size_t shared_by
     for (unsigned z = 0; z < shape.grid.z; ++z)
       for (unsigned y = 0; y < shape.grid.y; ++y)
         for (unsigned x = 0; x < shape.grid.x; ++x) run_block(shape, uint3{x, y, z}, body, shared);
-  });
+  }, kernel);
   if (e != cudaSuccess) last_error = e;
 }
 
@@ -353,6 +422,12 @@ const char* cudaGetErrorName(cudaError_t err) {
     case cudaErrorHostMemoryNotRegistered: return "cudaErrorHostMemoryNotRegistered";
     case cudaErrorNoDevice: return "cudaErrorNoDevice";
     case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorIllegalState: return "cudaErrorIllegalState";
+    case cudaErrorStreamCaptureUnsupported: return "cudaErrorStreamCaptureUnsupported";
+    case cudaErrorStreamCaptureInvalidated: return "cudaErrorStreamCaptureInvalidated";
+    case cudaErrorStreamCaptureIsolation: return "cudaErrorStreamCaptureIsolation";
+    case cudaErrorStreamCaptureImplicit: return "cudaErrorStreamCaptureImplicit";
+    case cudaErrorGraphExecUpdateFailure: return "cudaErrorGraphExecUpdateFailure";
   }
   return "cudaErrorUnknown";
 }
@@ -406,6 +481,8 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
   return result(cudaErrorInvalidValue);
 }
 cudaError_t cudaDeviceSynchronize() {
+  if (cudaError_t e = capture_violation(cudaErrorStreamCaptureUnsupported, "cudaDeviceSynchronize"); e != cudaSuccess)
+    return e;
   for (Stream* s : Runtime::get().streams(false)) s->synchronize();
   return result(Runtime::get().sticky());
 }
@@ -423,9 +500,12 @@ cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
 
 cudaError_t cudaMalloc(void** ptr, size_t bytes) {
   *ptr = nullptr;
-  const size_t n = std::max<size_t>((bytes + 255) / 256 * 256, 256);
-  void* p = std::aligned_alloc(256, n);
-  if (!p) return result(cudaErrorMemoryAllocation);
+  if (cudaError_t e = capture_violation(cudaErrorStreamCaptureUnsupported, "cudaMalloc"); e != cudaSuccess) return e;
+  // 256-byte aligned like cudaMalloc, but not rounded up: under AddressSanitizer a kernel that
+  // reads or writes past the requested size hits the redzone (real cudaMalloc would let the
+  // rounding hide it).
+  void* p = nullptr;
+  if (posix_memalign(&p, 256, std::max<size_t>(bytes, 1)) != 0) return result(cudaErrorMemoryAllocation);
   if (cudaError_t e = Runtime::get().add_range(p, bytes, true); e != cudaSuccess) {
     std::free(p);
     return result(cudaErrorMemoryAllocation);
@@ -435,6 +515,7 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
 }
 cudaError_t cudaFree(void* ptr) {
   if (!ptr) return cudaSuccess;
+  if (cudaError_t e = capture_violation(cudaErrorStreamCaptureUnsupported, "cudaFree"); e != cudaSuccess) return e;
   cudaDeviceSynchronize();  // as cudaFree does
   if (!Runtime::get().remove_range(ptr, true)) return result(cudaErrorInvalidDevicePointer);
   std::free(ptr);
@@ -442,6 +523,7 @@ cudaError_t cudaFree(void* ptr) {
 }
 cudaError_t cudaMallocHost(void** ptr, size_t bytes) {
   *ptr = nullptr;
+  if (cudaError_t e = capture_violation(cudaErrorStreamCaptureUnsupported, "cudaMallocHost"); e != cudaSuccess) return e;
   void* p = std::aligned_alloc(4096, std::max<size_t>((bytes + 4095) / 4096 * 4096, 4096));
   if (!p) return result(cudaErrorMemoryAllocation);
   Runtime::get().add_range(p, bytes, false);
@@ -490,7 +572,7 @@ cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t 
 cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t stream) {
   if (bytes == 0) return cudaSuccess;
   if (!check_device_range(dst, bytes, "memset")) return result(cudaErrorInvalidValue);
-  return submit(stream, [dst, value, bytes] { std::memset(dst, value, bytes); });
+  return submit(stream, [dst, value, bytes] { std::memset(dst, value, bytes); }, &kMemsetNode);
 }
 cudaError_t cudaMemset(void* dst, int value, size_t bytes) {
   if (cudaError_t e = cudaMemsetAsync(dst, value, bytes, nullptr); e != cudaSuccess) return e;
@@ -520,6 +602,14 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
     std::lock_guard lk(event->mu);
     target = event->recorded;
   }
+  if (stream && as_stream(stream)->capture) {
+    // Within one captured stream a wait for its own captured record is implied by stream order;
+    // a dependency on work outside the capture is not allowed.
+    if (event->captured_in == as_stream(stream)->capture) return cudaSuccess;
+    as_stream(stream)->capture_invalid = true;
+    std::fprintf(stderr, "cuda emulator: a captured stream waits for an event recorded outside the capture\n");
+    return result(cudaErrorStreamCaptureIsolation);
+  }
   if (target == 0) return cudaSuccess;
   return submit(stream, [event, target] {
     std::unique_lock lk(event->mu);
@@ -546,6 +636,19 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
   return cudaSuccess;
 }
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  if (stream && as_stream(stream)->capture) {
+    // Recorded when the graph runs.
+    event->captured_in = as_stream(stream)->capture;
+    return submit(stream, [event] {
+      {
+        std::lock_guard lk(event->mu);
+        event->completed = ++event->recorded;
+        event->when = std::chrono::steady_clock::now();
+      }
+      event->cv.notify_all();
+    }, &kEventNode);
+  }
+  event->captured_in = nullptr;
   uint64_t ticket;
   {
     std::lock_guard lk(event->mu);
@@ -575,6 +678,69 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
   if (start->completed == 0 || end->completed == 0) return result(cudaErrorInvalidResourceHandle);
   if (start->completed < start->recorded || end->completed < end->recorded) return result(cudaErrorNotReady);
   *ms = std::chrono::duration<float, std::milli>(end->when - start->when).count();
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode) {
+  if (!stream) return result(cudaErrorStreamCaptureUnsupported);  // the legacy stream cannot be captured
+  Stream* st = as_stream(stream);
+  if (st->capture) return result(cudaErrorIllegalState);
+  st->capture = new CUgraph_st;
+  st->capture_invalid = false;
+  st->capture_strict = mode != cudaStreamCaptureModeRelaxed;
+  captures_of_thread.push_back(st);
+  return cudaSuccess;
+}
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
+  *graph = nullptr;
+  if (!stream || !as_stream(stream)->capture) return result(cudaErrorIllegalState);
+  Stream* st = as_stream(stream);
+  std::unique_ptr<CUgraph_st> g(st->capture);
+  st->capture = nullptr;
+  std::erase(captures_of_thread, st);
+  if (st->capture_invalid) return result(cudaErrorStreamCaptureInvalidated);
+  *graph = g.release();
+  return cudaSuccess;
+}
+cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status) {
+  const Stream* st = stream ? as_stream(stream) : nullptr;
+  *status = !st || !st->capture   ? cudaStreamCaptureStatusNone
+            : st->capture_invalid ? cudaStreamCaptureStatusInvalidated
+                                  : cudaStreamCaptureStatusActive;
+  return cudaSuccess;
+}
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long) {
+  if (!graph) return result(cudaErrorInvalidValue);
+  *exec = new CUgraphExec_st{graph->nodes};
+  return cudaSuccess;
+}
+cudaError_t cudaGraphExecUpdate(cudaGraphExec_t exec, cudaGraph_t graph, cudaGraphExecUpdateResultInfo* info) {
+  if (!exec || !graph) return result(cudaErrorInvalidValue);
+  cudaGraphExecUpdateResult r = cudaGraphExecUpdateSuccess;
+  if (exec->nodes.size() != graph->nodes.size()) {
+    r = cudaGraphExecUpdateErrorTopologyChanged;
+  } else {
+    for (size_t i = 0; i < graph->nodes.size() && r == cudaGraphExecUpdateSuccess; ++i)
+      if (exec->nodes[i].kind != graph->nodes[i].kind) r = cudaGraphExecUpdateErrorFunctionChanged;
+  }
+  if (info) *info = cudaGraphExecUpdateResultInfo{r, nullptr, nullptr};
+  if (r != cudaGraphExecUpdateSuccess) return result(cudaErrorGraphExecUpdateFailure);
+  exec->nodes = graph->nodes;  // the new parameters: kernel arguments, grid, copy addresses
+  return cudaSuccess;
+}
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
+  if (!exec) return result(cudaErrorInvalidValue);
+  auto nodes = std::make_shared<std::vector<GraphNode>>(exec->nodes);
+  return submit(stream, [nodes] {
+    for (const GraphNode& n : *nodes) n.op();
+  });
+}
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+  delete graph;
+  return cudaSuccess;
+}
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+  delete exec;
   return cudaSuccess;
 }
 

@@ -155,6 +155,64 @@ TEST(CudaEmulator, StreamsEventsAndStaging) {
   cudaFree(b);
 }
 
+TEST(CudaEmulator, GraphsCaptureUpdateAndRefuseSyncs) {
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  int* d = dev_alloc<int>(64);
+  void* pinned = nullptr;
+  ASSERT_EQ(cudaMallocHost(&pinned, 64 * sizeof(int)), cudaSuccess);
+  auto* h = static_cast<int*>(pinned);
+  auto capture = [&](int v) {
+    cudaGraph_t g = nullptr;
+    EXPECT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    ferry_emu::launch(fill, dim3(1), dim3(64), 0, s, d, v, 64);
+    EXPECT_EQ(cudaMemcpyAsync(h, d, 64 * sizeof(int), cudaMemcpyDeviceToHost, s), cudaSuccess);
+    EXPECT_EQ(cudaStreamEndCapture(s, &g), cudaSuccess);
+    return g;
+  };
+  h[0] = -1;
+  cudaGraph_t g1 = capture(4);
+  EXPECT_EQ(h[0], -1);  // captured, not run
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, g1, 0), cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(h[63], 4);
+  cudaGraph_t g2 = capture(6);  // same topology, new argument
+  cudaGraphExecUpdateResultInfo info{};
+  ASSERT_EQ(cudaGraphExecUpdate(exec, g2, &info), cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(h[63], 6);
+  // Another topology is refused by the update.
+  cudaGraph_t g3 = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  ferry_emu::launch(fill, dim3(1), dim3(64), 0, s, d, 1, 64);
+  ASSERT_EQ(cudaStreamEndCapture(s, &g3), cudaSuccess);
+  EXPECT_EQ(cudaGraphExecUpdate(exec, g3, &info), cudaErrorGraphExecUpdateFailure);
+  EXPECT_EQ(info.result, cudaGraphExecUpdateErrorTopologyChanged);
+  (void)cudaGetLastError();
+  // A sync, an allocation or a pageable copy inside a capture invalidates it.
+  std::vector<int> pageable(64);
+  for (int what = 0; what < 3; ++what) {
+    ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    void* p = nullptr;
+    const cudaError_t e = what == 0   ? cudaStreamSynchronize(s)
+                          : what == 1 ? cudaMalloc(&p, 16)
+                                      : cudaMemcpyAsync(d, pageable.data(), 64 * sizeof(int), cudaMemcpyHostToDevice, s);
+    EXPECT_NE(e, cudaSuccess) << what;
+    cudaGraph_t bad = nullptr;
+    EXPECT_EQ(cudaStreamEndCapture(s, &bad), cudaErrorStreamCaptureInvalidated) << what;
+    EXPECT_EQ(bad, nullptr);
+    (void)cudaGetLastError();
+  }
+  for (cudaGraph_t g : {g1, g2, g3}) cudaGraphDestroy(g);
+  cudaGraphExecDestroy(exec);
+  cudaFreeHost(pinned);
+  cudaFree(d);
+  cudaStreamDestroy(s);
+}
+
 // Last: the fault is sticky, as on a GPU, until cudaDeviceReset.
 TEST(CudaEmulator, DivergentBarrierFailsTheLaunch) {
   int* d = dev_alloc<int>(32);

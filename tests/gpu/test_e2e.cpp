@@ -268,6 +268,45 @@ INSTANTIATE_TEST_SUITE_P(
              "_kv_" + (i.param.kv == GgmlType::F32 ? "f32" : "f16");
     });
 
+// Decode steps recorded as CUDA graphs (CudaOpsOptions::graphs, on by default) run the same
+// kernels as eager launches: bit-identical logits. The first one-token step runs eagerly (warm-up),
+// every later one is a graph launch, and the executable graph is instantiated once and then
+// updated in place (only kernel arguments change from token to token).
+TEST(GpuGraphs, DecodeAsGraphsGivesTheEagerLogits) {
+  FERRY_REQUIRE_GPU();
+  for (const synth::Arch arch : {synth::Arch::qwen3moe, synth::Arch::qwen35moe}) {
+    const gguf::File f = gguf::File::open(write_model(arch, synth::QuantMix::q4_k_m));
+    std::vector<int32_t> prompt(24), next(8);
+    std::iota(prompt.begin(), prompt.end(), 11);
+    std::iota(next.begin(), next.end(), 40);
+    Logits by_mode[2];
+    for (const bool graphs : {false, true}) {
+      DeviceOptions o;
+      o.budget_bytes = 1ull << 30;
+      auto dev = make_device(DeviceKind::cuda, o);
+      CudaOpsOptions oo;
+      oo.graphs = graphs;
+      auto ops = make_cuda_ops(*dev, oo);
+      Ops& g = *ops;
+      auto m = load_model(f, g, [&g](const std::vector<MoeLayerWeights>& l) { return make_cuda_moe_executor(g, l); });
+      by_mode[graphs] = run(*m, prompt, next, GgmlType::F16);
+      const CudaGraphStats gs = cuda_ops_graph_stats(g);
+      std::printf("[gpu-info] graphs %s %s: %llu launches, %llu instantiations, %s\n", std::string(synth::arch_name(arch)).c_str(),
+                  graphs ? "on" : "off", static_cast<unsigned long long>(gs.launches),
+                  static_cast<unsigned long long>(gs.instantiations), gs.enabled ? "enabled" : "disabled");
+      if (graphs) {
+        EXPECT_TRUE(gs.enabled);
+        EXPECT_EQ(gs.launches, next.size() - 1);
+        EXPECT_EQ(gs.instantiations, 1u);
+      } else {
+        EXPECT_EQ(gs.launches, 0u);
+      }
+    }
+    report_exact(std::string("graphs ") + std::string(synth::arch_name(arch)) + " decode", "8 steps",
+                 by_mode[0].decode == by_mode[1].decode && by_mode[0].prefill == by_mode[1].prefill);
+  }
+}
+
 uint64_t tensor_bytes(const gguf::File& f) {
   uint64_t n = 0;
   for (const auto& t : f.tensors()) n += t.n_bytes;
