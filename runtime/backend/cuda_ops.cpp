@@ -110,7 +110,11 @@ class CudaOps final : public Ops {
     recording_ = false;
     cudaGraph_t graph = nullptr;
     if (cudaStreamEndCapture(s_, &graph) == cudaSuccess && graph) (void)cudaGraphDestroy(graph);
-    graphs_off("a call inside the step failed while it was recorded");
+    (void)cudaGetLastError();
+  }
+
+  void disable_graphs(const char* why) override {
+    if (graphs_on_) graphs_off(why);
   }
 
   DeviceBuffer alloc(size_t bytes) override { return dev_.alloc(bytes, "activations"); }

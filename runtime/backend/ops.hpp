@@ -123,10 +123,12 @@ class Ops {
   // false where the backend does not (the CPU; graphs off; the warm-up step), and the step runs
   // eagerly. end_graph() returns false when the recording failed: nothing of the step ran, graphs
   // are now off, and the caller runs the step again eagerly. abort_graph() drops a recording after
-  // an exception. Inside a recording: no to_host, sync or alloc.
+  // an exception (graphs stay on); disable_graphs() turns them off for good, with the reason.
+  // Inside a recording: no to_host, sync or alloc.
   virtual bool begin_graph() { return false; }
   virtual bool end_graph() { return false; }
   virtual void abort_graph() {}
+  virtual void disable_graphs(const char* why) {}
 
   // --- ops. In-place use is allowed where marked (dst may equal src).
   // dst[i] = dequantized row ids[i] of table.   ids: (n)   dst: (n, table.cols)

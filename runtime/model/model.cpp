@@ -1,6 +1,7 @@
 #include "runtime/model/model.hpp"
 
 #include <algorithm>
+#include <string>
 
 #include "runtime/backend/cpu_ops.hpp"
 #include "runtime/core/error.hpp"
@@ -48,14 +49,22 @@ void Model::run_step(int64_t n_tokens, bool moe_capturable, const std::function<
     step();
     return;
   }
-  bool recorded = false;
+  std::string failure;
   try {
     step();
-    recorded = true;
-  } catch (const std::exception&) {
-    ops_.abort_graph();  // graphs are off now; the step runs eagerly below
+  } catch (const std::exception& e) {
+    failure = e.what();
+    ops_.abort_graph();
   }
-  if (!recorded || !ops_.end_graph()) step();
+  if (failure.empty()) {
+    if (!ops_.end_graph()) step();  // the recording was invalid: graphs are off, nothing ran
+    return;
+  }
+  // The step failed while recorded: run it eagerly. If that fails too, the error is the step's own
+  // (a full context, a bad argument) and propagates with graphs still on; if it works, recording
+  // is what failed, and graphs go off.
+  step();
+  ops_.disable_graphs(failure.c_str());
 }
 
 void forward_in_batches(ModelState& st, const ModelConfig& c, std::span<const int32_t> tokens,

@@ -24,6 +24,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -41,7 +42,7 @@ struct CUevent_st {
   uint64_t recorded = 0;  // records issued
   uint64_t completed = 0;  // records reached by their stream
   std::chrono::steady_clock::time_point when{};
-  const CUgraph_st* captured_in = nullptr;  // the capture of its last record, if captured
+  uint64_t captured_in = 0;  // the capture id of its last record, if captured (0: not captured)
 };
 
 namespace ferry_emu {
@@ -62,6 +63,7 @@ const char kCopyNode = 0, kMemsetNode = 0, kHostNode = 0, kEventNode = 0;
 
 struct CUgraph_st {
   std::vector<ferry_emu::GraphNode> nodes;
+  uint64_t capture_id = 0;  // which capture made it (events remember ids, not addresses)
 };
 struct CUgraphExec_st {
   std::vector<ferry_emu::GraphNode> nodes;
@@ -110,15 +112,15 @@ class Runtime {
     return true;
   }
   // The range holding [p, p + bytes), or none. `bytes` may be 0 (a pointer one past the end).
-  const Range* find(const void* p, size_t bytes, uintptr_t* base = nullptr) const {
+  // A copy: another thread may free the range meanwhile.
+  std::optional<Range> find(const void* p, size_t bytes) const {
     std::lock_guard lk(mu_);
     const auto a = reinterpret_cast<uintptr_t>(p);
     auto it = ranges_.upper_bound(a);
-    if (it == ranges_.begin()) return nullptr;
+    if (it == ranges_.begin()) return std::nullopt;
     --it;
-    if (a + bytes > it->first + it->second.bytes) return nullptr;
-    if (base) *base = it->first;
-    return &it->second;
+    if (a + bytes > it->first + it->second.bytes) return std::nullopt;
+    return it->second;
   }
   size_t used() const {
     std::lock_guard lk(mu_);
@@ -311,18 +313,17 @@ cudaError_t wait_stream(cudaStream_t s) {
 }
 
 // ---- copies
-bool is_pinned_or_device(const void* p, size_t n) { return Runtime::get().find(p, n) != nullptr; }
+bool is_pinned_or_device(const void* p, size_t n) { return Runtime::get().find(p, n).has_value(); }
 
 bool check_device_range(const void* p, size_t n, const char* what) {
-  const Range* r = Runtime::get().find(p, n);
-  if (r) return true;
+  if (Runtime::get().find(p, n)) return true;
   std::fprintf(stderr, "cuda emulator: %s range [%p, +%zu) is not inside one device or page-locked allocation\n", what, p, n);
   return false;
 }
 
 cudaMemcpyKind infer_kind(void* dst, const void* src, size_t n) {
-  const Range* d = Runtime::get().find(dst, n);
-  const Range* s = Runtime::get().find(src, n);
+  const std::optional<Range> d = Runtime::get().find(dst, n);
+  const std::optional<Range> s = Runtime::get().find(src, n);
   const bool dd = d && d->device, sd = s && s->device;
   if (dd && sd) return cudaMemcpyDeviceToDevice;
   if (dd) return cudaMemcpyHostToDevice;
@@ -532,19 +533,22 @@ cudaError_t cudaMallocHost(void** ptr, size_t bytes) {
 }
 cudaError_t cudaFreeHost(void* ptr) {
   if (!ptr) return cudaSuccess;
+  if (cudaError_t e = capture_violation(cudaErrorStreamCaptureUnsupported, "cudaFreeHost"); e != cudaSuccess) return e;
   if (!Runtime::get().remove_range(ptr, false)) return result(cudaErrorInvalidValue);
   std::free(ptr);
   return cudaSuccess;
 }
 cudaError_t cudaHostRegister(void* ptr, size_t bytes, unsigned) {
+  if (cudaError_t e = capture_violation(cudaErrorStreamCaptureUnsupported, "cudaHostRegister"); e != cudaSuccess) return e;
   if (!ptr || bytes == 0) return result(cudaErrorInvalidValue);
   return result(Runtime::get().add_range(ptr, bytes, false));
 }
 cudaError_t cudaHostUnregister(void* ptr) {
+  if (cudaError_t e = capture_violation(cudaErrorStreamCaptureUnsupported, "cudaHostUnregister"); e != cudaSuccess) return e;
   return Runtime::get().remove_range(ptr, false) ? cudaSuccess : result(cudaErrorHostMemoryNotRegistered);
 }
 cudaError_t cudaHostGetDevicePointer(void** device_ptr, void* host_ptr, unsigned) {
-  const Range* r = Runtime::get().find(host_ptr, 0);
+  const std::optional<Range> r = Runtime::get().find(host_ptr, 0);
   if (!r || r->device) return result(cudaErrorInvalidValue);
   *device_ptr = host_ptr;  // unified addressing: the same address on both sides
   return cudaSuccess;
@@ -591,6 +595,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) { return wait_stream(stream); }
 cudaError_t cudaStreamQuery(cudaStream_t stream) {
+  if (cudaError_t e = capture_violation(cudaErrorStreamCaptureUnsupported, "cudaStreamQuery"); e != cudaSuccess) return e;
   if (stream) return as_stream(stream)->idle() ? cudaSuccess : cudaErrorNotReady;
   for (Stream* b : Runtime::get().streams(true))
     if (!b->idle()) return cudaErrorNotReady;
@@ -605,7 +610,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
   if (stream && as_stream(stream)->capture) {
     // Within one captured stream a wait for its own captured record is implied by stream order;
     // a dependency on work outside the capture is not allowed.
-    if (event->captured_in == as_stream(stream)->capture) return cudaSuccess;
+    if (event->captured_in == as_stream(stream)->capture->capture_id) return cudaSuccess;
     as_stream(stream)->capture_invalid = true;
     std::fprintf(stderr, "cuda emulator: a captured stream waits for an event recorded outside the capture\n");
     return result(cudaErrorStreamCaptureIsolation);
@@ -638,7 +643,7 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   if (stream && as_stream(stream)->capture) {
     // Recorded when the graph runs.
-    event->captured_in = as_stream(stream)->capture;
+    event->captured_in = as_stream(stream)->capture->capture_id;
     return submit(stream, [event] {
       {
         std::lock_guard lk(event->mu);
@@ -648,13 +653,13 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
       event->cv.notify_all();
     }, &kEventNode);
   }
-  event->captured_in = nullptr;
+  event->captured_in = 0;
   uint64_t ticket;
   {
     std::lock_guard lk(event->mu);
     ticket = ++event->recorded;
   }
-  return submit(stream, [event, ticket] {
+  const cudaError_t e = submit(stream, [event, ticket] {
     {
       std::lock_guard lk(event->mu);
       event->completed = std::max(event->completed, ticket);
@@ -662,12 +667,24 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
     }
     event->cv.notify_all();
   });
+  if (e != cudaSuccess) {
+    // Never queued: waiting for it must not hang (the error is reported to the caller).
+    {
+      std::lock_guard lk(event->mu);
+      event->completed = std::max(event->completed, ticket);
+    }
+    event->cv.notify_all();
+  }
+  return e;
 }
 cudaError_t cudaEventQuery(cudaEvent_t event) {
+  if (cudaError_t e = capture_violation(cudaErrorStreamCaptureUnsupported, "cudaEventQuery"); e != cudaSuccess) return e;
   std::lock_guard lk(event->mu);
   return event->completed >= event->recorded ? cudaSuccess : cudaErrorNotReady;  // not an error: not recorded
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  if (cudaError_t e = capture_violation(cudaErrorStreamCaptureUnsupported, "cudaEventSynchronize"); e != cudaSuccess)
+    return e;
   std::unique_lock lk(event->mu);
   const uint64_t target = event->recorded;
   event->cv.wait(lk, [&] { return event->completed >= target; });
@@ -685,7 +702,9 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mo
   if (!stream) return result(cudaErrorStreamCaptureUnsupported);  // the legacy stream cannot be captured
   Stream* st = as_stream(stream);
   if (st->capture) return result(cudaErrorIllegalState);
+  static std::atomic<uint64_t> next_capture_id{1};
   st->capture = new CUgraph_st;
+  st->capture->capture_id = next_capture_id++;
   st->capture_invalid = false;
   st->capture_strict = mode != cudaStreamCaptureModeRelaxed;
   captures_of_thread.push_back(st);
