@@ -197,6 +197,23 @@ TEST_F(OffloadCli, CudaOffloadIsCloseToCudaResident) {
   EXPECT_NE(last_output_.find("--vram"), std::string::npos) << last_output_;
 }
 
+// `ferry logits --dump` on cuda: the intermediates are device memory, copied out after the ops
+// that write them; they match the CPU's (the dump reads the host copy, never a device pointer).
+TEST_F(OffloadCli, CudaDumpCopiesDeviceTensors) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  for (const char* device : {"cpu", "cuda"}) {
+    const std::string dir = dir_ + "/dump-" + device;
+    ASSERT_FALSE(logits(std::string("--device ") + device + " --dump ffn_moe_out,l_out --dump-dir " + dir, std::string("dump-") + device).empty());
+  }
+  for (const char* name : {"ffn_moe_out-0", "l_out-3"}) {
+    const std::vector<float> cpu = npy_floats(slurp(dir_ + "/dump-cpu/" + name + ".npy"));
+    const std::vector<float> gpu = npy_floats(slurp(dir_ + "/dump-cuda/" + name + ".npy"));
+    ASSERT_EQ(cpu.size(), 16u * 256u) << name;  // 16 tokens × n_embd
+    ASSERT_EQ(gpu.size(), cpu.size()) << name;
+    EXPECT_LE(test::diff(gpu, cpu).nmse, 1e-3) << name;
+  }
+}
+
 TEST_F(OffloadCli, ErrorsAndProfiles) {
   logits("--device sim --vram 1M", "small", 1);
   EXPECT_NE(last_output_.find("too small"), std::string::npos) << last_output_;
