@@ -95,8 +95,10 @@ void launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t shared_bytes, cu
 #define gridDim (::ferry_emu::current->grid_dim)
 constexpr int warpSize = 32;
 
-inline void __syncthreads() { ::ferry_emu::sync_block(); }
-inline void __syncwarp(unsigned = 0xffffffffu) { ::ferry_emu::sync_warp(); }
+// Macros, not functions: the barrier's call site (its return address) must be in the kernel at
+// any optimisation level, since divergence is detected by comparing call sites (fiber.cpp).
+#define __syncthreads() ::ferry_emu::sync_block()
+#define __syncwarp(...) ::ferry_emu::sync_warp()
 
 // Every lane of the warp exchanges through its slot; the two warp barriers make the exchange a
 // collective and keep a later shuffle from overwriting a slot before it is read.
