@@ -10,6 +10,7 @@
 #include <mutex>
 #include <string_view>
 #include <unordered_map>
+#include <vector>
 
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/blas.hpp"
@@ -27,6 +28,7 @@ class CudaOps final : public Ops {
     s_ = static_cast<cudaStream_t>(stream_->native_handle());
     const char* env = std::getenv("FERRY_CUDA_GRAPHS");
     graphs_on_ = o.graphs && !(env && std::string_view(env) == "0");
+    segments_on_ = o.graph_segments || (env && std::string_view(env) == "segments");
     if (o.use_cublas) {
       std::string why;
       blas_ = cuda::Blas::try_load(&why);
@@ -53,59 +55,57 @@ class CudaOps final : public Ops {
   }
 
   ~CudaOps() override {
-    if (graph_exec_) (void)cudaGraphExecDestroy(graph_exec_);
+    for (cudaGraphExec_t e : graph_execs_)
+      if (e) (void)cudaGraphExecDestroy(e);
   }
 
   // Each one-token step is recorded anew (its kernel arguments change: position, KV length) and
   // applied to the executable graph with cudaGraphExecUpdate, which keeps it when only arguments
-  // changed; the GPU then runs the step's ~hundreds of kernels without a launch gap each.
-  bool begin_graph() override {
-    if (!graphs_on_) return false;
+  // changed; the GPU then runs the step's ~hundreds of kernels without a launch gap each. With
+  // segments, a step is several graphs: pause_graph() launches what was recorded so far (one
+  // executable graph per segment index) so that a MoE executor that synchronises with the host
+  // runs eagerly in between.
+  bool begin_graph(bool segmented) override {
+    if (!graphs_on_ || (segmented && !segments_on_)) return false;
     if (graph_warmup_ > 0) {  // the first step runs eagerly: lazily grown buffers get allocated
       --graph_warmup_;
       return false;
     }
     if (!staging_.data()) staging_ = dev_.alloc_host(64 << 10, true);
     if (graph_done_) graph_done_->synchronize();  // the last graph no longer reads the staging
+    segment_ = 0;
+    staging_used_ = 0;
+    partial_ = false;
     FERRY_CUDA_CHECK(cudaStreamBeginCapture(s_, cudaStreamCaptureModeThreadLocal));
     recording_ = true;
-    staging_used_ = 0;
     return true;
   }
 
   bool end_graph() override {
-    recording_ = false;
-    cudaGraph_t graph = nullptr;
-    if (const cudaError_t e = cudaStreamEndCapture(s_, &graph); e != cudaSuccess) {
-      graphs_off(cudaGetErrorString(e));
-      return false;
-    }
-    if (graph_exec_) {
-      cudaGraphExecUpdateResultInfo info{};
-      if (cudaGraphExecUpdate(graph_exec_, graph, &info) != cudaSuccess) {
-        (void)cudaGetLastError();
-        (void)cudaGraphExecDestroy(graph_exec_);
-        graph_exec_ = nullptr;
-      }
-    }
-    if (!graph_exec_) {
-      if (const cudaError_t e = cudaGraphInstantiate(&graph_exec_, graph, 0); e != cudaSuccess) {
-        graph_exec_ = nullptr;
-        (void)cudaGraphDestroy(graph);
-        graphs_off(cudaGetErrorString(e));
-        return false;
-      }
-      ++graph_instantiations_;
-    }
-    (void)cudaGraphDestroy(graph);
-    FERRY_CUDA_CHECK(cudaGraphLaunch(graph_exec_, s_));
-    if (!graph_done_) graph_done_ = dev_.create_event();
-    stream_->record(*graph_done_);
-    ++graph_launches_;
-    return true;
+    if (!recording_) return false;
+    return finish_segment();
   }
 
+  void pause_graph() override {
+    if (!recording_) return;
+    if (!finish_segment())
+      fail(ErrorKind::device, "cuda graphs: recording a step segment failed after {} segment(s) ran; "
+           "FERRY_CUDA_GRAPHS=0 runs without graphs", segment_);
+    ++segment_;
+    paused_ = true;
+  }
+
+  void resume_graph() override {
+    if (!paused_) return;
+    paused_ = false;
+    FERRY_CUDA_CHECK(cudaStreamBeginCapture(s_, cudaStreamCaptureModeThreadLocal));
+    recording_ = true;
+  }
+
+  bool graph_partially_ran() const override { return partial_; }
+
   void abort_graph() override {
+    paused_ = false;
     if (!recording_) return;
     recording_ = false;
     cudaGraph_t graph = nullptr;
@@ -280,13 +280,53 @@ class CudaOps final : public Ops {
   uint64_t calls_ = 0;
   // Step graphs (begin_graph): the executable graph, pinned staging for the step's inputs, the
   // event after the last launch (the staging is reused once it has passed).
-  bool graphs_on_ = true, recording_ = false;
+  bool graphs_on_ = true, segments_on_ = false, recording_ = false, paused_ = false;
+  bool partial_ = false;  // a segment of the current step has been launched
   int graph_warmup_ = 1;
-  cudaGraphExec_t graph_exec_ = nullptr;
+  size_t segment_ = 0;
+  std::vector<cudaGraphExec_t> graph_execs_;  // one per segment index of a step
   HostBuffer staging_;
   size_t staging_used_ = 0;
   std::unique_ptr<Event> graph_done_;
   uint64_t graph_launches_ = 0, graph_instantiations_ = 0;
+
+  // Ends the current recording and launches it as segment `segment_` of the step (updating that
+  // segment's executable graph, or instantiating it anew). False, with graphs off, when the
+  // recording or the instantiation failed: nothing of this segment ran.
+  bool finish_segment() {
+    recording_ = false;
+    cudaGraph_t graph = nullptr;
+    if (const cudaError_t e = cudaStreamEndCapture(s_, &graph); e != cudaSuccess) {
+      graphs_off(cudaGetErrorString(e));
+      return false;
+    }
+    if (graph_execs_.size() <= segment_) graph_execs_.resize(segment_ + 1, nullptr);
+    cudaGraphExec_t& exec = graph_execs_[segment_];
+    if (exec) {
+      cudaGraphExecUpdateResultInfo info{};
+      if (cudaGraphExecUpdate(exec, graph, &info) != cudaSuccess) {
+        (void)cudaGetLastError();
+        (void)cudaGraphExecDestroy(exec);
+        exec = nullptr;
+      }
+    }
+    if (!exec) {
+      if (const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0); e != cudaSuccess) {
+        exec = nullptr;
+        (void)cudaGraphDestroy(graph);
+        graphs_off(cudaGetErrorString(e));
+        return false;
+      }
+      ++graph_instantiations_;
+    }
+    (void)cudaGraphDestroy(graph);
+    FERRY_CUDA_CHECK(cudaGraphLaunch(exec, s_));
+    partial_ = true;
+    if (!graph_done_) graph_done_ = dev_.create_event();
+    stream_->record(*graph_done_);
+    ++graph_launches_;
+    return true;
+  }
 
   void graphs_off(const char* why) {
     (void)cudaGetLastError();

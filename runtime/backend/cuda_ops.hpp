@@ -22,6 +22,10 @@ struct CudaOpsOptions {
   // One-token steps as CUDA graphs (Ops::begin_graph); the environment variable
   // FERRY_CUDA_GRAPHS=0 turns them off too.
   bool graphs = true;
+  // Also steps whose MoE executor synchronises with the host (offload, the host bridge, the
+  // decorators): recorded as one graph per stretch between MoE steps. Off until measured on a GPU;
+  // FERRY_CUDA_GRAPHS=segments turns it on.
+  bool graph_segments = false;
 };
 
 // Graph use of a CudaOps: launches, instantiations (an update that cannot reuse the executable

@@ -125,8 +125,14 @@ class Ops {
   // are now off, and the caller runs the step again eagerly. abort_graph() drops a recording after
   // an exception (graphs stay on); disable_graphs() turns them off for good, with the reason.
   // Inside a recording: no to_host, sync or alloc.
-  virtual bool begin_graph() { return false; }
+  // With `segmented`, the step's MoE steps run eagerly between recorded stretches: pause_graph()
+  // launches what was recorded so far, resume_graph() records on (no-ops when not recording). A
+  // step of which a segment already ran cannot be run again (graph_partially_ran()).
+  virtual bool begin_graph(bool segmented) { return false; }
   virtual bool end_graph() { return false; }
+  virtual void pause_graph() {}
+  virtual void resume_graph() {}
+  virtual bool graph_partially_ran() const { return false; }
   virtual void abort_graph() {}
   virtual void disable_graphs(const char* why) {}
 

@@ -132,6 +132,7 @@ MoeExecutorWrap Offload::wrap(MoeExecutorWrap then, Tracer* tracer) {
   return [this, then, tracer](std::unique_ptr<MoeExecutor> inner,
                       const gguf::File& f, Ops& ops) -> std::unique_ptr<MoeExecutor> {
     inner.reset();  // the engine's CPU executor is replaced
+    ops_ = &ops;
     const ModelConfig c = read_config(f);
     const WeightLoader w(f);
     std::vector<MoeLayerWeights> layers;
@@ -247,6 +248,12 @@ void Offload::finish() {
   if (a_.stats && executor_) {
     executor_->drain();
     std::fputs(offload_stats_text(executor_->stats()).c_str(), stderr);
+    if (ops_ && std::string_view(ops_->name()) == "cuda") {
+      const CudaGraphStats g = cuda_ops_graph_stats(*ops_);
+      std::fprintf(stderr, "offload: cuda graphs %s: %llu launched, %llu instantiated (FERRY_CUDA_GRAPHS=segments records decode around the MoE steps)\n",
+                   g.enabled ? "on" : "off", static_cast<unsigned long long>(g.launches),
+                   static_cast<unsigned long long>(g.instantiations));
+    }
   }
 }
 

@@ -71,6 +71,7 @@ class Offload {
   GgmlType type_k_, type_v_;
   int32_t n_batch_;
   OffloadExecutor* executor_ = nullptr;  // owned by the model's executor chain
+  Ops* ops_ = nullptr;                    // the model's backend (cuda: graph counters in finish())
   std::unique_ptr<RouterPredictor> predictor_;
   std::unique_ptr<ExpertProfile> record_;
 };

@@ -45,7 +45,7 @@ StateFootprint state_footprint(const ModelConfig& c, const StateOptions& o) {
 }
 
 void Model::run_step(int64_t n_tokens, bool moe_capturable, const std::function<void()>& step) {
-  if (n_tokens != 1 || debug_ || !moe_capturable || !ops_.begin_graph()) {
+  if (n_tokens != 1 || debug_ || !ops_.begin_graph(/*segmented=*/!moe_capturable)) {
     step();
     return;
   }
@@ -55,9 +55,16 @@ void Model::run_step(int64_t n_tokens, bool moe_capturable, const std::function<
   } catch (const std::exception& e) {
     failure = e.what();
     ops_.abort_graph();
+    if (ops_.graph_partially_ran()) throw;  // part of the step ran: it cannot run again
   }
   if (failure.empty()) {
-    if (!ops_.end_graph()) step();  // the recording was invalid: graphs are off, nothing ran
+    if (ops_.end_graph()) return;
+    // The (last) recording was invalid: graphs are off. Nothing of the step ran, unless earlier
+    // segments did — then the step cannot run again.
+    if (ops_.graph_partially_ran())
+      fail(ErrorKind::device, "cuda graphs: a step's last segment could not be recorded after its first ran; "
+           "FERRY_CUDA_GRAPHS=0 runs without graphs");
+    step();
     return;
   }
   // The step failed while recorded: run it eagerly. If that fails too, the error is the step's own

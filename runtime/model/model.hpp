@@ -91,6 +91,17 @@ class Model {
   // executor is capturable; otherwise, or when the recording fails, it runs eagerly. `step` must
   // not change host state it reads (it may run twice: recorded, then eagerly).
   void run_step(int64_t n_tokens, bool moe_capturable, const std::function<void()>& step);
+  // A MoE step inside run_step's step: an executor that is not capturable runs eagerly between two
+  // recorded segments (when the backend records segments; otherwise the step was not recorded).
+  void run_moe(MoeExecutor& moe, const MoeRequest& req) {
+    if (moe.capturable()) {
+      moe.run(req);
+      return;
+    }
+    ops_.pause_graph();
+    moe.run(req);
+    ops_.resume_graph();
+  }
   ModelConfig cfg_;
   Ops& ops_;
   std::vector<MoeLayerWeights> moe_layers_;

@@ -345,7 +345,7 @@ class Hybrid final : public Model {
     req.expert_ids = st.expert_ids.i32();
     req.expert_weights = st.expert_w.f32();
     req.out = st.moe_out.f32();
-    moe_->run(req);
+    run_moe(*moe_, req);
     debug("ffn_moe_out", il, req.out, nb, E);
 
     ops.matmul(L.gate_shexp, h, E, nb, st.sh_gate.f32(), F);

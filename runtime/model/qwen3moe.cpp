@@ -216,7 +216,7 @@ class Qwen3Moe final : public Model {
       req.expert_ids = st.expert_ids.i32();
       req.expert_weights = st.expert_w.f32();
       req.out = st.moe_out.f32();
-      moe_->run(req);
+      run_moe(*moe_, req);
       debug("ffn_moe_out", il, req.out, nb, E);
       ops.add(x, req.out, nb * E, x);
       debug("l_out", il, x, nb, E);

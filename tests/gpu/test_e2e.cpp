@@ -325,6 +325,55 @@ TEST(GpuGraphs, DecodeAsGraphsGivesTheEagerLogits) {
   }
 }
 
+// An executor that the forward must not record (as the offload engine, the host bridge and the
+// decorators): the resident kernels behind capturable() == false.
+class NotCapturable final : public MoeExecutor {
+ public:
+  explicit NotCapturable(std::unique_ptr<MoeExecutor> inner) : inner_(std::move(inner)) {}
+  void run(const MoeRequest& req) override { inner_->run(req); }
+
+ private:
+  std::unique_ptr<MoeExecutor> inner_;
+};
+
+// Graph segments (CudaOpsOptions::graph_segments): a step whose MoE executor is not capturable is
+// recorded as one graph per stretch between MoE steps (n_layer + 1 launches per token), the MoE
+// steps run eagerly in between; the logits are the eager run's, bit for bit. Without segments such
+// a step is not recorded at all.
+TEST(GpuGraphs, SegmentsAroundAHostSideExecutor) {
+  FERRY_REQUIRE_GPU();
+  const gguf::File f = gguf::File::open(write_model(synth::Arch::qwen35moe, synth::QuantMix::q4_k_m));
+  std::vector<int32_t> prompt(24), next(6);
+  std::iota(prompt.begin(), prompt.end(), 5);
+  std::iota(next.begin(), next.end(), 60);
+  Logits by_mode[3];
+  for (int mode = 0; mode < 3; ++mode) {  // graphs off, graphs without segments, with segments
+    DeviceOptions o;
+    o.budget_bytes = 1ull << 30;
+    auto dev = make_device(DeviceKind::cuda, o);
+    CudaOpsOptions oo;
+    oo.graphs = mode > 0;
+    oo.graph_segments = mode == 2;
+    auto ops = make_cuda_ops(*dev, oo);
+    Ops& g = *ops;
+    int32_t n_layer = 0;
+    auto m = load_model(f, g, [&](const std::vector<MoeLayerWeights>& l) -> std::unique_ptr<MoeExecutor> {
+      n_layer = static_cast<int32_t>(l.size());
+      return std::make_unique<NotCapturable>(make_cuda_moe_executor(g, l));
+    });
+    by_mode[mode] = run(*m, prompt, next, GgmlType::F16);
+    const CudaGraphStats gs = cuda_ops_graph_stats(g);
+    std::printf("[gpu-info] graph segments mode %d: %llu launches, %llu instantiations\n", mode,
+                static_cast<unsigned long long>(gs.launches), static_cast<unsigned long long>(gs.instantiations));
+    EXPECT_EQ(gs.launches, mode == 2 ? static_cast<uint64_t>(n_layer + 1) * (next.size() - 1) : 0u);
+    if (mode == 2) {
+      EXPECT_EQ(gs.instantiations, static_cast<uint64_t>(n_layer + 1));
+    }
+  }
+  report_exact("graph segments qwen35moe decode", "6 steps",
+               by_mode[0].decode == by_mode[2].decode && by_mode[0].decode == by_mode[1].decode);
+}
+
 uint64_t tensor_bytes(const gguf::File& f) {
   uint64_t n = 0;
   for (const auto& t : f.tensors()) n += t.n_bytes;

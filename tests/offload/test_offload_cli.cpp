@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -191,6 +192,21 @@ TEST_F(OffloadCli, CudaOffloadIsCloseToCudaResident) {
       EXPECT_GT(peak, 0) << last_output_;
       EXPECT_LE(peak, budget) << cold << " " << mode;
     }
+  }
+  // Decode steps recorded as graph segments around the offload executor's MoE steps (opt-in):
+  // the same bytes as kernel by kernel.
+  {
+    const std::string vram = vram_for("--device cuda --decode ", 64);
+    const std::string flags = "--device cuda --decode --cold copy --offload-stats --vram " + vram;
+    const std::string eager = logits(flags, "cuda-eager-d");
+    EXPECT_NE(last_output_.find("cuda graphs on: 0 launched"), std::string::npos) << last_output_;
+    setenv("FERRY_CUDA_GRAPHS", "segments", 1);
+    const std::string segmented = logits(flags, "cuda-segments-d");
+    unsetenv("FERRY_CUDA_GRAPHS");
+    // 16 tokens one at a time: the first eagerly, then 5 segments (4 layers + 1) per token.
+    EXPECT_NE(last_output_.find("cuda graphs on: 75 launched, 5 instantiated"), std::string::npos) << last_output_;
+    ASSERT_FALSE(eager.empty());
+    EXPECT_EQ(segmented, eager);
   }
   // A budget that cannot hold the backend's own workspaces is refused with the budget named.
   logits("--device cuda --vram 8M", "cuda-small", 1);
