@@ -100,6 +100,15 @@ if [[ -x "$bundle/bin/bench_gpu_e2e" ]]; then
             --device cuda --vram "$v12" --routing locality --cold mapped --host-load registered -p 0 -n 64 -r 1 -o md
           offload_summary="$offload_summary"$'\n'"$(grep -E '^\||host store' "$logs/offload-mapped-$preset.log")"
         fi
+        # Offloaded decode recorded as CUDA graph segments around the MoE steps (opt-in until this
+        # measures it): compare its tg64 with the same budget's locality row above.
+        left=$((budget_s - (SECONDS - t_start)))
+        if ((left > 90)); then
+          v16="$(echo "$vrams" | cut -d, -f2)"
+          FERRY_CUDA_GRAPHS=segments run_prog "offload-segments-$preset" $((left > 120 ? 120 : left - 20)) \
+            "$bundle/bin/ferry" bench -m "$model" --device cuda --vram "$v16" --routing locality -p 0 -n 64 -r 1 -o md
+          offload_summary="$offload_summary"$'\n'"graph segments:"$'\n'"$(grep -E '^\|' "$logs/offload-segments-$preset.log")"
+        fi
       else
         echo "== offload bench: skipped (time)"
       fi
