@@ -13,7 +13,9 @@ kind="${1:-release}"; shift || true
 case "$kind" in
   release) dir=build; args=(-DCMAKE_BUILD_TYPE=Release) ;;
   debug)   dir=build-debug; args=(-DCMAKE_BUILD_TYPE=Debug) ;;
-  asan)    dir=build-asan; args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DFERRY_SANITIZE=address,undefined) ;;
+  # -O1 -g1 (line tables): half the compile time of -O2 -g, and reports still name file:line.
+  asan)    dir=build-asan; args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG"
+                                 -DFERRY_SANITIZE=address,undefined) ;;
   emu)     dir=build-emu; args=(-DCMAKE_BUILD_TYPE=Release) ;;
   *) echo "usage: scripts/build.sh [release|debug|asan|emu] [cmake args...]" >&2; exit 2 ;;
 esac
