@@ -23,4 +23,6 @@ inline void launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t shared_by
 }  // namespace ferry::cuda
 // `extern __shared__ T name[]`: the block's dynamic shared memory, as a T*.
 #define FERRY_DYNAMIC_SHARED(type, name) extern __shared__ type name[]
+// The emulator checks pointers kernels read from device tables; nothing on a GPU.
+#define FERRY_EMU_CHECK_DEVICE_POINTER(p, what) ((void)0)
 #endif

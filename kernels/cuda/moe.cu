@@ -21,6 +21,10 @@ __device__ __forceinline__ void gate_up_row(const ExpertPtrs& p, int64_t row, in
   using U = Unit<T>;
   const int lane = threadIdx.x & 31;
   const int64_t rb = detail::row_bytes_of<T>(n_embd);
+  if (row == 0 && lane == 0) {
+    FERRY_EMU_CHECK_DEVICE_POINTER(p.gate, "expert gate");
+    FERRY_EMU_CHECK_DEVICE_POINTER(p.up, "expert up");
+  }
   const uint8_t* g = static_cast<const uint8_t*>(p.gate) + row * rb;
   const uint8_t* u = static_cast<const uint8_t*>(p.up) + row * rb;
   float ag = 0.f, au = 0.f;
@@ -38,6 +42,7 @@ template <GgmlType T>
 __device__ __forceinline__ float down_row(const ExpertPtrs& p, int64_t row, int64_t n_ff, const float* ht) {
   using U = Unit<T>;
   const int lane = threadIdx.x & 31;
+  if (row == 0 && lane == 0) FERRY_EMU_CHECK_DEVICE_POINTER(p.down, "expert down");
   const uint8_t* d = static_cast<const uint8_t*>(p.down) + row * detail::row_bytes_of<T>(n_ff);
   float acc = 0.f;
   for (int64_t un = lane; un < n_ff / U::kValues; un += 32) acc += detail::unit_dot<T>(d, un, ht);

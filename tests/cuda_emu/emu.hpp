@@ -59,6 +59,9 @@ void enqueue_kernel(cudaStream_t stream, const void* kernel, dim3 grid, dim3 blo
 // device-accessible. Null is allowed (optional arguments).
 bool device_accessible(const void* p, int arg_index);
 void set_launch_error(cudaError_t err);
+// Inside a kernel: a pointer read from device memory (an expert pointer table) that does not point
+// into device or page-locked memory fails the launch, as the illegal address would on a GPU.
+void check_device_pointer(const void* p, const char* what);
 
 template <typename T>
 bool check_argument(const T& v, int index) {
@@ -142,6 +145,8 @@ inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
   for (int n = 0; n < 4; ++n) r |= static_cast<unsigned>((v >> (8 * ((s >> (4 * n)) & 7))) & 0xFF) << (8 * n);
   return r;
 }
+
+#define FERRY_EMU_CHECK_DEVICE_POINTER(p, what) ::ferry_emu::check_device_pointer(p, what)
 
 // `extern __shared__ T name[]` in CUDA; see kernels/cuda/launch.cuh.
 #define FERRY_DYNAMIC_SHARED(type, name) type* name = static_cast<type*>(::ferry_emu::dynamic_shared())

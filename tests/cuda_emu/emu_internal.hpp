@@ -1,6 +1,7 @@
 #pragma once
 // Shared between the emulator's runtime (runtime.cpp) and its block scheduler (fiber.cpp).
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "cuda_runtime_api.h"
@@ -16,5 +17,8 @@ struct LaunchShape {
 // barrier deadlock. `shared` is the block's dynamic shared memory.
 void run_block(const LaunchShape& shape, uint3 block_idx, const std::function<void()>& body,
                std::vector<unsigned char>& shared);
+
+// From a running kernel thread: fails the block (thrown by run_block once the thread yields).
+void fail_block(const std::string& why);
 
 }  // namespace ferry_emu

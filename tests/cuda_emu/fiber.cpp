@@ -92,7 +92,7 @@ struct BlockRun {
   std::vector<WarpState> warps;
   unsigned live = 0, arrived = 0;
   const void* barrier_site = nullptr;  // the __syncthreads the first arriving thread called
-  std::string divergence;              // set when a thread arrives at another __syncthreads
+  std::string fault;                   // a divergent __syncthreads, a bad table pointer, ...
   void* scheduler_sp = nullptr;
   Fiber* running = nullptr;
   const std::function<void()>* body = nullptr;
@@ -163,8 +163,8 @@ void sync_block() {
   const void* site = __builtin_return_address(0);
   if (b.arrived == 0) {
     b.barrier_site = site;
-  } else if (site != b.barrier_site && b.divergence.empty()) {
-    b.divergence = "thread " + std::to_string(f.ts.thread_idx.x) + " reached a different __syncthreads than thread(s) already waiting";
+  } else if (site != b.barrier_site && b.fault.empty()) {
+    b.fault = "divergent barrier: thread " + std::to_string(f.ts.thread_idx.x) + " reached a different __syncthreads than thread(s) already waiting";
   }
   if (++b.arrived == b.live) {
     release_block_barrier(b);
@@ -184,6 +184,10 @@ void sync_warp() {
   }
   f.state = FiberState::at_warp_barrier;
   yield_to_scheduler(f);
+}
+
+void fail_block(const std::string& why) {
+  if (block_run && block_run->fault.empty()) block_run->fault = why;
 }
 
 unsigned char* warp_exchange_slots() { return block_run->warps[block_run->running->warp].slots; }
@@ -235,11 +239,11 @@ void run_block(const LaunchShape& shape, uint3 block_idx, const std::function<vo
       progressed = true;
       if (f.state == FiberState::done) ++done;
     }
-    if (!b.divergence.empty()) {
+    if (!b.fault.empty()) {
       block_run = outer;
       current = outer_current;
-      throw std::runtime_error("divergent barrier in block (" + std::to_string(block_idx.x) + "," +
-                               std::to_string(block_idx.y) + "," + std::to_string(block_idx.z) + "): " + b.divergence);
+      throw std::runtime_error("block (" + std::to_string(block_idx.x) + "," + std::to_string(block_idx.y) + "," +
+                               std::to_string(block_idx.z) + "): " + b.fault);
     }
     if (!progressed) {
       unsigned at_block = 0, at_warp = 0;

@@ -374,6 +374,13 @@ bool device_accessible(const void* p, int arg_index) {
 
 void set_launch_error(cudaError_t err) { last_error = err; }
 
+void check_device_pointer(const void* p, const char* what) {
+  if (p && Runtime::get().find(p, 0)) return;
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%p", p);
+  fail_block(std::string("illegal address: ") + what + " " + buf + " is not device or page-locked memory");
+}
+
 void enqueue_kernel(cudaStream_t stream, const void* kernel, dim3 grid, dim3 block, size_t shared_bytes,
                     std::function<void()> body) {
   const unsigned long long threads = 1ull * block.x * block.y * block.z;

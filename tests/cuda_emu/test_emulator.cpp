@@ -47,6 +47,12 @@ __global__ void stuck_barrier(float* y) {
   y[threadIdx.x] = v;
 }
 
+// Reads through a pointer table in device memory (as the MoE kernels read expert pointers).
+__global__ void read_table(const float* const* table, float* y) {
+  FERRY_EMU_CHECK_DEVICE_POINTER(table[threadIdx.x], "table entry");
+  y[threadIdx.x] = *table[threadIdx.x];
+}
+
 // Threads past n end before the barrier (the `if (i >= n) return;` idiom).
 __global__ void early_exit_then_barrier(int* y, int n) {
   if (static_cast<int>(threadIdx.x) >= n) return;
@@ -225,6 +231,17 @@ TEST(CudaEmulator, DivergentBarrierFailsTheLaunch) {
   ferry_emu::launch(stuck_barrier, dim3(1), dim3(32), 0, nullptr, f);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaErrorLaunchFailure);
   EXPECT_EQ(cudaDeviceReset(), cudaSuccess);
+  // A table entry pointing at pageable host memory: an illegal address on a GPU.
+  float* dev_value = dev_alloc<float>(1);
+  std::vector<float> host_value(1, 3.f);
+  const float* entries[2] = {dev_value, host_value.data()};
+  auto** table = dev_alloc<const float*>(2);
+  ASSERT_EQ(cudaMemcpy(table, entries, sizeof entries, cudaMemcpyHostToDevice), cudaSuccess);
+  ferry_emu::launch(read_table, dim3(1), dim3(2), 0, nullptr, table, f);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaErrorLaunchFailure);
+  EXPECT_EQ(cudaDeviceReset(), cudaSuccess);
+  cudaFree(dev_value);
+  cudaFree(table);
   // Threads that ended do not hold back a barrier.
   ferry_emu::launch(early_exit_then_barrier, dim3(1), dim3(64), 0, nullptr, d, 32);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
