@@ -4,9 +4,9 @@
 #include <cmath>
 #include <string>
 
-#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/check.cuh"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/quant_device.cuh"
 
 namespace ferry::cuda {

@@ -1,9 +1,9 @@
 #include <algorithm>
 #include <string>
 
-#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/deltanet.cuh"
+#include "kernels/cuda/launch.cuh"
 
 namespace ferry::cuda {
 namespace {
@@ -165,7 +165,7 @@ void gdn_gates(const float* b_raw, int64_t ldb, const float* a_raw, int64_t lda,
   if (n <= 0) return;
   require((n + 255) / 256 < (1ll << 31), "gdn_gates", "too many tokens");
   launch(gates_kernel, static_cast<unsigned>((n + 255) / 256), 256, 0, stream, b_raw, ldb, a_raw, lda, dt_bias, ssm_a,
-                                                                           beta, g, ld_out, n_tokens, n_heads);
+         beta, g, ld_out, n_tokens, n_heads);
   FERRY_CUDA_CHECK_LAUNCH("gates_kernel");
 }
 

@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <string>
 
-#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/check.cuh"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/ops.cuh"
 
 namespace ferry::cuda {

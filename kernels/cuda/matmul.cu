@@ -4,9 +4,9 @@
 #include <algorithm>
 #include <string>
 
-#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/blas.hpp"
 #include "kernels/cuda/check.cuh"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/matmul.cuh"
 #include "kernels/cuda/quant_device.cuh"
 
@@ -119,7 +119,7 @@ void matmul_tiled(GgmlType w, const void* W, int64_t rows, int64_t cols, const f
           op, "matrix too large for one launch");
   FERRY_DISPATCH_WEIGHT_TYPE(w, op, {
     launch(matmul_tiled_kernel<kT>, grid, kTiledThreads, 0, stream, static_cast<const uint8_t*>(W), rows,
-                                                                 cols, X, ldx, n_batch, Y, ldy);
+           cols, X, ldx, n_batch, Y, ldy);
   });
   FERRY_CUDA_CHECK_LAUNCH("matmul_tiled_kernel");
 }

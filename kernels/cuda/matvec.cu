@@ -3,8 +3,8 @@
 #include <cmath>
 #include <string>
 
-#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/check.cuh"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/matmul.cuh"
 #include "kernels/cuda/quant_device.cuh"
 
@@ -168,7 +168,7 @@ void matmul_direct(GgmlType w, const void* W, int64_t rows, int64_t cols, const 
       const auto chunks = static_cast<unsigned>((n_batch + 7) / 8);
       require(chunks <= 65535, op, "n_batch too large for the direct path");
       launch(matmul_direct_kernel<kT, 8>, dim3(grid_x, chunks), 32 * kWarpsPerBlock, 0, stream,
-          w8, rows, cols, X, ldx, n_batch, Y, ldy);
+             w8, rows, cols, X, ldx, n_batch, Y, ldy);
     }
   });
   FERRY_CUDA_CHECK_LAUNCH("matmul_direct_kernel");
@@ -181,7 +181,7 @@ void dequantize(GgmlType w, const void* W, int64_t rows, int64_t cols, float* ds
   require(rows < (1ll << 31), "dequantize", "too many rows");
   FERRY_DISPATCH_WEIGHT_TYPE(w, "dequantize", {
     launch(dequantize_kernel<kT, float>, static_cast<unsigned>(rows), 128, 0, stream,
-        static_cast<const uint8_t*>(W), cols, dst);
+           static_cast<const uint8_t*>(W), cols, dst);
   });
   FERRY_CUDA_CHECK_LAUNCH("dequantize_kernel");
 }
@@ -193,7 +193,7 @@ void dequantize_f16(GgmlType w, const void* W, int64_t rows, int64_t cols, void*
   require(rows < (1ll << 31), "dequantize_f16", "too many rows");
   FERRY_DISPATCH_WEIGHT_TYPE(w, "dequantize_f16", {
     launch(dequantize_kernel<kT, __half>, static_cast<unsigned>(rows), 128, 0, stream,
-        static_cast<const uint8_t*>(W), cols, static_cast<__half*>(dst_half));
+           static_cast<const uint8_t*>(W), cols, static_cast<__half*>(dst_half));
   });
   FERRY_CUDA_CHECK_LAUNCH("dequantize_kernel<half>");
 }
@@ -206,7 +206,7 @@ void embed_rows(GgmlType w, const void* table, int64_t n_vocab, int64_t n_embd,
   require(n_tokens > 0 && n_tokens < (1ll << 31), "embed_rows", "bad n_tokens");
   FERRY_DISPATCH_WEIGHT_TYPE(w, "embed_rows", {
     launch(embed_kernel<kT>, static_cast<unsigned>(n_tokens), 128, 0, stream,
-        static_cast<const uint8_t*>(table), n_vocab, n_embd, ids, out);
+           static_cast<const uint8_t*>(table), n_vocab, n_embd, ids, out);
   });
   FERRY_CUDA_CHECK_LAUNCH("embed_kernel");
 }

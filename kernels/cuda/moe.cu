@@ -1,7 +1,7 @@
 #include <string>
 
-#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/check.cuh"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/matmul.cuh"
 #include "kernels/cuda/moe.cuh"
 #include "kernels/cuda/quant_device.cuh"

@@ -1,8 +1,8 @@
 // RMSNorm, gated RMSNorm, L2 norm: one warp per row.
 #include <string>
 
-#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/check.cuh"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/ops.cuh"
 #include "kernels/cuda/quant_device.cuh"
 
@@ -59,7 +59,7 @@ void run_norm(const char* op, const float* x, const float* w, const float* z, fl
   const int64_t blocks = (n_rows + kWarps - 1) / kWarps;
   require(blocks < (1ll << 31), op, "too many rows");
   launch(norm_kernel<K>, static_cast<unsigned>(blocks), 32 * kWarps, 0, stream, x, w, z, y, L, n_rows, n,
-                                                                             eps, extra_scale);
+         eps, extra_scale);
   FERRY_CUDA_CHECK_LAUNCH("norm_kernel");
 }
 

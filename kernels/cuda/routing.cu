@@ -2,8 +2,8 @@
 #include <cfloat>
 #include <string>
 
-#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/check.cuh"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/ops.cuh"
 #include "kernels/cuda/quant_device.cuh"
 
@@ -124,7 +124,7 @@ void route_topk(const float* logits, int64_t n_tokens, int n_expert, int k, int3
   require(n_tokens >= 0 && n_tokens < (1ll << 31), op, "bad n_tokens");
   if (n_tokens == 0) return;
   launch(route_topk_kernel, static_cast<unsigned>(n_tokens), 32, sizeof(float) * n_expert, stream,
-      logits, n_expert, k, ids, weights, renormalize, scale);
+         logits, n_expert, k, ids, weights, renormalize, scale);
   FERRY_CUDA_CHECK_LAUNCH("route_topk_kernel");
 }
 

@@ -6,7 +6,6 @@
 #include <filesystem>
 #include <map>
 #include <memory>
-#include <string_view>
 #include <vector>
 
 #include "runtime/cli/command.hpp"
@@ -73,14 +72,10 @@ int logits_main(int argc, char** argv) {
       if (dump_names != "all" && ("," + dump_names + ",").find("," + std::string(name) + ",") == std::string::npos) return;
       const int k = (*step)[key]++;
       const std::string file = dump_dir + "/" + key + (k ? "-s" + std::to_string(k) : "") + ".npy";
-      if (std::string_view(model->ops().name()) == "cpu") {
-        write_npy_f32(file, data, {rows, cols});  // the CPU backend's buffers are host memory
-      } else {
-        // Device memory (cuda): copied out after the ops queued before it (to_host waits).
-        std::vector<float> host(static_cast<size_t>(rows * cols));
-        model->ops().to_host(host.data(), data, host.size() * sizeof(float));
-        write_npy_f32(file, host.data(), {rows, cols});
-      }
+      // Backend memory (device memory on cuda): copied out after the ops queued before it.
+      std::vector<float> host(static_cast<size_t>(rows * cols));
+      model->ops().to_host(host.data(), data, host.size() * sizeof(float));
+      write_npy_f32(file, host.data(), {rows, cols});
     };
     model->model().set_debug_hook(dump);
   }

@@ -1,7 +1,6 @@
 #include "runtime/model/model.hpp"
 
 #include <algorithm>
-#include <string>
 
 #include "runtime/backend/cpu_ops.hpp"
 #include "runtime/core/error.hpp"
@@ -49,29 +48,24 @@ void Model::run_step(int64_t n_tokens, bool moe_capturable, const std::function<
     step();
     return;
   }
-  std::string failure;
   try {
     step();
   } catch (const std::exception& e) {
-    failure = e.what();
     ops_.abort_graph();
     if (ops_.graph_partially_ran()) throw;  // part of the step ran: it cannot run again
-  }
-  if (failure.empty()) {
-    if (ops_.end_graph()) return;
-    // The (last) recording was invalid: graphs are off. Nothing of the step ran, unless earlier
-    // segments did — then the step cannot run again.
-    if (ops_.graph_partially_ran())
-      fail(ErrorKind::device, "cuda graphs: a step's last segment could not be recorded after its first ran; "
-           "FERRY_CUDA_GRAPHS=0 runs without graphs");
+    // Run it eagerly. If that fails too, the error is the step's own (a full context, a bad
+    // argument) and propagates with graphs still on; if it works, recording is what failed.
     step();
+    ops_.disable_graphs(e.what());
     return;
   }
-  // The step failed while recorded: run it eagerly. If that fails too, the error is the step's own
-  // (a full context, a bad argument) and propagates with graphs still on; if it works, recording
-  // is what failed, and graphs go off.
+  if (ops_.end_graph()) return;
+  // The (last) recording was invalid: graphs are off. Nothing of the step ran, unless earlier
+  // segments did — then the step cannot run again.
+  if (ops_.graph_partially_ran())
+    fail(ErrorKind::device, "cuda graphs: a step's last segment could not be recorded after its first ran; "
+         "FERRY_CUDA_GRAPHS=0 runs without graphs");
   step();
-  ops_.disable_graphs(failure.c_str());
 }
 
 void forward_in_batches(ModelState& st, const ModelConfig& c, std::span<const int32_t> tokens,

@@ -5,12 +5,11 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <stdexcept>
 #include <string>
 #include <vector>
-
-#include <algorithm>
 
 #include "tests/cuda_emu/emu.hpp"
 #include "tests/cuda_emu/emu_internal.hpp"

@@ -257,6 +257,18 @@ Stream* as_stream(cudaStream_t s) { return reinterpret_cast<Stream*>(s); }
 // The strict-mode captures this thread began and has not ended.
 thread_local std::vector<Stream*> captures_of_thread;
 
+// A call that is not allowed on a capturing stream: invalidates its capture, as the driver does.
+cudaError_t invalidate_capture(Stream* st, cudaError_t err, const char* what) {
+  st->capture_invalid = true;
+  std::fprintf(stderr, "cuda emulator: %s (capture invalidated)\n", what);
+  return result(err);
+}
+
+// All work queued on blocking streams has run (what the legacy default stream waits for).
+void drain_blocking_streams() {
+  for (Stream* b : Runtime::get().streams(true)) b->synchronize();
+}
+
 // A call that is not allowed while this thread captures (a sync, an allocation, the legacy
 // stream): invalidates the captures, as the driver does, and returns the error to report.
 cudaError_t capture_violation(cudaError_t err, const char* what) {
@@ -287,7 +299,7 @@ cudaError_t submit(cudaStream_t s, Op op, const void* kind = &kHostNode) {
   }
   if (cudaError_t e = capture_violation(cudaErrorStreamCaptureImplicit, "work on the legacy default stream"); e != cudaSuccess)
     return e;
-  for (Stream* b : Runtime::get().streams(true)) b->synchronize();
+  drain_blocking_streams();
   try {
     op();
   } catch (const std::exception& e) {
@@ -298,17 +310,14 @@ cudaError_t submit(cudaStream_t s, Op op, const void* kind = &kHostNode) {
 }
 
 cudaError_t wait_stream(cudaStream_t s) {
-  if (s && as_stream(s)->capture) {
-    as_stream(s)->capture_invalid = true;
-    std::fprintf(stderr, "cuda emulator: synchronising a capturing stream (capture invalidated)\n");
-    return result(cudaErrorStreamCaptureUnsupported);
-  }
+  if (s && as_stream(s)->capture)
+    return invalidate_capture(as_stream(s), cudaErrorStreamCaptureUnsupported, "synchronising a capturing stream");
   if (cudaError_t e = capture_violation(cudaErrorStreamCaptureUnsupported, "a synchronising call"); e != cudaSuccess)
     return e;
   if (s)
     as_stream(s)->synchronize();
   else
-    for (Stream* b : Runtime::get().streams(true)) b->synchronize();
+    drain_blocking_streams();
   return result(Runtime::get().sticky());
 }
 
@@ -342,9 +351,7 @@ cudaError_t copy(void* dst, const void* src, size_t n, cudaMemcpyKind kind, cuda
   const bool capturing = s && as_stream(s)->capture;
   if (capturing && ((!src_dev && !is_pinned_or_device(src, n)) || (!dst_dev && !is_pinned_or_device(dst, n)))) {
     // A graph replays the copy later: it cannot stage or wait for pageable memory.
-    as_stream(s)->capture_invalid = true;
-    std::fprintf(stderr, "cuda emulator: a pageable-memory copy captured into a graph (capture invalidated)\n");
-    return result(cudaErrorStreamCaptureUnsupported);
+    return invalidate_capture(as_stream(s), cudaErrorStreamCaptureUnsupported, "a pageable-memory copy captured into a graph");
   }
   if (!src_dev && !is_pinned_or_device(src, n)) {
     // Pageable source: staged now, as the driver does.
@@ -618,9 +625,8 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
     // Within one captured stream a wait for its own captured record is implied by stream order;
     // a dependency on work outside the capture is not allowed.
     if (event->captured_in == as_stream(stream)->capture->capture_id) return cudaSuccess;
-    as_stream(stream)->capture_invalid = true;
-    std::fprintf(stderr, "cuda emulator: a captured stream waits for an event recorded outside the capture\n");
-    return result(cudaErrorStreamCaptureIsolation);
+    return invalidate_capture(as_stream(stream), cudaErrorStreamCaptureIsolation,
+                              "a captured stream waits for an event recorded outside the capture");
   }
   if (target == 0) return cudaSuccess;
   return submit(stream, [event, target] {
