@@ -4,6 +4,7 @@
 // computes Σ_k w_k · down_e(silu(gate_e·x) ⊙ up_e·x) for the routed experts of every token.
 // Shared experts are NOT part of this step (they are dense, always resident, done by the model).
 #include <cstdint>
+#include <memory>
 
 #include "runtime/core/types.hpp"
 
@@ -58,6 +59,31 @@ class MoeExecutor {
   // True when run() only enqueues device work on the ops stream (no host synchronisation, no
   // allocation, no host-side decision on the routing), so a step can be recorded as a CUDA graph.
   virtual bool capturable() const { return false; }
+  // True when run() takes a request of n_tokens whose routing is still in device memory (a GPU
+  // forward's own buffers, MoeRequest::device null) without a host synchronisation: a GPU
+  // backend's host bridge then passes it through instead of copying the routing to the host.
+  virtual bool device_routing(int32_t n_tokens) const {
+    (void)n_tokens;
+    return false;
+  }
+  // Called by the forward around each forward step (all layers of n_tokens tokens), eagerly:
+  // never inside a recorded CUDA graph. An executor that keeps host state in step with device
+  // work it queued without synchronising (the offload engine's device tables) does its host-side
+  // bookkeeping here. Wrappers forward both to the executor they wrap.
+  virtual void before_step(int64_t n_tokens) { (void)n_tokens; }
+  virtual void after_step(int64_t n_tokens) { (void)n_tokens; }
+};
+
+// A decorator of another executor (routing overrides, taps, the GPU host bridge): owns it and
+// forwards the step hooks to it.
+class MoeWrapper : public MoeExecutor {
+ public:
+  explicit MoeWrapper(std::unique_ptr<MoeExecutor> inner) : inner_(std::move(inner)) {}
+  void before_step(int64_t n_tokens) override { inner_->before_step(n_tokens); }
+  void after_step(int64_t n_tokens) override { inner_->after_step(n_tokens); }
+
+ protected:
+  std::unique_ptr<MoeExecutor> inner_;
 };
 
 }  // namespace ferry

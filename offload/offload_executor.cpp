@@ -123,7 +123,9 @@ void OffloadExecutor::init() {
     w.up.base = store_->data(static_cast<size_t>(3 * l + 1));
     w.down.base = store_->data(static_cast<size_t>(3 * l + 2));
   }
-  if (o_.cold == ColdMode::mapped) {
+  if (o_.decode_table && device_->kind() != DeviceKind::cuda)
+    fail(ErrorKind::invalid_arg, "--offload-decode table needs --device cuda");
+  if (o_.cold == ColdMode::mapped || o_.decode_table) {
     if (!compute_)
       fail(ErrorKind::invalid_arg, "--cold mapped needs the device flow (cuda, or --sim-flow device on sim)");
     // The same layers as the device sees the host store (expert_ptrs then serves both).
@@ -133,9 +135,9 @@ void OffloadExecutor::init() {
         t->base = static_cast<const uint8_t*>(device_->mapped_view(t->base));
         if (!t->base)
           fail(ErrorKind::unsupported,
-               "--cold mapped: the {} host store is not readable by the device in place (use --host-load uring, "
+               "{}: the {} host store is not readable by the device in place (use --host-load uring, "
                "which pins it)",
-               host_load_name(o_.host_load));
+               o_.decode_table ? "--offload-decode table" : "--cold mapped", host_load_name(o_.host_load));
       }
   }
 
@@ -181,6 +183,23 @@ void OffloadExecutor::init() {
     const size_t partial = static_cast<size_t>(o_.max_batch * max_embd) * sizeof(float);
     partial_host_ = device_->alloc_host(partial, true);
     partial_dev_ = device_->alloc(partial, "offload cpu expert sum");
+  }
+  if (o_.decode_table) {
+    const auto E = static_cast<size_t>(plan.in.n_expert), K = static_cast<size_t>(plan.in.n_expert_used);
+    const size_t n = static_cast<size_t>(L) * E;
+    tables_dev_ = device_->alloc(n * sizeof(ExpertPtrs3), "expert tables (decode)");
+    log_dev_ = device_->alloc(static_cast<size_t>(L) * K * 4, "routing log (decode)");
+    tables_host_ = device_->alloc_host(n * sizeof(ExpertPtrs3), true);
+    log_host_ = device_->alloc_host(static_cast<size_t>(L) * K * 4, true);
+    if (!tables_host_.pinned() || !log_host_.pinned())
+      fail(ErrorKind::device, "--offload-decode table: pinned host memory for the tables could not be allocated");
+    std::fill_n(static_cast<ExpertPtrs3*>(tables_host_.data()), n, ExpertPtrs3{});  // nothing copied yet
+    for (int32_t l = 0; l < L; ++l)
+      for (int32_t e = 0; e < plan.in.n_expert; ++e)
+        tables_mapped_.push_back(expert_ptrs(mapped_[static_cast<size_t>(l)], e));
+    tables_copied_ = device_->create_event();
+    log_ready_ = device_->create_event();
+    logged_.assign(static_cast<size_t>(L), 0);
   }
 
   // Initial hot set, then one synchronisation.
@@ -424,9 +443,14 @@ void OffloadExecutor::run(const MoeRequest& req) {
   if (req.top_k <= 0 || req.n_tokens < 0)
     fail(ErrorKind::internal, "MoE step layer {}: top_k {} n_tokens {}", req.layer, req.top_k,
          req.n_tokens);
-  // On cuda the routing must be host copies (read below): without the bridge it is device memory.
-  if (device_->kind() == DeviceKind::cuda && !req.device)
-    fail(ErrorKind::internal, "cuda offload: MoE step without host routing (the engine puts the host bridge in front)");
+  // On cuda the routing must be host copies (read below), except for a step from the device
+  // tables: without the bridge it is device memory.
+  if (device_->kind() == DeviceKind::cuda && !req.device) {
+    if (!device_routing(req.n_tokens))
+      fail(ErrorKind::internal, "cuda offload: MoE step without host routing (the engine puts the host bridge in front)");
+    return run_table(req);
+  }
+  tables_synced_ = false;  // a host-routed step may change slots: the tables are synced again
   for (int64_t i = 0; i < int64_t{req.n_tokens} * req.top_k; ++i)
     if (req.expert_ids[i] < 0 || req.expert_ids[i] >= W.n_expert)
       fail(ErrorKind::internal, "MoE step layer {}: expert id {} outside [0, {})", req.layer,
@@ -794,6 +818,7 @@ void OffloadExecutor::collect_device_waits() {
 }
 
 void OffloadExecutor::drain() {
+  read_routing_log();  // the last table step's routing (its admissions are waited for below)
   device_->synchronize();
   prefetcher_->poll();
   if (compute_) collect_device_waits();
@@ -864,6 +889,9 @@ std::string offload_stats_text(const OffloadStats& s) {
                        s.stream_gpu_ms > 0 ? static_cast<double>(s.stream_bytes) / (s.stream_gpu_ms * 1e6) : 0.0);
     t += "\n";
   }
+  if (s.table_tokens)
+    t += fmt::format("offload: {} decode tokens from the device tables (no host sync), {} table entries rewritten\n",
+                     s.table_tokens, s.table_updates);
   t += fmt::format("offload: host store {} ({}{}), {:.1f} MB", host_load_name(s.store.mode),
                    s.store.pinned ? "pinned" : "pageable", s.store.direct_io ? ", O_DIRECT" : "",
                    static_cast<double>(s.store.bytes) / 1e6);
@@ -874,6 +902,131 @@ std::string offload_stats_text(const OffloadStats& s) {
     t += fmt::format(" {:.0f}%", pct(s.layer_hits[l], s.layer_uses[l]));
   t += "\n";
   return t;
+}
+
+// ---- Decode from device tables ---------------------------------------------------------------
+
+uint64_t decode_table_bytes(int32_t n_layer, int32_t n_expert, int32_t top_k) {
+  const auto L = static_cast<size_t>(n_layer);
+  return pad256(L * static_cast<size_t>(n_expert) * sizeof(ExpertPtrs3)) +
+         pad256(L * static_cast<size_t>(top_k) * 4);
+}
+
+void OffloadExecutor::run_table(const MoeRequest& req) {
+  if (!tables_synced_)
+    fail(ErrorKind::internal, "offload: a decode step from the device tables without before_step(1)");
+  if (req.top_k != o_.plan.in.n_expert_used)
+    fail(ErrorKind::internal, "offload: top-{} step, the tables were made for top-{}", req.top_k,
+         o_.plan.in.n_expert_used);
+  const auto l = static_cast<size_t>(req.layer);
+  const auto E = static_cast<size_t>(o_.plan.in.n_expert), K = static_cast<size_t>(req.top_k);
+  const auto* table = static_cast<const ExpertPtrs3*>(tables_dev_.data()) + l * E;
+  kernels_->experts(shapes_[l], table, req.expert_ids, req.expert_weights, 1, req.top_k, req.x, req.out,
+                    /*accumulate=*/false, *compute_);
+  compute_->copy_d2d(static_cast<int32_t*>(log_dev_.data()) + l * K, req.expert_ids, K * 4);
+  logged_[l] = 1;
+}
+
+void OffloadExecutor::before_step(int64_t n_tokens) {
+  if (!o_.decode_table) return;
+  read_routing_log();
+  prefetcher_->poll();
+  if (n_tokens == 1) sync_tables();
+}
+
+void OffloadExecutor::after_step(int64_t n_tokens) {
+  if (!o_.decode_table || n_tokens != 1 || std::find(logged_.begin(), logged_.end(), 1) == logged_.end()) return;
+  compute_->copy_d2h(log_host_.data(), log_dev_.data(), log_host_.bytes());
+  compute_->record(*log_ready_);
+  // Slot refills (admissions, prefetches, copy-now) wait for this: every table kernel queued so
+  // far may read any slot its table points at.
+  compute_->record(*compute_done_);
+  log_pending_ = true;
+}
+
+void OffloadExecutor::read_routing_log() {
+  if (!log_pending_) return;
+  // Normally passed already: the forward read the step's logits after the log was copied.
+  log_ready_->synchronize();
+  log_pending_ = false;
+  ++tick_;
+  ++st_.tokens;
+  ++st_.table_tokens;
+  const int32_t E = o_.plan.in.n_expert, K = o_.plan.in.n_expert_used;
+  const auto* ids = static_cast<const int32_t*>(log_host_.data());
+  // Counted against the slots the step's tables pointed at (the cache has not changed since
+  // sync_tables), all before any admission evicts one.
+  std::vector<std::pair<int32_t, int32_t>> admit;
+  for (int32_t l = 0; l < static_cast<int32_t>(logged_.size()); ++l) {
+    if (!logged_[static_cast<size_t>(l)]) continue;
+    logged_[static_cast<size_t>(l)] = 0;
+    ++st_.steps;
+    for (int32_t j = 0; j < K; ++j) {
+      const int32_t e = ids[l * K + j];
+      if (e < 0 || e >= E) fail(ErrorKind::internal, "offload: routing log layer {}: expert id {} outside [0, {})", l, e, E);
+      ++st_.uses;
+      ++st_.layer_uses[static_cast<size_t>(l)];
+      const int32_t slot = cache_->access(l, e, tick_);
+      if (slot >= 0 && cache_->state(slot) == SlotState::ready) {
+        ++st_.hits;
+        ++st_.layer_hits[static_cast<size_t>(l)];
+        prefetcher_->note_use(slot);
+        if (counters_) counters_->hit(l);
+        continue;
+      }
+      ++st_.misses;
+      ++st_.mapped;
+      st_.mapped_bytes += shapes_[static_cast<size_t>(l)].expert_bytes();
+      if (counters_) counters_->miss(l);
+      if (slot < 0 && o_.admit) admit.emplace_back(l, e);
+    }
+  }
+  for (const auto& [l, e] : admit) prefetcher_->admit(l, e, tick_);
+}
+
+void OffloadExecutor::sync_tables() {
+  // The pinned mirror is rewritten below: its last copy must have run (it normally has).
+  if (tables_pending_) {
+    tables_copied_->synchronize();
+    tables_pending_ = false;
+  }
+  const auto E = static_cast<size_t>(o_.plan.in.n_expert);
+  tables_want_ = tables_mapped_;
+  for (int32_t s = 0; s < cache_->n_slots(); ++s)
+    if (cache_->state(s) == SlotState::ready) {
+      const int32_t l = cache_->layer_of(s);
+      tables_want_[static_cast<size_t>(l) * E + static_cast<size_t>(cache_->expert_of(s))] = slot_ptrs(s, l);
+    }
+  auto* host = static_cast<ExpertPtrs3*>(tables_host_.data());
+  const auto same = [](const ExpertPtrs3& a, const ExpertPtrs3& b) {
+    return a.gate == b.gate && a.up == b.up && a.down == b.down;
+  };
+  // Changed layers, runs of consecutive ones copied at once. Slots a refill is about to overwrite
+  // are no longer ready, so their entries point at host memory again before any later kernel; the
+  // refill itself waits for compute_done_ (after_step), i.e. for every kernel queued before this.
+  const size_t L = logged_.size();
+  size_t run_begin = L;
+  const auto flush = [&](size_t end) {
+    if (run_begin == L) return;
+    compute_->copy_h2d(static_cast<ExpertPtrs3*>(tables_dev_.data()) + run_begin * E, host + run_begin * E,
+                       (end - run_begin) * E * sizeof(ExpertPtrs3));
+    tables_pending_ = true;
+    run_begin = L;
+  };
+  for (size_t l = 0; l < L; ++l) {
+    size_t changed = 0;
+    for (size_t e = l * E; e < (l + 1) * E; ++e)
+      if (!same(host[e], tables_want_[e])) {
+        host[e] = tables_want_[e];
+        ++changed;
+      }
+    st_.table_updates += changed;
+    if (changed && run_begin == L) run_begin = l;
+    if (!changed) flush(l);
+  }
+  flush(L);
+  if (tables_pending_) compute_->record(*tables_copied_);
+  tables_synced_ = true;
 }
 
 }  // namespace ferry

@@ -81,7 +81,20 @@ struct OffloadOptions {
   // Device flow: the step buffers are allocated for this many tokens at start (larger steps grow
   // them); the plan leaves device_flow_step_bytes for them.
   int64_t max_batch = 512;
+  // cuda: decode steps from device tables, without a host synchronisation (--offload-decode
+  // table). Per layer a device table of n_expert expert pointers, each at the expert's slot when a
+  // ready slot holds it and at its mapped pinned host copy otherwise; a one-token step runs the
+  // grouped kernels on the router's device ids over that table (misses are read in place over
+  // the link, as ColdMode::mapped) and logs the ids, so the step can be recorded as a CUDA graph.
+  // before_step() reads the previous step's log (hits, misses, recency; misses are admitted
+  // behind) and rewrites the table entries that changed; the plan leaves decode_table_bytes.
+  // Prefill steps keep the host-routed device flow. No CPU experts and no predictor prefetch in
+  // decode (both need the routing on the host). Needs a host store the device can map (uring).
+  bool decode_table = false;
 };
+
+// Device memory of the decode tables (n_layer · n_expert pointer triples) and the routing log.
+uint64_t decode_table_bytes(int32_t n_layer, int32_t n_expert, int32_t top_k);
 
 // Device memory the device flow's step buffers take for steps of up to max_batch tokens: the
 // uploaded table / weights / local ids / streamed experts' (token, slot) pairs, the CPU experts' sum,
@@ -98,6 +111,9 @@ struct OffloadStats {
   uint64_t cpu_experts = 0, copy_now = 0, streamed = 0;
   uint64_t mapped = 0;        // decode misses read in place from mapped host memory
   uint64_t mapped_bytes = 0;  // ... their weight bytes (read over the link, not copied)
+  // decode_table: tokens decoded from the device tables (their uses, hits and mapped reads are
+  // counted from the routing log before the next step), and table entries rewritten.
+  uint64_t table_tokens = 0, table_updates = 0;
   uint64_t h2d_bytes = 0;   // demand and streaming copies (prefetch bytes: prefetch.bytes)
   uint64_t init_bytes = 0;  // the initial hot set
   double wait_ms = 0;       // host time blocked on copies (demand, stream, prefetch waits)
@@ -134,8 +150,14 @@ class OffloadExecutor final : public MoeExecutor {
                   std::vector<MoeLayerWeights> layers, OffloadOptions options);
   ~OffloadExecutor() override;
   void run(const MoeRequest& req) override;
+  // decode_table: one-token steps take the forward's device routing and can be recorded.
+  bool capturable() const override { return o_.decode_table; }
+  bool device_routing(int32_t n_tokens) const override { return o_.decode_table && n_tokens == 1; }
+  void before_step(int64_t n_tokens) override;
+  void after_step(int64_t n_tokens) override;
 
-  // Waits for every copy in flight (prefetches included) and settles their slots.
+  // Counts the last table step's routing, waits for every copy in flight (prefetches included)
+  // and settles their slots.
   void drain();
   OffloadStats stats() const;
   void reset_stats();
@@ -179,6 +201,10 @@ class OffloadExecutor final : public MoeExecutor {
   void run_device(const MoeRequest& req, const std::vector<Resolved>& used);
   void cpu_part(const MoeRequest& req, const std::vector<Resolved>& cpu, float* partial);
   void predict_and_prefetch(const MoeRequest& req);
+  // decode_table (OffloadOptions::decode_table).
+  void run_table(const MoeRequest& req);
+  void read_routing_log();  // the last table step's routing: counters, recency, admissions
+  void sync_tables();       // table entries at ready slots, the rest at the mapped host store
 
   OffloadOptions o_;
   std::unique_ptr<Device> owned_device_;
@@ -219,6 +245,14 @@ class OffloadExecutor final : public MoeExecutor {
   // Device flow calibration: the expert kernels' weight read rate (GB/s) for one token.
   double measure_device_rate();
   DeviceBuffer step_dev_, partial_dev_;
+
+  // decode_table: the tables (device, and pinned as last queued), the step's routing log.
+  DeviceBuffer tables_dev_, log_dev_;
+  HostBuffer tables_host_, log_host_;
+  std::vector<ExpertPtrs3> tables_mapped_, tables_want_;  // (n_layer · n_expert)
+  std::unique_ptr<Event> tables_copied_, log_ready_;
+  bool tables_pending_ = false, log_pending_ = false, tables_synced_ = false;
+  std::vector<uint8_t> logged_;  // (n_layer) layers the step being built logged
 };
 
 }  // namespace ferry

@@ -95,13 +95,12 @@ class RouterPredictor final : public ExpertPredictor {
 
 // Runs a predictor on every MoE step (for --stats when no offload executor drives one), then the
 // wrapped executor. The predictions are only measured, not acted on.
-class PredictorTap final : public MoeExecutor {
+class PredictorTap final : public MoeWrapper {
  public:
-  PredictorTap(std::unique_ptr<MoeExecutor> inner, ExpertPredictor& p) : inner_(std::move(inner)), p_(p) {}
+  PredictorTap(std::unique_ptr<MoeExecutor> inner, ExpertPredictor& p) : MoeWrapper(std::move(inner)), p_(p) {}
   void run(const MoeRequest& req) override;
 
  private:
-  std::unique_ptr<MoeExecutor> inner_;
   ExpertPredictor& p_;
   std::vector<PredictedExpert> out_;
 };

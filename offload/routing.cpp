@@ -47,7 +47,7 @@ void routing_softmax(const float* logits, int32_t n, float* probs) {
 }
 
 RoutingExecutor::RoutingExecutor(std::unique_ptr<MoeExecutor> inner, RoutingOptions o)
-    : inner_(std::move(inner)), o_(std::move(o)) {
+    : MoeWrapper(std::move(inner)), o_(std::move(o)) {
   if (!inner_) fail(ErrorKind::internal, "RoutingExecutor needs an executor to wrap");
   if (o_.n_layer < 1 || o_.n_expert < 1 || o_.top_k < 1 || o_.top_k > o_.n_expert)
     fail(ErrorKind::invalid_arg, "routing: bad model shape (n_layer {}, n_expert {}, top_k {})", o_.n_layer,

@@ -97,7 +97,7 @@ struct RoutingOptions {
   int32_t n_layer = 0, n_expert = 0, top_k = 0;
 };
 
-class RoutingExecutor final : public MoeExecutor {
+class RoutingExecutor final : public MoeWrapper {
  public:
   // ErrorKind::invalid_arg when a trace's shape (layers, experts, top_k) disagrees with the model's.
   RoutingExecutor(std::unique_ptr<MoeExecutor> inner, RoutingOptions o);
@@ -109,7 +109,6 @@ class RoutingExecutor final : public MoeExecutor {
  private:
   void choose(const MoeRequest& req);
   void weights_from_router(const MoeRequest& req);
-  std::unique_ptr<MoeExecutor> inner_;
   RoutingOptions o_;
   std::mutex mu_;  // requests are sequential per model; the lock makes concurrent misuse safe
   std::vector<RoutingRng> uniform_rng_;                  // [layer]

@@ -42,17 +42,16 @@ class RoutingLocalityStats {
 };
 
 // Calls `before` with every request, then the wrapped executor.
-class RequestTap final : public MoeExecutor {
+class RequestTap final : public MoeWrapper {
  public:
   using Fn = std::function<void(const MoeRequest&)>;
-  RequestTap(std::unique_ptr<MoeExecutor> inner, Fn before) : inner_(std::move(inner)), before_(std::move(before)) {}
+  RequestTap(std::unique_ptr<MoeExecutor> inner, Fn before) : MoeWrapper(std::move(inner)), before_(std::move(before)) {}
   void run(const MoeRequest& req) override {
     before_(req);
     inner_->run(req);
   }
 
  private:
-  std::unique_ptr<MoeExecutor> inner_;
   Fn before_;
 };
 

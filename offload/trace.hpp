@@ -102,13 +102,12 @@ class Tracer {
 };
 
 // Wraps an executor: one "moe" span per MoE step (args: layer, tokens).
-class TracingExecutor final : public MoeExecutor {
+class TracingExecutor final : public MoeWrapper {
  public:
-  TracingExecutor(std::unique_ptr<MoeExecutor> inner, Tracer& t) : inner_(std::move(inner)), t_(t) {}
+  TracingExecutor(std::unique_ptr<MoeExecutor> inner, Tracer& t) : MoeWrapper(std::move(inner)), t_(t) {}
   void run(const MoeRequest& req) override;
 
  private:
-  std::unique_ptr<MoeExecutor> inner_;
   Tracer& t_;
 };
 

@@ -13,16 +13,20 @@
 namespace ferry {
 namespace {
 
-class CudaMoeBridge final : public MoeExecutor {
+class CudaMoeBridge final : public MoeWrapper {
  public:
   CudaMoeBridge(Ops& ops, std::unique_ptr<MoeExecutor> inner)
-      : dev_(cuda_ops_device(ops)), s_(static_cast<cudaStream_t>(cuda_ops_stream(ops))), inner_(std::move(inner)) {
+      : MoeWrapper(std::move(inner)), dev_(cuda_ops_device(ops)), s_(static_cast<cudaStream_t>(cuda_ops_stream(ops))) {
     if (!inner_) fail(ErrorKind::internal, "cuda moe bridge without an executor");
   }
 
+  // An inner executor that takes device routing (the offload engine's decode from device tables)
+  // gets the forward's request as it is: no copy, no synchronisation, and the step can be recorded.
+  bool capturable() const override { return inner_->device_routing(1) && inner_->capturable(); }
+
   void run(const MoeRequest& req) override {
     if (req.device) fail(ErrorKind::internal, "cuda moe bridge: the request was bridged already");
-    if (req.n_tokens <= 0) return inner_->run(req);
+    if (req.n_tokens <= 0 || inner_->device_routing(req.n_tokens)) return inner_->run(req);
     const size_t nx = static_cast<size_t>(req.n_tokens) * static_cast<size_t>(req.n_embd);
     const size_t nk = static_cast<size_t>(req.n_tokens) * static_cast<size_t>(req.top_k);
     const size_t bytes = (nx + 2 * nk) * 4;
@@ -55,7 +59,6 @@ class CudaMoeBridge final : public MoeExecutor {
  private:
   Device& dev_;
   cudaStream_t s_;
-  std::unique_ptr<MoeExecutor> inner_;
   HostBuffer host_;
 };
 

@@ -7,7 +7,8 @@
 // whose MoeRequest::device holds the device originals (offload/moe.hpp).
 //
 // The engine puts it in front of any wrapped executor chain on cuda; the unwrapped resident path
-// (no decorators) has no bridge and no per-layer synchronisation.
+// (no decorators) has no bridge and no per-layer synchronisation. A request the inner executor
+// takes with device routing (MoeExecutor::device_routing) passes through untouched.
 #include <memory>
 
 #include "offload/moe.hpp"

@@ -55,7 +55,7 @@ int parse(CLI::App& app, int argc, char** argv, bool& stop) {
     app.parse(static_cast<int>(ptrs.size()), ptrs.data());
   } catch (const CLI::ParseError& e) {
     stop = true;
-    return app.exit(e);
+    return app.exit(e) == 0 ? 0 : 2;  // --help → 0; usage errors → 2, as every ferry command
   }
   return 0;
 }

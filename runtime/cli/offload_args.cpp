@@ -70,6 +70,11 @@ void add_offload_args(CLI::App& app, OffloadArgs& a) {
                  "sim device: exact (synchronous, bit-identical to the CPU) or device (the CUDA flow: "
                  "expert kernels on a compute stream, CPU experts beside them)")
       ->check(CLI::IsMember({"exact", "device"}));
+  app.add_option("--offload-decode", a.decode,
+                 "cuda decode steps: host (routing copied to the host per MoE step: CPU experts, cost model, "
+                 "prediction) or table (device tables, no host sync, recorded as CUDA graphs; misses read in "
+                 "place from pinned host memory and admitted behind)")
+      ->check(CLI::IsMember({"host", "table"}));
   app.add_flag("--offload-stats", a.stats, "print the offload executor's counters at the end");
 }
 
@@ -114,6 +119,12 @@ Offload::Offload(OffloadArgs a, int64_t n_ctx, GgmlType type_k, GgmlType type_v,
     fail(ErrorKind::invalid_arg,
          "--vram, --print-plan, --plan-json and the profiles need --device sim (or cuda)");
   if (!a_.vram.empty()) (void)parse_size(a_.vram);  // bad sizes fail before loading
+  if (a_.decode == "table" && a_.device != "cuda")
+    fail(ErrorKind::invalid_arg, "--offload-decode table needs --device cuda (it is the CUDA decode path)");
+  if (a_.decode == "table" && a_.host_load == "alias")
+    fail(ErrorKind::invalid_arg,
+         "--offload-decode table reads misses in place from pinned host memory: --host-load alias is not "
+         "pinned (use uring, mmap or registered)");
   (void)parse_sim_link(a_.sim_link);
 }
 
@@ -162,6 +173,7 @@ MoeExecutorWrap Offload::wrap(MoeExecutorWrap then, Tracer* tracer) {
     const int64_t max_batch = std::min<int64_t>(n_batch_, n_ctx);
     if (device_flow)
       in.step_bytes = device_flow_step_bytes(max_batch, expert_shape(layers[0]), c.n_expert_used, c.n_expert);
+    if (a_.decode == "table") in.step_bytes += decode_table_bytes(c.n_layer, c.n_expert, c.n_expert_used);
     if (cuda) {
       // What is really allocated replaces the estimate: the dense weights, and the CudaOps
       // workspaces (counted as workspace, with a margin for the DeltaNet and attention scratch).
@@ -209,6 +221,7 @@ MoeExecutorWrap Offload::wrap(MoeExecutorWrap then, Tracer* tracer) {
     };
     o.device_flow = device_flow;
     o.max_batch = max_batch;
+    o.decode_table = a_.decode == "table";
     std::unique_ptr<OffloadExecutor> e;
     if (cuda) {
       const int64_t total = int64_t{c.n_expert} * c.n_layer;

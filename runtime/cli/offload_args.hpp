@@ -11,6 +11,9 @@
 //   --sim-link GBPS[:LAT_US]    sim device's host→device link model (default 13:10, PCIe 4.0 x8)
 //   --hw-profile FILE           cost model rates from profiles/hardware/*.json (default: calibrate)
 //   --sim-flow exact|device     sim: the exact synchronous flow, or the device flow cuda runs
+//   --offload-decode host|table cuda decode: host-routed (one sync per MoE step, CPU experts,
+//                               prediction) or from device tables (no sync, graph-recorded;
+//                               misses read in place, admitted behind)
 //   --offload-stats             print the executor's counters at the end
 // The engine builds its CPU executor; wrap() replaces it by the offload executor when --device is
 // sim, or cuda with --vram (or a plan/profile flag). On cuda the plan starts from what the dense
@@ -41,6 +44,7 @@ struct OffloadArgs {
   std::string sim_link = "13:10";
   std::string hw_profile;
   std::string sim_flow = "exact";
+  std::string decode = "host";
   bool stats = false;
 };
 

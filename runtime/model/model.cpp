@@ -43,7 +43,13 @@ StateFootprint state_footprint(const ModelConfig& c, const StateOptions& o) {
        supported_architectures());
 }
 
-void Model::run_step(int64_t n_tokens, bool moe_capturable, const std::function<void()>& step) {
+void Model::run_step(int64_t n_tokens, MoeExecutor& moe, const std::function<void()>& step) {
+  moe.before_step(n_tokens);
+  record_step(n_tokens, moe.capturable(), step);
+  moe.after_step(n_tokens);
+}
+
+void Model::record_step(int64_t n_tokens, bool moe_capturable, const std::function<void()>& step) {
   if (n_tokens != 1 || debug_ || !ops_.begin_graph(/*segmented=*/!moe_capturable)) {
     step();
     return;

@@ -89,8 +89,10 @@ class Model {
   // Runs one forward step. A one-token step (decode) is recorded and launched as one graph
   // (Ops::begin_graph) when the backend has graphs, no debug hook reads intermediates and the MoE
   // executor is capturable; otherwise, or when the recording fails, it runs eagerly. `step` must
-  // not change host state it reads (it may run twice: recorded, then eagerly).
-  void run_step(int64_t n_tokens, bool moe_capturable, const std::function<void()>& step);
+  // not change host state it reads (it may run twice: recorded, then eagerly). The executor's
+  // before_step / after_step run eagerly around it.
+  void run_step(int64_t n_tokens, MoeExecutor& moe, const std::function<void()>& step);
+  void record_step(int64_t n_tokens, bool moe_capturable, const std::function<void()>& step);
   // A MoE step inside run_step's step: an executor that is not capturable runs eagerly between two
   // recorded segments (when the backend records segments; otherwise the step was not recorded).
   void run_moe(MoeExecutor& moe, const MoeRequest& req) {

@@ -140,7 +140,7 @@ class Hybrid final : public Model {
     if (!st) fail(ErrorKind::internal, "{} forward: the state was made by another model", arch_name(cfg_.arch));
     forward_in_batches(*st, cfg_, tokens, mode, logits,
                        [&](std::span<const int32_t> step_tokens) {
-                         run_step(static_cast<int64_t>(step_tokens.size()), moe_->capturable(),
+                         run_step(static_cast<int64_t>(step_tokens.size()), *moe_,
                                   [&] { step(*st, step_tokens); });
                        },
                        [&](int64_t row, int64_t n_rows, float* out) { emit_logits(*st, row, n_rows, out); });

@@ -438,6 +438,7 @@ struct OffloadCase {
   synth::Arch arch;
   synth::QuantMix quant;
   ColdMode cold;
+  bool table = false;  // decode from the device tables (OffloadOptions::decode_table)
 };
 
 class GpuOffload : public ::testing::TestWithParam<OffloadCase> {};
@@ -452,7 +453,8 @@ TEST_P(GpuOffload, LogitsMatchResidentInsideTheBudget) {
                            (c.cold == ColdMode::cpu      ? "cpu"
                             : c.cold == ColdMode::copy   ? "copy"
                             : c.cold == ColdMode::mapped ? "mapped (decode misses read in place)"
-                                                         : "auto");
+                                                         : "auto") +
+                           (c.table ? ", decode from device tables" : "");
   std::mt19937 rng(9);
   std::vector<int32_t> prompt(24), next(8);
   Logits resident, offloaded;
@@ -497,6 +499,7 @@ TEST_P(GpuOffload, LogitsMatchResidentInsideTheBudget) {
     in.dense_bytes = at_factory;
     in.workspace_bytes = runtime_bytes;
     in.step_bytes = device_flow_step_bytes(16, expert_shape(probe[0]), in.n_expert_used, in.n_expert);
+    if (c.table) in.step_bytes += decode_table_bytes(in.n_layer, in.n_expert, in.n_expert_used);
     in.kv_types = "f16/f16";
     const Plan full = make_plan(in);  // no budget: every expert
     const uint64_t slot = full.slot_bytes;
@@ -525,6 +528,7 @@ TEST_P(GpuOffload, LogitsMatchResidentInsideTheBudget) {
       oo.cold = c.cold;
       oo.reserve_fixed = false;
       oo.max_batch = 16;
+      oo.decode_table = c.table;
       auto e = std::make_unique<OffloadExecutor>(*dev, cuda_stream_view(*dev, cuda_ops_stream(g)),
                                                  make_cuda_expert_kernels(*dev), l, std::move(oo));
       ex = e.get();
@@ -555,8 +559,26 @@ TEST_P(GpuOffload, LogitsMatchResidentInsideTheBudget) {
     }
     if (c.cold == ColdMode::copy) {
       EXPECT_GT(st.streamed, 0u);
-      EXPECT_GT(st.copy_now, 0u);
       EXPECT_EQ(st.cpu_experts, 0u);
+      if (!c.table) {
+        EXPECT_GT(st.copy_now, 0u);
+      }
+    }
+    const CudaGraphStats gs = cuda_ops_graph_stats(g);
+    if (c.table) {
+      // Every decode token ran from the tables, all but the warm-up step as one recorded graph;
+      // the misses were read in place and admitted behind, which rewrote table entries.
+      std::printf("[gpu-info] offload %s: %llu table tokens, %llu graph launches, %llu entries rewritten, %llu "
+                  "read in place, %llu admitted\n",
+                  name.c_str(), static_cast<unsigned long long>(st.table_tokens),
+                  static_cast<unsigned long long>(gs.launches), static_cast<unsigned long long>(st.table_updates),
+                  static_cast<unsigned long long>(st.mapped), static_cast<unsigned long long>(st.prefetch.admitted));
+      EXPECT_EQ(st.table_tokens, next.size());
+      EXPECT_EQ(gs.launches, next.size() - 1);
+      EXPECT_GT(st.mapped, 0u);
+      EXPECT_GT(st.prefetch.admitted, 0u);
+    } else {
+      EXPECT_EQ(gs.launches, 0u);  // host-routed MoE steps are not recorded (without segments)
     }
     for (int32_t sl = 0; sl < ex->cache().n_slots(); ++sl) EXPECT_EQ(ex->cache().pins(sl), 0) << "slot " << sl;
   }
@@ -564,7 +586,9 @@ TEST_P(GpuOffload, LogitsMatchResidentInsideTheBudget) {
   // Slot and streamed experts run the resident kernels; CPU experts follow ggml's numerics
   // (Q8_K activations for quantized weights), amplified through flipped expert choices as in
   // GpuE2e's "vs cpu(ggml)" comparison.
+  // Decode from the device tables reads every expert (slot or mapped host copy) with them too.
   const bool exact_kernels = c.cold == ColdMode::copy || c.quant == synth::QuantMix::f32;
+
   compare("offload " + name + " vs resident", resident, offloaded, V, exact_kernels ? 1e-4 : 5e-2,
           exact_kernels ? 0.99 : 0.75);
 }
@@ -577,13 +601,16 @@ INSTANTIATE_TEST_SUITE_P(
                       OffloadCase{synth::Arch::qwen3moe, synth::QuantMix::q4_k_m, ColdMode::auto_},
                       OffloadCase{synth::Arch::qwen3moe, synth::QuantMix::q4_k_m, ColdMode::copy},
                       OffloadCase{synth::Arch::qwen35moe, synth::QuantMix::q4_k_m, ColdMode::cpu},
-                      OffloadCase{synth::Arch::qwen35moe, synth::QuantMix::q4_k_m, ColdMode::copy}),
+                      OffloadCase{synth::Arch::qwen35moe, synth::QuantMix::q4_k_m, ColdMode::copy},
+                      OffloadCase{synth::Arch::qwen3moe, synth::QuantMix::q4_k_m, ColdMode::copy, true},
+                      OffloadCase{synth::Arch::qwen35moe, synth::QuantMix::q4_k_m, ColdMode::cpu, true}),
     [](const ::testing::TestParamInfo<OffloadCase>& i) {
       return std::string(synth::arch_name(i.param.arch)) + "_" + std::string(synth::quant_mix_name(i.param.quant)) +
              (i.param.cold == ColdMode::cpu      ? "_cpu"
               : i.param.cold == ColdMode::copy   ? "_copy"
               : i.param.cold == ColdMode::mapped ? "_mapped"
-                                                 : "_auto");
+                                                 : "_auto") +
+             (i.param.table ? "_table" : "");
     });
 
 }  // namespace

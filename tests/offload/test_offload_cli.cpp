@@ -207,6 +207,15 @@ TEST_F(OffloadCli, CudaOffloadIsCloseToCudaResident) {
     EXPECT_NE(last_output_.find("cuda graphs on: 75 launched, 5 instantiated"), std::string::npos) << last_output_;
     ASSERT_FALSE(eager.empty());
     EXPECT_EQ(segmented, eager);
+    // Decode from the device tables: no host routing, each token one whole graph (the first one
+    // eager); slot and mapped experts run the same kernels as copy-now: the same bytes.
+    const std::string table = logits(flags + " --offload-decode table", "cuda-table-d");
+    EXPECT_NE(last_output_.find("cuda graphs on: 15 launched, 1 instantiated"), std::string::npos) << last_output_;
+    EXPECT_NE(last_output_.find("offload: 16 decode tokens from the device tables"), std::string::npos)
+        << last_output_;
+    EXPECT_EQ(table, eager);
+    const auto [peak, budget] = peak_and_budget_mib(last_output_);
+    EXPECT_LE(peak, budget);
   }
   // A budget that cannot hold the backend's own workspaces is refused with the budget named.
   logits("--device cuda --vram 8M", "cuda-small", 1);
@@ -236,6 +245,10 @@ TEST_F(OffloadCli, ErrorsAndProfiles) {
   EXPECT_NE(last_output_.find("missing"), std::string::npos) << last_output_;
   logits("--vram 1G", "no-device", 1);  // --vram without an offload device
   logits("--device sim --vram lots", "junk", 1);
+  logits("--device sim --offload-decode table", "table-sim", 1);
+  EXPECT_NE(last_output_.find("--offload-decode table needs --device cuda"), std::string::npos) << last_output_;
+  logits("--device sim --offload-decode fast", "table-bad", 2);  // a usage error, as every bad flag value
+  EXPECT_NE(last_output_.find("--offload-decode"), std::string::npos) << last_output_;
 
   const std::string prof = dir_ + "/profile.json";
   ASSERT_FALSE(logits("--device sim --record-profile " + prof, "rec").empty());
