@@ -8,6 +8,7 @@
 #include <chrono>
 
 #include "runtime/core/error.hpp"
+#include "runtime/core/log.hpp"
 
 namespace ferry {
 namespace {
@@ -451,6 +452,11 @@ void OffloadExecutor::run(const MoeRequest& req) {
     return run_table(req);
   }
   tables_synced_ = false;  // a host-routed step may change slots: the tables are synced again
+  if (o_.decode_table && req.n_tokens == 1 && !warned_host_decode_) {
+    warned_host_decode_ = true;
+    log::warn("--offload-decode table: decode steps arrive with host routing (--stats, --trace and "
+              "--record-routing need it), so they take the host path");
+  }
   for (int64_t i = 0; i < int64_t{req.n_tokens} * req.top_k; ++i)
     if (req.expert_ids[i] < 0 || req.expert_ids[i] >= W.n_expert)
       fail(ErrorKind::internal, "MoE step layer {}: expert id {} outside [0, {})", req.layer,

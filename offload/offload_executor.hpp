@@ -251,7 +251,7 @@ class OffloadExecutor final : public MoeExecutor {
   HostBuffer tables_host_, log_host_;
   std::vector<ExpertPtrs3> tables_mapped_, tables_want_;  // (n_layer · n_expert)
   std::unique_ptr<Event> tables_copied_, log_ready_;
-  bool tables_pending_ = false, log_pending_ = false, tables_synced_ = false;
+  bool tables_pending_ = false, log_pending_ = false, tables_synced_ = false, warned_host_decode_ = false;
   std::vector<uint8_t> logged_;  // (n_layer) layers the step being built logged
 };
 

@@ -81,6 +81,13 @@ RoutingExecutor::RoutingExecutor(std::unique_ptr<MoeExecutor> inner, RoutingOpti
   if (!o_.record_path.empty())
     writer_ = std::make_unique<RoutingTraceWriter>(o_.record_path,
                                                    RoutingTraceHeader{o_.n_layer, o_.n_expert, o_.top_k});
+  // Allocated now: a recorded step cannot allocate.
+  if (o_.device_ops) ids_dev_ = o_.device_ops->alloc(static_cast<size_t>(o_.top_k) * sizeof(int32_t));
+}
+
+bool RoutingExecutor::device_routing(int32_t n_tokens) const {
+  return o_.device_ops && !writer_ && o_.spec.mode != RoutingMode::model && n_tokens == 1 &&
+         inner_->device_routing(n_tokens);
 }
 
 RoutingExecutor::~RoutingExecutor() = default;
@@ -104,6 +111,15 @@ void RoutingExecutor::run(const MoeRequest& req) {
     return;
   }
   choose(req);
+  if (!req.device && device_routing(req.n_tokens)) {
+    // Device routing (one token): the override's ids replace the router's in device memory; its
+    // weights stay, in rank order, as without router matrices.
+    o_.device_ops->to_device(ids_dev_.data(), ids_.data(), ids_.size() * sizeof(int32_t));
+    MoeRequest r = req;
+    r.expert_ids = static_cast<const int32_t*>(ids_dev_.data());
+    inner_->run(r);
+    return;
+  }
   weights_from_router(req);
   if (writer_) writer_->append(req.layer, req.n_tokens, ids_.data(), weights_.data());
   MoeRequest r = req;

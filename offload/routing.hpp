@@ -11,7 +11,9 @@
 // Weights of a replaced choice: the model's softmax probabilities of the chosen ids, renormalised
 // to sum 1 (as llama.cpp's routing does for its own top-k), computed from the request's x with the
 // layer's router matrix. Without router matrices (or for a request whose layer has none) the
-// model's own top-k weights are reassigned in rank order to the new ids instead.
+// model's own top-k weights are reassigned in rank order to the new ids instead — as for a request
+// with device routing (RoutingOptions::device_ops): the offload engine's decode from device tables
+// never brings x to the host, so the new ids are uploaded and the router's weights stay as they are.
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -95,6 +97,11 @@ struct RoutingOptions {
   // Router matrices per MoE layer: (n_expert, n_embd), host memory; may be empty.
   std::vector<WeightView> routers;
   int32_t n_layer = 0, n_expert = 0, top_k = 0;
+  // cuda: requests the wrapped executor takes with device routing (MoeExecutor::device_routing)
+  // get the override's ids uploaded through these ops (recorded into a step graph like the
+  // forward's own inputs); the router's device weights go with them in rank order. Null: every
+  // request has host routing. Recording (--record-routing) needs host routing.
+  Ops* device_ops = nullptr;
 };
 
 class RoutingExecutor final : public MoeWrapper {
@@ -103,6 +110,8 @@ class RoutingExecutor final : public MoeWrapper {
   RoutingExecutor(std::unique_ptr<MoeExecutor> inner, RoutingOptions o);
   ~RoutingExecutor() override;
   void run(const MoeRequest& req) override;
+  bool device_routing(int32_t n_tokens) const override;
+  bool capturable() const override { return device_routing(1) && inner_->capturable(); }
   // Renames the recorded trace into place (ErrorKind::io on failure); call once at the end of a run.
   void finish();
 
@@ -120,6 +129,7 @@ class RoutingExecutor final : public MoeWrapper {
   std::vector<int32_t> ids_;    // (n_tokens, top_k)
   std::vector<float> weights_;  // (n_tokens, top_k)
   std::vector<float> probs_;    // (n_tokens, n_expert)
+  DeviceBuffer ids_dev_;        // device routing: the override's ids, (top_k)
 };
 
 }  // namespace ferry

@@ -37,7 +37,7 @@ bool Observability::wraps() const {
 
 MoeExecutorWrap Observability::wrap() {
   if (!wraps()) return {};
-  return [this](std::unique_ptr<MoeExecutor> inner, const gguf::File& f, Ops&) -> std::unique_ptr<MoeExecutor> {
+  return [this](std::unique_ptr<MoeExecutor> inner, const gguf::File& f, Ops& ops) -> std::unique_ptr<MoeExecutor> {
     const ModelConfig c = read_config(f);
     // The routers (ffn_gate_inp, (n_expert, n_embd)) of every MoE layer, as views into the mapping.
     std::vector<WeightView> routers;
@@ -72,6 +72,8 @@ MoeExecutorWrap Observability::wrap() {
       o.n_layer = c.n_layer;
       o.n_expert = c.n_expert;
       o.top_k = c.n_expert_used;
+      // cuda: table decode takes the override without bringing the routing to the host.
+      if (std::string_view(ops.name()) == "cuda") o.device_ops = &ops;
       auto r = std::make_unique<RoutingExecutor>(std::move(e), std::move(o));
       routing_ = r.get();
       e = std::move(r);

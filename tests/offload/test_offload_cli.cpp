@@ -216,6 +216,15 @@ TEST_F(OffloadCli, CudaOffloadIsCloseToCudaResident) {
     EXPECT_EQ(table, eager);
     const auto [peak, budget] = peak_and_budget_mib(last_output_);
     EXPECT_LE(peak, budget);
+    // A routing override is uploaded in the recorded step (ids out of range would fail the log).
+    ASSERT_FALSE(logits(flags + " --offload-decode table --routing locality", "cuda-table-loc-d").empty());
+    EXPECT_NE(last_output_.find("cuda graphs on: 15 launched"), std::string::npos) << last_output_;
+    EXPECT_NE(last_output_.find("offload: 16 decode tokens from the device tables"), std::string::npos)
+        << last_output_;
+    // --stats reads the routing on the host: the host path, said once.
+    ASSERT_FALSE(logits(flags + " --offload-decode table --stats", "cuda-table-stats-d").empty());
+    EXPECT_NE(last_output_.find("they take the host path"), std::string::npos) << last_output_;
+    EXPECT_EQ(last_output_.find("decode tokens from the device tables"), std::string::npos) << last_output_;
   }
   // A budget that cannot hold the backend's own workspaces is refused with the budget named.
   logits("--device cuda --vram 8M", "cuda-small", 1);
