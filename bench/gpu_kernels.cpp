@@ -266,6 +266,13 @@ int run(bool quick) {
     a.n_tokens = T;
     const double us_p = time_us([&] { cuda::gdn_delta_rule(a, nullptr); }, quick ? 3 : 10);
     rows.push_back({"gdn_delta_rule prefill", "512 tokens, 32 heads", us_p, T * (2.0 * hk + 2.0 * hv) * S * 4, 4.0 * T * hv * S * S});
+    // The chunked form at the same size (CudaGdnOps takes it from cuda::kGdnChunkedMinTokens
+    // tokens, a threshold these two rows should set). Bytes: inputs and outputs only, not the
+    // scratch; flops: the recurrence's, for comparison.
+    DeviceMem scratch(cuda::gdn_chunked_scratch_bytes(a));
+    const double us_c = time_us([&] { cuda::gdn_delta_rule_chunked(a, scratch.as<float>(), nullptr); }, quick ? 3 : 10);
+    rows.push_back({"gdn_delta_rule_chunked prefill", "512 tokens, 32 heads", us_c, T * (2.0 * hk + 2.0 * hv) * S * 4,
+                    4.0 * T * hv * S * S});
   }
 
   // Small ops: launch-bound on decode.

@@ -113,17 +113,19 @@ void gdn_delta_rule_chunked(const GdnShape& shape, const GdnInputs& in, int64_t 
                     });
 }
 
-GdnPrefill gdn_prefill_form() {
-  static const GdnPrefill form = [] {
+std::optional<GdnPrefill> gdn_prefill_env() {
+  static const std::optional<GdnPrefill> form = []() -> std::optional<GdnPrefill> {
     const char* env = std::getenv("FERRY_GDN_PREFILL");
     if (env && !std::strcmp(env, "recurrent")) return GdnPrefill::recurrent;
     if (env && !std::strcmp(env, "chunked")) return GdnPrefill::chunked;
     if (env && *env)
       fail(ErrorKind::invalid_arg, "FERRY_GDN_PREFILL={}: expected 'chunked' or 'recurrent'", env);
-    return GdnPrefill::recurrent;
+    return std::nullopt;
   }();
   return form;
 }
+
+GdnPrefill gdn_prefill_form() { return gdn_prefill_env().value_or(GdnPrefill::recurrent); }
 
 void gdn_delta_rule(const GdnShape& shape, const GdnInputs& in, int64_t n_tokens, float scale,
                     float* state, float* out, int64_t ldo) {

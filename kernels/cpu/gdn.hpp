@@ -12,6 +12,7 @@
 // Everything is F32 and pointer-based: buffers are owned by the caller (the model / session).
 // Heavy entry points run in parallel over heads with oneTBB and respect the caller's task_arena.
 #include <cstdint>
+#include <optional>
 
 namespace ferry::cpu {
 
@@ -71,6 +72,9 @@ void gdn_delta_rule_chunked(const GdnShape& shape, const GdnInputs& in, int64_t 
 // FERRY_GDN_PREFILL=chunked selects the chunked form (agrees to float rounding).
 enum class GdnPrefill { chunked, recurrent };
 GdnPrefill gdn_prefill_form();
+// FERRY_GDN_PREFILL as set (read once), nullopt when unset or empty; ErrorKind::invalid_arg for
+// another value. The CUDA backend defaults to chunked instead (runtime/backend/gdn_cuda.cpp).
+std::optional<GdnPrefill> gdn_prefill_env();
 
 inline constexpr int kGdnChunk = 64;             // tokens per chunk of the chunked form
 inline constexpr int64_t kGdnChunkedMinTokens = 16;  // gdn_delta_rule: chunked from this many tokens

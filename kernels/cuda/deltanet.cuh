@@ -6,6 +6,7 @@
 // All buffers are device pointers, F32; calls are asynchronous on `stream`.
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace ferry::cuda {
@@ -30,10 +31,35 @@ struct GdnArgs {
   float scale = 1.f;
 };
 
-// The delta rule token by token (decode and prefill). A block owns 32 value columns of one head;
-// its 4 warps split the key rows, and each lane keeps its S/4 state entries in registers across
-// all tokens of the call, so the state is read and written once per call, not once per token.
+// Two forms of the delta rule, as on the CPU (kernels/cpu/gdn.hpp), agreeing to float rounding.
+// The caller picks one (runtime/backend/gdn_cuda.cpp: chunked from kGdnChunkedMinTokens tokens).
+//
+// gdn_delta_rule: token by token (decode; short batches). A block owns 32 value columns of one
+// head; its 4 warps split the key rows, and each lane keeps its S/4 state entries in registers
+// across all tokens of the call, so the state is read and written once per call, not once per
+// token. Needs no scratch, so decode steps can be recorded into CUDA graphs.
 void gdn_delta_rule(const GdnArgs& a, cudaStream_t stream);
+
+// gdn_delta_rule_chunked: prefill, in chunks of 64 tokens (the WY / UT-transform form of
+// kernels/cpu/gdn_core_impl.hpp chunk()). The token-by-token kernel walks the tokens one after
+// another on H_v·S/32 blocks; here everything that does not depend on the state (decays, K·Kᵀ,
+// Q·Kᵀ, T = (I + L)⁻¹, T·diag(β)·V, T·diag(−βΓ)·K) runs for all chunks of all heads in parallel
+// (one kernel), and the sequential pass over the chunks (a second kernel, H_v·S/32 blocks) is
+// small GEMMs, 64 tokens at a time. Calls longer than kGdnChunkedMaxTokens run as several passes.
+//   scratch: device memory of gdn_chunked_scratch_bytes(a) bytes, overwritten: per (head, chunk)
+//            U, W (64, S), P (64, 64), Γ and the decays to the chunk's end (64 each), floats.
+//            A scratch sized for n tokens serves any call of up to n tokens.
+size_t gdn_chunked_scratch_bytes(const GdnArgs& a);
+void gdn_delta_rule_chunked(const GdnArgs& a, float* scratch, cudaStream_t stream);
+
+// Batches of this many tokens or more take the chunked form. Unmeasured on a GPU (none was
+// available when it was written): the chunked form's point is the parallelism over chunks, which
+// a single chunk does not have, so one chunk is where it can start to pay; measure with
+// bench/gpu_kernels.cpp and move it. The recurrent kernel stays the decode path regardless.
+inline constexpr int64_t kGdnChunkedMinTokens = 64;
+// Tokens per pass of gdn_delta_rule_chunked: bounds the scratch (at 32 heads of 128:
+// ≈ 1.3 KB per token and head, 84 MB for a pass of 2048 tokens).
+inline constexpr int64_t kGdnChunkedMaxTokens = 2048;
 
 // Causal depthwise conv (kernel K ≤ 8, no bias) + SiLU with a rolling state (ggml_ssm_conv):
 //   y[t][c] = silu(Σ_{k<K} w[c][k] · in[t − (K−1) + k][c]), in[τ < 0] from the state.

@@ -4,6 +4,10 @@
 #include "runtime/model/qwen35moe_gdn_ops.hpp"
 
 #if FERRY_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "kernels/cpu/gdn.hpp"
+#include "kernels/cuda/check.cuh"
 #include "kernels/cuda/deltanet.cuh"
 #include "runtime/backend/cuda_ops.hpp"
 
@@ -15,7 +19,9 @@ namespace {
 // checks against kernels/cpu/gdn.
 class CudaGdnOps final : public GdnOps {
  public:
-  explicit CudaGdnOps(Ops& ops) : s_(static_cast<cudaStream_t>(cuda_ops_stream(ops))) {}
+  explicit CudaGdnOps(Ops& ops)
+      : dev_(cuda_ops_device(ops)), s_(static_cast<cudaStream_t>(cuda_ops_stream(ops))),
+        prefill_(cpu::gdn_prefill_env().value_or(cpu::GdnPrefill::chunked)) {}
 
   void conv_silu(const float* x, int64_t ldx, const float* w, int32_t kernel, float* state,
                  float* y, int64_t ldy, int64_t n_tokens, int64_t n_ch) override {
@@ -51,7 +57,21 @@ class CudaGdnOps final : public GdnOps {
     a.ldo = ldo;
     a.n_tokens = n_tokens;
     a.scale = scale;
-    cuda::gdn_delta_rule(a, s_);
+    // Decode (one token, recorded into step graphs) always takes the recurrent kernel, which needs
+    // no scratch; FERRY_GDN_PREFILL=recurrent keeps it for prefill too.
+    if (n_tokens < cuda::kGdnChunkedMinTokens || prefill_ == cpu::GdnPrefill::recurrent) {
+      cuda::gdn_delta_rule(a, s_);
+      return;
+    }
+    // Scratch shared by all layers (they run in order on s_), grown when a larger batch comes; the
+    // stream is drained first because queued kernels may still read the old buffer.
+    const size_t bytes = cuda::gdn_chunked_scratch_bytes(a);
+    if (bytes > scratch_.bytes()) {
+      FERRY_CUDA_CHECK(cudaStreamSynchronize(s_));
+      scratch_ = DeviceBuffer();
+      scratch_ = dev_.alloc(bytes, "gdn chunked scratch");
+    }
+    cuda::gdn_delta_rule_chunked(a, scratch_.f32(), s_);
   }
   void gated_rms_norm(const float* o, int64_t ldo, const float* z, int64_t ldz, const float* w,
                       float* out, int64_t ldout, int64_t n_tokens, int32_t n_heads, int32_t dim,
@@ -60,7 +80,10 @@ class CudaGdnOps final : public GdnOps {
   }
 
  private:
+  Device& dev_;
   cudaStream_t s_;
+  cpu::GdnPrefill prefill_;  // the form for batches of kGdnChunkedMinTokens or more
+  DeviceBuffer scratch_;     // gdn_chunked_scratch_bytes of the largest chunked call so far
 };
 
 }  // namespace

@@ -147,11 +147,13 @@ struct Logits {
   std::vector<float> decode;   // (n_decode, n_vocab)
 };
 
-Logits run(Model& m, const std::vector<int32_t>& prompt, const std::vector<int32_t>& next, GgmlType kv_type) {
+// n_batch 16: a 24-token prompt runs as steps of 16 (GEMM path) and 8 (direct kernels).
+Logits run(Model& m, const std::vector<int32_t>& prompt, const std::vector<int32_t>& next, GgmlType kv_type,
+           int32_t n_batch = 16) {
   StateOptions so;
   so.n_ctx = 128;
   so.type_k = so.type_v = kv_type;
-  so.n_batch = 16;  // a 24-token prompt runs as steps of 16 (GEMM path) and 8 (direct kernels)
+  so.n_batch = n_batch;
   auto st = m.new_state(so);
   const size_t V = static_cast<size_t>(m.config().n_vocab);
   Logits r;
@@ -273,6 +275,39 @@ INSTANTIATE_TEST_SUITE_P(
 // every later one is a graph launch, and the executable graph is instantiated once and then
 // updated in place while only kernel arguments change — and instantiated anew when the step's
 // kernels change: past 128 keys attention splits the keys and adds a combine kernel.
+// A qwen35moe prompt step long enough for the GPU's chunked delta rule (from
+// cuda::kGdnChunkedMinTokens = 64 tokens; 100 = one full chunk and a partial one) against the CPU
+// backend (its recurrence), then decode (the recurrent kernel) from the state the chunks left.
+TEST(GpuE2eLongPrompt, Qwen35ChunkedPrefillMatchesCpu) {
+  FERRY_REQUIRE_GPU();
+  const gguf::File f = gguf::File::open(write_model(synth::Arch::qwen35moe, synth::QuantMix::f32));
+  std::mt19937 rng(5);
+  std::vector<int32_t> prompt(100), next(4);
+  Logits cpu, gpu;
+  {
+    CpuOps ops;
+    auto m = load_model(f, ops, [](const std::vector<MoeLayerWeights>& l) { return std::make_unique<MoeCpuExecutor>(l); });
+    std::uniform_int_distribution<int32_t> tok(0, m->config().n_vocab - 1);
+    for (auto& t : prompt) t = tok(rng);
+    for (auto& t : next) t = tok(rng);
+    cpu = run(*m, prompt, next, GgmlType::F32, 128);
+  }
+  {
+    DeviceOptions o;
+    o.budget_bytes = 1ull << 30;
+    auto dev = make_device(DeviceKind::cuda, o);
+    auto ops = make_cuda_ops(*dev);
+    Ops& g = *ops;
+    auto m = load_model(f, g, [&g](const std::vector<MoeLayerWeights>& l) { return make_cuda_moe_executor(g, l); });
+    gpu = run(*m, prompt, next, GgmlType::F32, 128);
+  }
+  const size_t V = cpu.prefill.size() / prompt.size();
+  report("e2e qwen35moe-tiny-f32 100-token step vs cpu prefill", fmt::format("100x{}", V),
+         nmse(cpu.prefill, gpu.prefill), 1e-4);
+  report("e2e qwen35moe-tiny-f32 100-token step vs cpu decode", fmt::format("4x{}", V), nmse(cpu.decode, gpu.decode),
+         1e-4);
+}
+
 TEST(GpuGraphs, DecodeAsGraphsGivesTheEagerLogits) {
   FERRY_REQUIRE_GPU();
   struct Scenario {
