@@ -90,6 +90,18 @@ class CudaGdnOps final : public GdnOps {
 
 std::unique_ptr<GdnOps> make_cuda_gdn_ops(Ops& ops) { return std::make_unique<CudaGdnOps>(ops); }
 
+uint64_t cuda_gdn_scratch_bytes(int32_t n_k_heads, int32_t n_v_heads, int32_t head_dim, int64_t n_batch) {
+  if (head_dim <= 0 || n_v_heads <= 0 || n_batch < cuda::kGdnChunkedMinTokens ||
+      cpu::gdn_prefill_env().value_or(cpu::GdnPrefill::chunked) == cpu::GdnPrefill::recurrent)
+    return 0;
+  cuda::GdnArgs a;
+  a.n_k_heads = n_k_heads;
+  a.n_v_heads = n_v_heads;
+  a.head_dim = head_dim;
+  a.n_tokens = n_batch;
+  return cuda::gdn_chunked_scratch_bytes(a);
+}
+
 }  // namespace ferry
 
 #else
@@ -99,6 +111,8 @@ namespace ferry {
 std::unique_ptr<GdnOps> make_cuda_gdn_ops(Ops&) {
   fail(ErrorKind::unsupported, "this Ferry was built without CUDA (configure with -DFERRY_CUDA=ON)");
 }
+
+uint64_t cuda_gdn_scratch_bytes(int32_t, int32_t, int32_t, int64_t) { return 0; }
 
 }  // namespace ferry
 

@@ -11,6 +11,7 @@
 #include "runtime/backend/cuda_ops.hpp"
 #include "runtime/backend/cuda_ops_moe.hpp"
 #include "runtime/backend/device_size.hpp"
+#include "runtime/backend/gdn_cuda.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/model/config.hpp"
 #include "runtime/model/weights.hpp"
@@ -176,10 +177,12 @@ MoeExecutorWrap Offload::wrap(MoeExecutorWrap then, Tracer* tracer) {
     if (a_.decode == "table") in.step_bytes += decode_table_bytes(c.n_layer, c.n_expert, c.n_expert_used);
     if (cuda) {
       // What is really allocated replaces the estimate: the dense weights, and the CudaOps
-      // workspaces (counted as workspace, with a margin for the DeltaNet and attention scratch).
+      // workspaces (counted as workspace, with a margin for the attention scratch, and the chunked
+      // DeltaNet prefill's scratch for the largest step).
       const uint64_t backend_ws = cuda_ops_workspace_bytes(ops);
       in.dense_bytes = cuda_dev->memory().used_bytes - backend_ws;
-      in.workspace_bytes += backend_ws + (32ull << 20);
+      in.workspace_bytes += backend_ws + (32ull << 20) +
+                            cuda_gdn_scratch_bytes(c.ssm_group_count, c.ssm_time_step_rank, c.ssm_state_size, max_batch);
     }
     std::unique_ptr<ExpertProfile> profile;
     if (!a_.profile.empty())
