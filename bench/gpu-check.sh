@@ -100,6 +100,15 @@ if [[ -x "$bundle/bin/bench_gpu_e2e" ]]; then
             --device cuda --vram "$v12" --routing locality --cold mapped --host-load registered -p 0 -n 64 -r 1 -o md
           offload_summary="$offload_summary"$'\n'"$(grep -E '^\||host store' "$logs/offload-mapped-$preset.log")"
         fi
+        # Decode from the device tables (no host sync per MoE step, whole-step CUDA graphs; opt-in
+        # until this measures it) beside the host-routed decode, both budgets, locality routing:
+        # compare its tg64 with the host rows and the unconstrained row above.
+        left=$((budget_s - (SECONDS - t_start)))
+        if ((left > 90)); then
+          run_prog "offload-table-$preset" $((left > 150 ? 150 : left - 20)) "$bundle/bin/ferry" bench -m "$model" \
+            --device cuda --vram "${vrams#none,}" --routing locality --offload-decode table -p 0 -n 64 -r 1 -o md
+          offload_summary="$offload_summary"$'\n'"decode from device tables:"$'\n'"$(grep -E '^\|' "$logs/offload-table-$preset.log")"
+        fi
         # Offloaded decode recorded as CUDA graph segments around the MoE steps (opt-in until this
         # measures it): compare its tg64 with the same budget's locality row above.
         left=$((budget_s - (SECONDS - t_start)))

@@ -54,6 +54,7 @@ std::vector<Field> fields_of(const BenchResult& r) {
           s("device", r.device),
           i("vram_budget", r.vram_budget),
           s("routing", r.routing),
+          s("offload_decode", r.offload_decode),
           Field{"hit_rate", Kind::real, opt_real(r.hit_rate)},
           Field{"h2d_bytes_per_token", Kind::real, opt_real(r.h2d_bytes_per_token)},
           Field{"gpu_wait_pct", Kind::real, opt_real(r.gpu_wait_pct)},
@@ -246,6 +247,10 @@ void BenchPrinter::print_md() {
                       return r.vram_budget ? bytes_text(static_cast<double>(r.vram_budget)) : std::string("-");
                     }});
     cols.push_back({"routing", false, [](const BenchResult& r) { return r.routing; }});
+    if (std::any_of(rows_.begin(), rows_.end(), [](const BenchResult& r) { return r.offload_decode == "table"; }))
+      cols.push_back({"decode", false, [](const BenchResult& r) {
+                        return r.offload_decode.empty() ? std::string("-") : r.offload_decode;
+                      }});
   }
   cols.push_back({"test", true, [](const BenchResult& r) { return r.test_name(); }});
   cols.push_back({"t/s", true, [](const BenchResult& r) { return fmt::format("{:.2f} ± {:.2f}", r.avg_ts(), r.stddev_ts()); }});

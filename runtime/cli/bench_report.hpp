@@ -25,6 +25,7 @@ struct BenchResult {
   std::string device;         // cpu | sim | cuda
   uint64_t vram_budget = 0;   // bytes; 0: no budget (every expert resident)
   std::string routing;        // --routing
+  std::string offload_decode;  // --offload-decode of an offloaded cuda load (host | table), else ""
   // Over the timed parts only: fraction of expert uses served from a resident slot; host→device
   // bytes (demand, streaming and prefetch copies) per token; time the host blocked waiting for
   // the device's copies, as a percentage of the timed wall time.

@@ -60,7 +60,7 @@ struct TestShape {
 int bench_main(int argc, char** argv) {
   CLI::App app{"Benchmark prompt processing and generation (llama-bench compatible)", "ferry bench"};
   std::vector<std::string> models, prompts{"512"}, gens{"128"}, pgs, depths{"0"}, threads, ctk{"f16"}, ctv{"f16"},
-      vrams{""}, devices{"cpu"}, routings{"model"};
+      vrams{""}, devices{"cpu"}, routings{"model"}, decodes{"host"};
   int32_t reps = 5, n_batch = 512;
   std::string output = "md";
   bool no_warmup = false;
@@ -94,6 +94,10 @@ int bench_main(int argc, char** argv) {
   app.add_option("--hw-profile", offa.hw_profile, "offload cost-model rates from a hardware profile JSON");
   app.add_option("--sim-flow", offa.sim_flow, "sim device: exact or device (the flow cuda runs)")
       ->check(CLI::IsMember({"exact", "device"}))->capture_default_str();
+  app.add_option("--offload-decode", decodes,
+                 "offloaded cuda decode: host (routing on the host per MoE step) or table (device tables, no sync); "
+                 "comma-separated sweep, e.g. host,table")
+      ->capture_default_str();
   app.add_option("--host-load", offa.host_load, "offload host store fill: uring, mmap, registered (page-lock the mapping), alias")
       ->check(CLI::IsMember({"uring", "mmap", "registered", "alias"}));
   app.add_option("-o,--output", output, "output format: md, csv, json, jsonl")->capture_default_str();
@@ -138,6 +142,10 @@ int bench_main(int argc, char** argv) {
   }
   std::vector<std::string> vram_list = split_list(vrams);
   const std::vector<std::string> routing_list = split_list(routings);
+  const std::vector<std::string> decode_list = split_list(decodes);
+  for (const std::string& d : decode_list)
+    if (d != "host" && d != "table")
+      fail(ErrorKind::invalid_arg, "--offload-decode '{}': expected host or table", d);
   for (std::string& v : vram_list) {
     if (v == "none") v.clear();  // in a sweep: the unconstrained run beside the budgets
     if (!v.empty()) (void)parse_size(v);
@@ -151,7 +159,7 @@ int bench_main(int argc, char** argv) {
   const bool any_f32_v = std::find(ctv_list.begin(), ctv_list.end(), "f32") != ctv_list.end();
 
   struct Load {
-    std::string model, device, vram, routing;
+    std::string model, device, vram, routing, decode;
   };
   std::vector<Load> loads;
   for (const auto& m : model_list)
@@ -161,7 +169,11 @@ int bench_main(int argc, char** argv) {
           std::fprintf(stderr, "ferry bench: --vram %s does not apply to --device cpu: skipped\n", v.c_str());
           continue;
         }
-        for (const auto& r : routing_list) loads.push_back({m, d, v, r});
+        // The decode flow applies to offloaded cuda loads; other loads run once.
+        const bool flows = d == "cuda" && !v.empty();
+        for (const auto& r : routing_list)
+          for (size_t i = 0; i < (flows ? decode_list.size() : 1); ++i)
+            loads.push_back({m, d, v, r, flows ? decode_list[i] : "host"});
       }
   const size_t per_load = thread_list.size() * ctk_list.size() * ctv_list.size() * depth_list.size() * shapes.size();
   const size_t total = loads.size() * per_load;
@@ -178,6 +190,7 @@ int bench_main(int argc, char** argv) {
     spec.vram = L.vram;
     spec.routing = L.routing;
     spec.offload = offa;
+    spec.offload.decode = L.decode;
     spec.observe = oa;
     spec.plan_ctx = plan_ctx;
     spec.plan_type_k = any_f32_k ? GgmlType::F32 : GgmlType::F16;
@@ -186,6 +199,7 @@ int bench_main(int argc, char** argv) {
     std::string what = fmt::format("{} on {}", L.model, L.device);
     if (!L.vram.empty()) what += fmt::format(" --vram {}", L.vram);
     if (L.routing != "model") what += fmt::format(" --routing {}", L.routing);
+    if (L.decode != "host") what += fmt::format(" --offload-decode {}", L.decode);
     std::unique_ptr<BenchModel> bm;
     try {
       bm = std::make_unique<BenchModel>(spec);

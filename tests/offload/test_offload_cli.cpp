@@ -231,6 +231,37 @@ TEST_F(OffloadCli, CudaOffloadIsCloseToCudaResident) {
   EXPECT_NE(last_output_.find("--vram"), std::string::npos) << last_output_;
 }
 
+// `ferry bench` sweeps the offloaded cuda decode flows: a row each, the table row with its hit
+// rate and link bytes but no host-wait figure (its stalls are inside the kernels).
+TEST_F(OffloadCli, CudaBenchSweepsTheDecodeFlows) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  const std::string vram = vram_for("--device cuda --decode ", 64);
+  std::string out;
+  const int rc = run(ferry_binary() + " bench -m " + model_ + " -t 2 -p 0 -n 4 -r 1 --no-warmup -o jsonl --device cuda --vram " +
+                         vram + " --offload-decode host,table",
+                     out);
+  ASSERT_EQ(rc, 0) << out;
+  std::vector<nlohmann::json> rows;
+  size_t at = 0;
+  while (at < out.size()) {
+    const size_t end = std::min(out.find('\n', at), out.size());
+    if (out[at] == '{') rows.push_back(nlohmann::json::parse(out.substr(at, end - at)));
+    at = end + 1;
+  }
+  ASSERT_EQ(rows.size(), 2u) << out;
+  EXPECT_EQ(rows[0]["offload_decode"], "host");
+  EXPECT_EQ(rows[1]["offload_decode"], "table");
+  for (const auto& r : rows) {
+    EXPECT_GT(r["avg_ts"].get<double>(), 0.0);
+    ASSERT_FALSE(r["hit_rate"].is_null()) << r.dump();
+    EXPECT_GT(r["hit_rate"].get<double>(), 0.0);
+    EXPECT_LT(r["hit_rate"].get<double>(), 1.0);
+    EXPECT_GT(r["h2d_bytes_per_token"].get<double>(), 0.0);
+  }
+  EXPECT_FALSE(rows[0]["gpu_wait_pct"].is_null());
+  EXPECT_TRUE(rows[1]["gpu_wait_pct"].is_null());
+}
+
 // `ferry logits --dump` on cuda: the intermediates are device memory, copied out after the ops
 // that write them; they match the CPU's (the dump reads the host copy, never a device pointer).
 TEST_F(OffloadCli, CudaDumpCopiesDeviceTensors) {
