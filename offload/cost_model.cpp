@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
@@ -43,6 +44,8 @@ const char* cold_choice_name(ColdChoice c) {
       return "cpu";
     case ColdChoice::copy_now:
       return "copy";
+    case ColdChoice::mapped:
+      return "mapped";
   }
   return "?";
 }
@@ -59,14 +62,30 @@ double CostModel::cpu_us(uint64_t bytes, int64_t n_tokens) const {
   return r_.cpu_handoff_us + static_cast<double>(bytes) / (r_.cpu_gbps * 1e3) * tiles(n_tokens);
 }
 
+double CostModel::mapped_us(uint64_t bytes, int64_t n_tokens) const {
+  if (r_.mapped_gbps <= 0) return std::numeric_limits<double>::infinity();
+  return static_cast<double>(bytes) / (r_.mapped_gbps * 1e3) * tiles(n_tokens);
+}
+
 ColdChoice CostModel::choose(uint64_t bytes, int64_t n_tokens, double remaining_prefetch_us,
-                             double link_queue_us) const {
+                             double link_queue_us, bool mapped_ok) const {
   const double cpu = cpu_us(bytes, n_tokens);
   const double dev = device_us(bytes, n_tokens);
-  if (remaining_prefetch_us >= 0)
-    return remaining_prefetch_us + dev <= cpu ? ColdChoice::wait_prefetch : ColdChoice::cpu;
-  return std::max(0.0, link_queue_us) + copy_us(bytes) + dev < cpu ? ColdChoice::copy_now
-                                                                   : ColdChoice::cpu;
+  const double queue = std::max(0.0, link_queue_us);
+  ColdChoice c;
+  double c_us;
+  if (remaining_prefetch_us >= 0) {
+    const double wait = remaining_prefetch_us + dev;
+    c = wait <= cpu ? ColdChoice::wait_prefetch : ColdChoice::cpu;
+    c_us = std::min(wait, cpu);
+  } else {
+    const double copy = queue + copy_us(bytes) + dev;
+    c = copy < cpu ? ColdChoice::copy_now : ColdChoice::cpu;
+    c_us = std::min(copy, cpu);
+  }
+  // Reading in place shares the link with the queued copies; it wins only when strictly cheaper.
+  if (mapped_ok && queue + mapped_us(bytes, n_tokens) < c_us) return ColdChoice::mapped;
+  return c;
 }
 
 HardwareRates rates_from_profile(const std::string& path) {
@@ -85,9 +104,10 @@ HardwareRates rates_from_profile(const std::string& path) {
   if (j.contains("host_dram_read_gbps")) r.cpu_gbps = rate_of(j["host_dram_read_gbps"]);
   if (j.contains("kernel_launch_us") && j["kernel_launch_us"].is_number())
     r.copy_latency_us = 2 * j["kernel_launch_us"].get<double>();
+  if (j.contains("mapped_read_gbps")) r.mapped_gbps = rate_of(j["mapped_read_gbps"]);
   if (j.contains("launch_sync_roundtrip_us") && j["launch_sync_roundtrip_us"].is_number())
     r.cpu_handoff_us = j["launch_sync_roundtrip_us"].get<double>();
-  if (r.h2d_gbps <= 0 || r.device_gbps <= 0 || r.cpu_gbps <= 0)
+  if (r.h2d_gbps <= 0 || r.device_gbps <= 0 || r.cpu_gbps <= 0 || r.mapped_gbps < 0)
     fail(ErrorKind::format, "hardware profile {}: rates must be positive", path);
   return r;
 }

@@ -126,14 +126,21 @@ void OffloadExecutor::init() {
   }
   if (o_.decode_table && device_->kind() != DeviceKind::cuda)
     fail(ErrorKind::invalid_arg, "--offload-decode table needs --device cuda");
-  if (o_.cold == ColdMode::mapped || o_.decode_table) {
-    if (!compute_)
-      fail(ErrorKind::invalid_arg, "--cold mapped needs the device flow (cuda, or --sim-flow device on sim)");
-    // The same layers as the device sees the host store (expert_ptrs then serves both).
+  const bool need_mapped = o_.cold == ColdMode::mapped || o_.decode_table;
+  if (need_mapped && !compute_)
+    fail(ErrorKind::invalid_arg, "--cold mapped needs the device flow (cuda, or --sim-flow device on sim)");
+  if (compute_ && (need_mapped || (o_.cold == ColdMode::auto_ && device_->kind() == DeviceKind::cuda))) {
+    // The same layers as the device sees the host store (expert_ptrs then serves both). On cuda
+    // with the cost model (auto), reading in place is one more choice when the store is mapped
+    // (the sim device's "kernels" are the CPU's: there it is a forced mode only).
     mapped_ = layers_;
     for (MoeLayerWeights& w : mapped_)
       for (ExpertTensor* t : {&w.gate, &w.up, &w.down}) {
         t->base = static_cast<const uint8_t*>(device_->mapped_view(t->base));
+        if (!t->base && !need_mapped) {
+          mapped_.clear();
+          break;
+        }
         if (!t->base)
           fail(ErrorKind::unsupported,
                "{}: the {} host store is not readable by the device in place (use --host-load uring, "
@@ -223,7 +230,11 @@ void OffloadExecutor::init() {
   } else {
     // Calibrate with expert 0 of layer 0, copied into a staging slot.
     HardwareRates r = calibrate_rates(*device_, shapes_[0], host_ptrs(0, 0), staging_.data());
-    if (compute_) r.device_gbps = measure_device_rate();
+    if (compute_)
+      if (const double g = measure_device_rate(staging_ptrs(0, 0)); g > 0) r.device_gbps = g;
+    // The same kernels reading expert 0 in place (0 when it cannot be measured: never chosen).
+    if (!mapped_.empty() && device_->kind() == DeviceKind::cuda)
+      r.mapped_gbps = measure_device_rate(expert_ptrs(mapped_[0], 0));
     cost_ = CostModel(r);
   }
   st_.layer_uses.assign(static_cast<size_t>(L), 0);
@@ -326,8 +337,10 @@ OffloadExecutor::Resolved OffloadExecutor::resolve(int32_t layer, int32_t expert
   ++st_.uses;
   ++st_.layer_uses[static_cast<size_t>(layer)];
   int32_t slot = cache_->access(layer, expert, now);
-  // --cold mapped, decode: what is not ready in a slot is read in place over the link.
+  // --cold mapped, decode: what is not ready in a slot is read in place over the link; with the
+  // cost model (cuda, mapped store) that is one of its choices for a decode miss.
   const bool map_now = o_.cold == ColdMode::mapped && decode;
+  const bool map_ok = o_.cold == ColdMode::auto_ && decode && !mapped_.empty();
   const auto read_mapped = [&] {
     ++st_.mapped;
     st_.mapped_bytes += bytes;
@@ -344,8 +357,12 @@ OffloadExecutor::Resolved OffloadExecutor::resolve(int32_t layer, int32_t expert
     const double remaining = std::max(0.0, cost_.copy_us(bytes) - prefetcher_->age_us(slot));
     const ColdChoice c = o_.cold == ColdMode::cpu    ? ColdChoice::cpu
                          : o_.cold == ColdMode::copy ? ColdChoice::wait_prefetch
-                                                     : cost_.choose(bytes, n_tokens, remaining, 0);
+                                                     : cost_.choose(bytes, n_tokens, remaining, 0, map_ok);
     if (counters_) counters_->miss(layer);
+    if (c == ColdChoice::mapped) {
+      read_mapped();
+      return r;
+    }
     if (c == ColdChoice::cpu) {
       ++st_.cpu_experts;
       if (counters_) counters_->cpu_expert(layer);
@@ -380,7 +397,12 @@ OffloadExecutor::Resolved OffloadExecutor::resolve(int32_t layer, int32_t expert
   }
   const ColdChoice c = o_.cold == ColdMode::cpu    ? ColdChoice::cpu
                        : o_.cold == ColdMode::copy ? ColdChoice::copy_now
-                                                   : cost_.choose(bytes, n_tokens, -1, 0);
+                                                   : cost_.choose(bytes, n_tokens, -1, 0, map_ok);
+  if (c == ColdChoice::mapped) {
+    read_mapped();
+    if (o_.admit) prefetcher_->admit(layer, expert, now);
+    return r;
+  }
   if (c == ColdChoice::copy_now &&
       n_tokens > 1) {  // prefill: stream through staging, keep the cache
     ++st_.streamed;
@@ -774,16 +796,16 @@ void OffloadExecutor::set_counters(StatsCounters* c) {
   prefetcher_->set_counters(c);
 }
 
-double OffloadExecutor::measure_device_rate() {
-  // The device kernels on the expert calibrate_rates left in staging slot 0: one token, timed
-  // with events on the compute stream (best of a few launches after a warm-up).
+double OffloadExecutor::measure_device_rate(const ExpertPtrs3& entry) {
+  // The device kernels on one expert of layer 0 (the copy calibrate_rates left in staging slot 0,
+  // or a mapped host copy): one token, timed with events on the compute stream (best of a few
+  // launches after a warm-up).
   const ExpertShape& s = shapes_[0];
-  const ExpertPtrs3 entry = staging_ptrs(0, 0);
   const size_t x_bytes = static_cast<size_t>(s.n_embd) * sizeof(float);
   // Layout in the step buffer (sized for max_batch ≥ 1 tokens): table entry | weight | id | x | y.
   const size_t off_w = 256, off_id = 512, off_x = 768, off_y = off_x + (x_bytes + 255) / 256 * 256;
   const size_t total = off_y + x_bytes;
-  if (total > step_dev_.bytes() || total > step_host_.bytes()) return cost_.rates().device_gbps;
+  if (total > step_dev_.bytes() || total > step_host_.bytes()) return 0.0;
   auto* h = static_cast<uint8_t*>(step_host_.data());
   *reinterpret_cast<ExpertPtrs3*>(h) = entry;
   *reinterpret_cast<float*>(h + off_w) = 1.0f;
@@ -807,7 +829,7 @@ double OffloadExecutor::measure_device_rate() {
     e1->synchronize();
     best_ms = std::min(best_ms, e1->elapsed_ms_since(*e0));
   }
-  return best_ms > 0 ? static_cast<double>(s.expert_bytes()) / (best_ms * 1e6) : cost_.rates().device_gbps;
+  return best_ms > 0 ? static_cast<double>(s.expert_bytes()) / (best_ms * 1e6) : 0.0;
 }
 
 void OffloadExecutor::collect_device_waits() {
@@ -878,11 +900,11 @@ std::string offload_stats_text(const OffloadStats& s) {
       static_cast<double>(s.init_bytes) / 1e6, s.wait_ms / tok, s.compute_ms / tok);
   t += fmt::format(
       "offload: device memory peak {:.1f} MiB of {:.1f} MiB budget; rates ({}): h2d {:.1f} GB/s, "
-      "cpu {:.1f} GB/s, device {:.1f} GB/s\n",
+      "cpu {:.1f} GB/s, device {:.1f} GB/s, in place {:.1f} GB/s\n",
       static_cast<double>(s.memory.peak_bytes) / 1048576.0,
       s.memory.budget_bytes == UINT64_MAX ? 0.0
                                           : static_cast<double>(s.memory.budget_bytes) / 1048576.0,
-      s.rates.source, s.rates.h2d_gbps, s.rates.cpu_gbps, s.rates.device_gbps);
+      s.rates.source, s.rates.h2d_gbps, s.rates.cpu_gbps, s.rates.device_gbps, s.rates.mapped_gbps);
   if (s.device_flow) {
     t += fmt::format(
         "offload: device idle {:.3f} ms/token waiting for copies, {:.3f} for CPU experts, {:.3f} for the host "

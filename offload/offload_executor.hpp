@@ -242,8 +242,9 @@ class OffloadExecutor final : public MoeExecutor {
   double step_wait0_ = 0;  // st_.wait_ms when the step began
   bool step_recorded_ = false;  // device flow: compute_done_ covers this step's kernels
   void collect_device_waits();  // the compute stream has run everything recorded so far
-  // Device flow calibration: the expert kernels' weight read rate (GB/s) for one token.
-  double measure_device_rate();
+  // Device flow calibration: the expert kernels' weight read rate (GB/s) for one token, reading
+  // `entry` (device or mapped host addresses of an expert of layer 0).
+  double measure_device_rate(const ExpertPtrs3& entry);
   DeviceBuffer step_dev_, partial_dev_;
 
   // decode_table: the tables (device, and pinned as last queued), the step's routing log.

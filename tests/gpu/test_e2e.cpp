@@ -474,6 +474,9 @@ struct OffloadCase {
   synth::QuantMix quant;
   ColdMode cold;
   bool table = false;  // decode from the device tables (OffloadOptions::decode_table)
+  // Cost-model rates under which reading a decode miss in place beats the CPU and copy-now
+  // (and streaming beats the CPU in prefill): the cost model's mapped choice.
+  bool mapped_wins = false;
 };
 
 class GpuOffload : public ::testing::TestWithParam<OffloadCase> {};
@@ -489,7 +492,8 @@ TEST_P(GpuOffload, LogitsMatchResidentInsideTheBudget) {
                             : c.cold == ColdMode::copy   ? "copy"
                             : c.cold == ColdMode::mapped ? "mapped (decode misses read in place)"
                                                          : "auto") +
-                           (c.table ? ", decode from device tables" : "");
+                           (c.table ? ", decode from device tables" : "") +
+                           (c.mapped_wins ? ", rates favour reading in place" : "");
   std::mt19937 rng(9);
   std::vector<int32_t> prompt(24), next(8);
   Logits resident, offloaded;
@@ -564,6 +568,14 @@ TEST_P(GpuOffload, LogitsMatchResidentInsideTheBudget) {
       oo.reserve_fixed = false;
       oo.max_batch = 16;
       oo.decode_table = c.table;
+      if (c.mapped_wins) {
+        HardwareRates r;
+        r.h2d_gbps = 1e-3;  // copy-now costs seconds (streaming a prefill expert still beats the CPU)
+        r.cpu_gbps = 1e-4;
+        r.mapped_gbps = 1e6;
+        r.source = "test";
+        oo.rates = r;
+      }
       auto e = std::make_unique<OffloadExecutor>(*dev, cuda_stream_view(*dev, cuda_ops_stream(g)),
                                                  make_cuda_expert_kernels(*dev), l, std::move(oo));
       ex = e.get();
@@ -599,6 +611,12 @@ TEST_P(GpuOffload, LogitsMatchResidentInsideTheBudget) {
         EXPECT_GT(st.copy_now, 0u);
       }
     }
+    if (c.mapped_wins) {
+      // The cost model's choice for decode misses (prefill groups of one token may still be
+      // copied now: reading in place is a decode choice).
+      EXPECT_GT(st.mapped, 0u);
+      EXPECT_EQ(st.cpu_experts, 0u);
+    }
     const CudaGraphStats gs = cuda_ops_graph_stats(g);
     if (c.table) {
       // Every decode token ran from the tables, all but the warm-up step as one recorded graph;
@@ -622,7 +640,7 @@ TEST_P(GpuOffload, LogitsMatchResidentInsideTheBudget) {
   // (Q8_K activations for quantized weights), amplified through flipped expert choices as in
   // GpuE2e's "vs cpu(ggml)" comparison.
   // Decode from the device tables reads every expert (slot or mapped host copy) with them too.
-  const bool exact_kernels = c.cold == ColdMode::copy || c.quant == synth::QuantMix::f32;
+  const bool exact_kernels = c.cold == ColdMode::copy || c.quant == synth::QuantMix::f32 || c.mapped_wins;
 
   compare("offload " + name + " vs resident", resident, offloaded, V, exact_kernels ? 1e-4 : 5e-2,
           exact_kernels ? 0.99 : 0.75);
@@ -638,14 +656,15 @@ INSTANTIATE_TEST_SUITE_P(
                       OffloadCase{synth::Arch::qwen35moe, synth::QuantMix::q4_k_m, ColdMode::cpu},
                       OffloadCase{synth::Arch::qwen35moe, synth::QuantMix::q4_k_m, ColdMode::copy},
                       OffloadCase{synth::Arch::qwen3moe, synth::QuantMix::q4_k_m, ColdMode::copy, true},
-                      OffloadCase{synth::Arch::qwen35moe, synth::QuantMix::q4_k_m, ColdMode::cpu, true}),
+                      OffloadCase{synth::Arch::qwen35moe, synth::QuantMix::q4_k_m, ColdMode::cpu, true},
+                      OffloadCase{synth::Arch::qwen3moe, synth::QuantMix::q4_k_m, ColdMode::auto_, false, true}),
     [](const ::testing::TestParamInfo<OffloadCase>& i) {
       return std::string(synth::arch_name(i.param.arch)) + "_" + std::string(synth::quant_mix_name(i.param.quant)) +
              (i.param.cold == ColdMode::cpu      ? "_cpu"
               : i.param.cold == ColdMode::copy   ? "_copy"
               : i.param.cold == ColdMode::mapped ? "_mapped"
                                                  : "_auto") +
-             (i.param.table ? "_table" : "");
+             (i.param.table ? "_table" : "") + (i.param.mapped_wins ? "_mapped_wins" : "");
     });
 
 }  // namespace
