@@ -124,8 +124,8 @@ void OffloadExecutor::init() {
     w.up.base = store_->data(static_cast<size_t>(3 * l + 1));
     w.down.base = store_->data(static_cast<size_t>(3 * l + 2));
   }
-  if (o_.decode_table && device_->kind() != DeviceKind::cuda)
-    fail(ErrorKind::invalid_arg, "--offload-decode table needs --device cuda");
+  if (o_.decode_table && !compute_)
+    fail(ErrorKind::invalid_arg, "--offload-decode table needs the device flow (cuda, or --sim-flow device on sim)");
   const bool need_mapped = o_.cold == ColdMode::mapped || o_.decode_table;
   if (need_mapped && !compute_)
     fail(ErrorKind::invalid_arg, "--cold mapped needs the device flow (cuda, or --sim-flow device on sim)");
@@ -473,17 +473,23 @@ void OffloadExecutor::run(const MoeRequest& req) {
       fail(ErrorKind::internal, "cuda offload: MoE step without host routing (the engine puts the host bridge in front)");
     return run_table(req);
   }
+  for (int64_t i = 0; i < int64_t{req.n_tokens} * req.top_k; ++i)
+    if (req.expert_ids[i] < 0 || req.expert_ids[i] >= W.n_expert)
+      fail(ErrorKind::internal, "MoE step layer {}: expert id {} outside [0, {})", req.layer,
+           req.expert_ids[i], W.n_expert);
+  if (req.n_tokens == 0) return;
+  if (o_.decode_table && req.n_tokens == 1 && device_->kind() != DeviceKind::cuda) {
+    // sim: the forward's host buffers are the device's; the CPU forward reads `out` on return.
+    run_table(req);
+    compute_->synchronize();
+    return;
+  }
   tables_synced_ = false;  // a host-routed step may change slots: the tables are synced again
   if (o_.decode_table && req.n_tokens == 1 && !warned_host_decode_) {
     warned_host_decode_ = true;
     log::warn("--offload-decode table: decode steps arrive with host routing (--stats, --trace and "
               "--record-routing need it), so they take the host path");
   }
-  for (int64_t i = 0; i < int64_t{req.n_tokens} * req.top_k; ++i)
-    if (req.expert_ids[i] < 0 || req.expert_ids[i] >= W.n_expert)
-      fail(ErrorKind::internal, "MoE step layer {}: expert id {} outside [0, {})", req.layer,
-           req.expert_ids[i], W.n_expert);
-  if (req.n_tokens == 0) return;
   if (o_.record) o_.record->add(req.layer, req.expert_ids, req.n_tokens, req.top_k);
   // One tick per forward step: a step starts when the layer index does not increase.
   if (req.layer <= last_layer_ || last_layer_ < 0) {

@@ -81,8 +81,9 @@ struct OffloadOptions {
   // Device flow: the step buffers are allocated for this many tokens at start (larger steps grow
   // them); the plan leaves device_flow_step_bytes for them.
   int64_t max_batch = 512;
-  // cuda: decode steps from device tables, without a host synchronisation (--offload-decode
-  // table). Per layer a device table of n_expert expert pointers, each at the expert's slot when a
+  // Device flow: decode steps from device tables, without a host synchronisation (--offload-decode
+  // table; on sim the same tables and log, the CPU forward waiting for each step — for hit rates
+  // and link bytes: sim "kernels" read the mapped store at CPU speed, the link is not modelled). Per layer a device table of n_expert expert pointers, each at the expert's slot when a
   // ready slot holds it and at its mapped pinned host copy otherwise; a one-token step runs the
   // grouped kernels on the router's device ids over that table (misses are read in place over
   // the link, as ColdMode::mapped) and logs the ids, so the step can be recorded as a CUDA graph.

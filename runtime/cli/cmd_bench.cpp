@@ -169,8 +169,8 @@ int bench_main(int argc, char** argv) {
           std::fprintf(stderr, "ferry bench: --vram %s does not apply to --device cpu: skipped\n", v.c_str());
           continue;
         }
-        // The decode flow applies to offloaded cuda loads; other loads run once.
-        const bool flows = d == "cuda" && !v.empty();
+        // The decode flow applies to offloaded cuda loads (and sim's device flow); others run once.
+        const bool flows = (d == "cuda" && !v.empty()) || (d == "sim" && offa.sim_flow == "device");
         for (const auto& r : routing_list)
           for (size_t i = 0; i < (flows ? decode_list.size() : 1); ++i)
             loads.push_back({m, d, v, r, flows ? decode_list[i] : "host"});

@@ -120,8 +120,9 @@ Offload::Offload(OffloadArgs a, int64_t n_ctx, GgmlType type_k, GgmlType type_v,
     fail(ErrorKind::invalid_arg,
          "--vram, --print-plan, --plan-json and the profiles need --device sim (or cuda)");
   if (!a_.vram.empty()) (void)parse_size(a_.vram);  // bad sizes fail before loading
-  if (a_.decode == "table" && a_.device != "cuda")
-    fail(ErrorKind::invalid_arg, "--offload-decode table needs --device cuda (it is the CUDA decode path)");
+  if (a_.decode == "table" && a_.device != "cuda" && !(a_.device == "sim" && a_.sim_flow == "device"))
+    fail(ErrorKind::invalid_arg,
+         "--offload-decode table needs --device cuda (or --device sim --sim-flow device, which runs the CUDA flow)");
   if (a_.decode == "table" && a_.host_load == "alias")
     fail(ErrorKind::invalid_arg,
          "--offload-decode table reads misses in place from pinned host memory: --host-load alias is not "
@@ -174,7 +175,8 @@ MoeExecutorWrap Offload::wrap(MoeExecutorWrap then, Tracer* tracer) {
     const int64_t max_batch = std::min<int64_t>(n_batch_, n_ctx);
     if (device_flow)
       in.step_bytes = device_flow_step_bytes(max_batch, expert_shape(layers[0]), c.n_expert_used, c.n_expert);
-    if (a_.decode == "table") in.step_bytes += decode_table_bytes(c.n_layer, c.n_expert, c.n_expert_used);
+    if (a_.decode == "table" && device_flow)
+      in.step_bytes += decode_table_bytes(c.n_layer, c.n_expert, c.n_expert_used);
     if (cuda) {
       // What is really allocated replaces the estimate: the dense weights, and the CudaOps
       // workspaces (counted as workspace, with a margin for the attention scratch, and the chunked

@@ -84,6 +84,7 @@ struct Variant {
   EvictionPolicy policy = EvictionPolicy::lrfu;
   Tracer* tracer = nullptr;
   bool device_flow = false;
+  bool table = false;  // decode from the device tables
   int bridge = 0;  // 1: behind a HostBridge; 2: ... whose host copy of x is poisoned
 };
 
@@ -128,6 +129,10 @@ class OffloadExecutorTest : public ::testing::Test {
       o.prefetch_in_flight = 4;
       o.tracer = v.tracer;
       o.device_flow = v.device_flow;
+      o.decode_table = v.table;
+      if (v.table) o.plan = make_plan(test::input_for_slots(layers, top_k, slots, 1 << 20,
+                                                        step + decode_table_bytes(static_cast<int32_t>(layers.size()),
+                                                                                  layers[0].n_expert, top_k)));
       if (v.predictor) {
         pred = std::make_unique<TestPredictor>(static_cast<int32_t>(layers.size()),
                                                layers[0].n_expert);
@@ -379,6 +384,36 @@ TEST_F(OffloadExecutorTest, DeviceFlowMatchesTheCpuExecutor) {
           EXPECT_LE(st.device_wait_ms[static_cast<int>(WaitCause::cpu_expert)], st.compute_ms) << what;
         }
       }
+    }
+  }
+}
+
+// Decode from the device tables on sim (the CUDA flow's bookkeeping with sim kernels): the CPU's
+// logits, every decode token through the tables, misses read in place and admitted behind.
+TEST_F(OffloadExecutorTest, DeviceFlowDecodesFromTables) {
+  synth::Options q35 = tiny(synth::QuantMix::q4_k_m);
+  q35.arch = synth::Arch::qwen35moe;
+  for (const auto& [model, name] : {std::pair{tiny(synth::QuantMix::f32), "tiny-f32"},
+                                    std::pair{tiny(synth::QuantMix::q8_0), "tiny-q8"},
+                                    std::pair{q35, "tiny-qwen35moe-q4km"}}) {
+    const std::string path = test::write_model(model, name);
+    const auto toks = test::random_tokens(24, model.arch == synth::Arch::qwen35moe ? 512 : 768, 37);
+    const auto ref = reference(path, toks, 8);
+    for (ColdMode cold : {ColdMode::cpu, ColdMode::copy}) {  // the prefill's host-routed steps
+      Variant v{HostLoad::alias, cold, false, 0.5};
+      v.device_flow = true;
+      v.table = true;
+      OffloadStats st;
+      const auto got = offloaded(path, toks, 8, v, st);
+      const std::string what = fmt::format("{} cold {}", name, static_cast<int>(cold));
+      ASSERT_EQ(got.size(), ref.size());
+      EXPECT_LE(test::diff(got, ref).nmse, 1e-10) << what;
+      EXPECT_EQ(st.table_tokens, 16u) << what;
+      EXPECT_GT(st.mapped, 0u) << what;
+      EXPECT_GT(st.prefetch.admitted, 0u) << what;
+      EXPECT_GT(st.table_updates, 0u) << what;
+      EXPECT_GT(st.hits, 0u) << what;
+      EXPECT_EQ(st.hits + st.inflight + st.misses, st.uses) << what;
     }
   }
 }
