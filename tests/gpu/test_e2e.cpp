@@ -193,6 +193,21 @@ struct Case {
   GgmlType kv;
 };
 
+// A model fully resident on a CUDA device with a 1 GiB budget, with the device and ops it runs on.
+struct ResidentCuda {
+  explicit ResidentCuda(const gguf::File& f) {
+    DeviceOptions o;
+    o.budget_bytes = 1ull << 30;
+    dev = make_device(DeviceKind::cuda, o);
+    ops = make_cuda_ops(*dev);
+    Ops& g = *ops;
+    model = load_model(f, g, [&g](const std::vector<MoeLayerWeights>& l) { return make_cuda_moe_executor(g, l); });
+  }
+  std::unique_ptr<Device> dev;
+  std::unique_ptr<Ops> ops;
+  std::unique_ptr<Model> model;
+};
+
 void compare(const std::string& what, const Logits& cpu, const Logits& gpu, size_t V, double bound,
              double argmax_min) {
   report("e2e " + what + " prefill", fmt::format("24x{}", V), nmse(cpu.prefill, gpu.prefill), bound);
@@ -236,16 +251,11 @@ TEST_P(GpuE2e, LogitsMatchCpu) {
     cpu_f32_weights = run(*m, prompt, next, c.kv);
   }
   {
-    DeviceOptions o;
-    o.budget_bytes = 1ull << 30;
-    auto dev = make_device(DeviceKind::cuda, o);
-    auto ops = make_cuda_ops(*dev);
-    Ops& g = *ops;
-    auto m = load_model(f, g, [&g](const std::vector<MoeLayerWeights>& l) { return make_cuda_moe_executor(g, l); });
-    gpu = run(*m, prompt, next, c.kv);
+    ResidentCuda r(f);
+    gpu = run(*r.model, prompt, next, c.kv);
     std::printf("[gpu-info] e2e %s: device peak %.1f MiB, %llu ops calls\n", name.c_str(),
-                static_cast<double>(dev->memory().peak_bytes) / (1 << 20),
-                static_cast<unsigned long long>(cuda_ops_calls(g)));
+                static_cast<double>(r.dev->memory().peak_bytes) / (1 << 20),
+                static_cast<unsigned long long>(cuda_ops_calls(*r.ops)));
   }
   const size_t V = cpu.prefill.size() / prompt.size();
   if (!quantized) {
@@ -293,13 +303,8 @@ TEST(GpuE2eLongPrompt, Qwen35ChunkedPrefillMatchesCpu) {
     cpu = run(*m, prompt, next, GgmlType::F32, 128);
   }
   {
-    DeviceOptions o;
-    o.budget_bytes = 1ull << 30;
-    auto dev = make_device(DeviceKind::cuda, o);
-    auto ops = make_cuda_ops(*dev);
-    Ops& g = *ops;
-    auto m = load_model(f, g, [&g](const std::vector<MoeLayerWeights>& l) { return make_cuda_moe_executor(g, l); });
-    gpu = run(*m, prompt, next, GgmlType::F32, 128);
+    ResidentCuda r(f);
+    gpu = run(*r.model, prompt, next, GgmlType::F32, 128);
   }
   const size_t V = cpu.prefill.size() / prompt.size();
   report("e2e qwen35moe-tiny-f32 100-token step vs cpu prefill", fmt::format("100x{}", V),
