@@ -173,7 +173,10 @@ void OffloadExecutor::init() {
   prefetcher_ = std::make_unique<Prefetcher>(
       *device_, *cache_,
       [this](int32_t slot, int32_t l, int32_t e, Stream& s) { fill_slot(slot, l, e, s); },
-      plan.in.expert_bytes, o_.prefetch_in_flight);
+      plan.in.expert_bytes,
+      // Table decode admits a whole token's misses at once (before the next step), not one layer
+      // at a time: room for one token's worth in flight.
+      o_.decode_table ? std::max(o_.prefetch_in_flight, L * plan.in.n_expert_used) : o_.prefetch_in_flight);
   demand_ = device_->create_stream();
   demand_done_ = device_->create_event();
   for (auto& e : staging_done_) e = device_->create_event();
