@@ -91,15 +91,6 @@ if [[ -x "$bundle/bin/bench_gpu_e2e" ]]; then
         run_prog "offload-bench-$preset" $((left > 240 ? 240 : left - 20)) "$bundle/bin/ferry" bench -m "$model" \
           --device cuda --vram "$vrams" --routing model,locality -p 512 -n 64 -r 1 -o md
         offload_summary="$(grep -E '^\||host store' "$logs/offload-bench-$preset.log")"
-        # The in-place alternatives: the mapping page-locked instead of copied (store set-up time),
-        # and decode misses read in place over PCIe instead of on the CPU.
-        left=$((budget_s - (SECONDS - t_start)))
-        if ((left > 90)); then
-          v12="${vrams##*,}"
-          run_prog "offload-mapped-$preset" $((left > 150 ? 150 : left - 20)) "$bundle/bin/ferry" bench -m "$model" \
-            --device cuda --vram "$v12" --routing locality --cold mapped --host-load registered -p 0 -n 64 -r 1 -o md
-          offload_summary="$offload_summary"$'\n'"$(grep -E '^\||host store' "$logs/offload-mapped-$preset.log")"
-        fi
         # Decode from the device tables (no host sync per MoE step, whole-step CUDA graphs; opt-in
         # until this measures it) beside the host-routed decode, both budgets, locality routing:
         # compare its tg64 with the host rows and the unconstrained row above.
@@ -108,6 +99,15 @@ if [[ -x "$bundle/bin/bench_gpu_e2e" ]]; then
           run_prog "offload-table-$preset" $((left > 150 ? 150 : left - 20)) "$bundle/bin/ferry" bench -m "$model" \
             --device cuda --vram "${vrams#none,}" --routing locality --offload-decode table -p 0 -n 64 -r 1 -o md
           offload_summary="$offload_summary"$'\n'"decode from device tables:"$'\n'"$(grep -E '^\|' "$logs/offload-table-$preset.log")"
+        fi
+        # The in-place alternatives: the mapping page-locked instead of copied (store set-up time),
+        # and decode misses read in place over PCIe instead of on the CPU.
+        left=$((budget_s - (SECONDS - t_start)))
+        if ((left > 90)); then
+          v12="${vrams##*,}"
+          run_prog "offload-mapped-$preset" $((left > 150 ? 150 : left - 20)) "$bundle/bin/ferry" bench -m "$model" \
+            --device cuda --vram "$v12" --routing locality --cold mapped --host-load registered -p 0 -n 64 -r 1 -o md
+          offload_summary="$offload_summary"$'\n'"$(grep -E '^\||host store' "$logs/offload-mapped-$preset.log")"
         fi
         # Offloaded decode recorded as CUDA graph segments around the MoE steps (opt-in until this
         # measures it): compare its tg64 with the same budget's locality row above.
