@@ -268,9 +268,11 @@ void Offload::finish() {
     std::fputs(offload_stats_text(executor_->stats()).c_str(), stderr);
     if (ops_ && std::string_view(ops_->name()) == "cuda") {
       const CudaGraphStats g = cuda_ops_graph_stats(*ops_);
-      std::fprintf(stderr, "offload: cuda graphs %s: %llu launched, %llu instantiated (FERRY_CUDA_GRAPHS=segments records decode around the MoE steps)\n",
-                   g.enabled ? "on" : "off", static_cast<unsigned long long>(g.launches),
-                   static_cast<unsigned long long>(g.instantiations));
+      std::fprintf(stderr, "offload: cuda graphs %s: %llu launched, %llu instantiated%s\n", g.enabled ? "on" : "off",
+                   static_cast<unsigned long long>(g.launches), static_cast<unsigned long long>(g.instantiations),
+                   g.launches ? ""
+                              : " (offloaded decode is recorded with --offload-decode table, or around its MoE steps "
+                                "with FERRY_CUDA_GRAPHS=segments)");
     }
   }
 }

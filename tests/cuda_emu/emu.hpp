@@ -46,7 +46,7 @@ struct ThreadState {
 };
 extern thread_local const ThreadState* current;
 
-void sync_block();                    // __syncthreads
+void sync_block(const char* file, int line);  // __syncthreads at file:line
 void sync_warp();                     // __syncwarp
 unsigned char* warp_exchange_slots();  // this warp's 32 x 16-byte exchange slots
 void* dynamic_shared();               // the block's dynamic shared memory
@@ -98,9 +98,11 @@ void launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t shared_bytes, cu
 #define gridDim (::ferry_emu::current->grid_dim)
 constexpr int warpSize = 32;
 
-// Macros, not functions: the barrier's call site (its return address) must be in the kernel at
-// any optimisation level, since divergence is detected by comparing call sites (fiber.cpp).
-#define __syncthreads() ::ferry_emu::sync_block()
+// __syncthreads passes its source location: divergence is detected by comparing the barriers'
+// source lines (fiber.cpp), which compiler code duplication (loop unswitching, peeling, tail
+// merging) cannot change — return addresses could, and reported barriers of one source line as
+// divergent.
+#define __syncthreads() ::ferry_emu::sync_block(__FILE__, __LINE__)
 #define __syncwarp(...) ::ferry_emu::sync_warp()
 
 // Every lane of the warp exchanges through its slot; the two warp barriers make the exchange a

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -90,7 +91,8 @@ struct BlockRun {
   std::vector<Fiber> fibers;
   std::vector<WarpState> warps;
   unsigned live = 0, arrived = 0;
-  const void* barrier_site = nullptr;  // the __syncthreads the first arriving thread called
+  const char* barrier_file = nullptr;  // the __syncthreads the first arriving thread called
+  int barrier_line = 0;
   std::string fault;                   // a divergent __syncthreads, a bad table pointer, ...
   void* scheduler_sp = nullptr;
   Fiber* running = nullptr;
@@ -154,15 +156,15 @@ extern "C" [[noreturn]] void ferry_emu_fiber_main(ferry_emu::Fiber* f) {
 
 namespace ferry_emu {
 
-void sync_block() {
+void sync_block(const char* file, int line) {
   BlockRun& b = *block_run;
   Fiber& f = *b.running;
   // Threads meeting at different __syncthreads calls: undefined behaviour in CUDA (a hang or a
   // silent mismatch on hardware), an error here.
-  const void* site = __builtin_return_address(0);
   if (b.arrived == 0) {
-    b.barrier_site = site;
-  } else if (site != b.barrier_site && b.fault.empty()) {
+    b.barrier_file = file;
+    b.barrier_line = line;
+  } else if ((line != b.barrier_line || std::strcmp(file, b.barrier_file) != 0) && b.fault.empty()) {
     b.fault = "divergent barrier: thread " + std::to_string(f.ts.thread_idx.x) + " reached a different __syncthreads than thread(s) already waiting";
   }
   if (++b.arrived == b.live) {
