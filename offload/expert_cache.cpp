@@ -115,6 +115,7 @@ int32_t ExpertCache::insert(int32_t layer, int32_t expert, uint64_t now) {
   key_[s] = layer * n_expert_ + expert;
   where_[static_cast<size_t>(key_[s])] = slot;
   state_[s] = SlotState::loading;
+  ++version_;
   last_[s] = now;
   freq_[s] = 1.0;
   ++c_.inserts;
@@ -125,6 +126,7 @@ void ExpertCache::mark_ready(int32_t slot) {
   if (key_[static_cast<size_t>(slot)] < 0)
     fail(ErrorKind::internal, "expert cache: slot {} is empty", slot);
   state_[static_cast<size_t>(slot)] = SlotState::ready;
+  ++version_;
 }
 
 void ExpertCache::clear(int32_t slot) {
@@ -134,6 +136,7 @@ void ExpertCache::clear(int32_t slot) {
   key_[s] = -1;
   state_[s] = SlotState::empty;
   freq_[s] = 0.0;
+  ++version_;
 }
 
 void ExpertCache::pin(int32_t slot) {

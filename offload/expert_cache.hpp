@@ -61,6 +61,8 @@ class ExpertCache {
   void unpin(int32_t slot);
   int32_t pins(int32_t slot) const { return pins_[static_cast<size_t>(slot)]; }
 
+  // Changes whenever a slot's content or state changes (insert, mark_ready, clear); starts at 1.
+  uint64_t version() const { return version_; }
   const CacheCounters& counters() const { return c_; }
   void reset_counters() { c_ = {}; }
   int32_t resident_in_layer(int32_t layer) const;
@@ -73,6 +75,7 @@ class ExpertCache {
   SlotPartition partition_;
   int32_t n_layer_, n_expert_;
   double half_life_;
+  uint64_t version_ = 1;
   std::vector<int32_t> key_;      // (n_slots) layer·n_expert + expert, -1 empty
   std::vector<SlotState> state_;  // (n_slots)
   std::vector<int32_t> pins_;     // (n_slots)

@@ -134,19 +134,18 @@ void OffloadExecutor::init() {
     // with the cost model (auto), reading in place is one more choice when the store is mapped
     // (the sim device's "kernels" are the CPU's: there it is a forced mode only).
     mapped_ = layers_;
+    bool unmapped = false;
     for (MoeLayerWeights& w : mapped_)
       for (ExpertTensor* t : {&w.gate, &w.up, &w.down}) {
         t->base = static_cast<const uint8_t*>(device_->mapped_view(t->base));
-        if (!t->base && !need_mapped) {
-          mapped_.clear();
-          break;
-        }
-        if (!t->base)
+        unmapped = unmapped || !t->base;
+        if (!t->base && need_mapped)
           fail(ErrorKind::unsupported,
                "{}: the {} host store is not readable by the device in place (use --host-load uring, "
                "which pins it)",
                o_.decode_table ? "--offload-decode table" : "--cold mapped", host_load_name(o_.host_load));
       }
+    if (unmapped) mapped_.clear();  // auto: reading in place is simply not a choice
   }
 
   // Device memory, in plan order; every allocation is charged to the budget.
@@ -237,7 +236,7 @@ void OffloadExecutor::init() {
       if (const double g = measure_device_rate(staging_ptrs(0, 0)); g > 0) r.device_gbps = g;
     // The same kernels reading expert 0 in place (0 when it cannot be measured: never chosen).
     if (!mapped_.empty() && device_->kind() == DeviceKind::cuda)
-      r.mapped_gbps = measure_device_rate(expert_ptrs(mapped_[0], 0));
+      r.mapped_gbps = measure_mapped_rate();
     cost_ = CostModel(r);
   }
   st_.layer_uses.assign(static_cast<size_t>(L), 0);
@@ -806,39 +805,51 @@ void OffloadExecutor::set_counters(StatsCounters* c) {
 }
 
 double OffloadExecutor::measure_device_rate(const ExpertPtrs3& entry) {
-  // The device kernels on one expert of layer 0 (the copy calibrate_rates left in staging slot 0,
-  // or a mapped host copy): one token, timed with events on the compute stream (best of a few
-  // launches after a warm-up).
+  // The copy calibrate_rates left in staging slot 0, read repeatedly (device memory).
+  return time_expert_kernels({entry, entry, entry, entry});
+}
+
+double OffloadExecutor::measure_mapped_rate() {
+  std::vector<ExpertPtrs3> entries;
+  for (int32_t e = 0; e < std::min(4, o_.plan.in.n_expert); ++e) entries.push_back(expert_ptrs(mapped_[0], e));
+  return entries.size() < 2 ? 0.0 : time_expert_kernels(entries);
+}
+
+double OffloadExecutor::time_expert_kernels(const std::vector<ExpertPtrs3>& entries) {
+  // The device kernels on experts of layer 0, one token each, timed with events on the compute
+  // stream: a warm-up on entries[0] (and any scratch allocation), then one launch per further
+  // entry; the best of those.
   const ExpertShape& s = shapes_[0];
   const size_t x_bytes = static_cast<size_t>(s.n_embd) * sizeof(float);
-  // Layout in the step buffer (sized for max_batch ≥ 1 tokens): table entry | weight | id | x | y.
+  constexpr size_t kMax = 8;  // entries the layout below holds
+  // Layout in the step buffer (sized for max_batch ≥ 1 tokens): table | weight | ids | x | y.
   const size_t off_w = 256, off_id = 512, off_x = 768, off_y = off_x + (x_bytes + 255) / 256 * 256;
   const size_t total = off_y + x_bytes;
-  if (total > step_dev_.bytes() || total > step_host_.bytes()) return 0.0;
+  if (entries.empty() || entries.size() > kMax || total > step_dev_.bytes() || total > step_host_.bytes()) return 0.0;
   auto* h = static_cast<uint8_t*>(step_host_.data());
-  *reinterpret_cast<ExpertPtrs3*>(h) = entry;
+  std::copy(entries.begin(), entries.end(), reinterpret_cast<ExpertPtrs3*>(h));
   *reinterpret_cast<float*>(h + off_w) = 1.0f;
-  *reinterpret_cast<int32_t*>(h + off_id) = 0;
+  for (size_t i = 0; i < entries.size(); ++i) reinterpret_cast<int32_t*>(h + off_id)[i] = static_cast<int32_t>(i);
   auto* x = reinterpret_cast<float*>(h + off_x);
   for (int64_t i = 0; i < s.n_embd; ++i) x[i] = static_cast<float>((i * 7919) % 13) / 13.0f - 0.5f;
   compute_->copy_h2d(step_dev_.data(), h, off_y);
   auto* d = static_cast<uint8_t*>(step_dev_.data());
-  const auto run = [&] {
-    kernels_->experts(s, reinterpret_cast<const ExpertPtrs3*>(d), reinterpret_cast<const int32_t*>(d + off_id),
+  const auto run = [&](size_t i) {
+    kernels_->experts(s, reinterpret_cast<const ExpertPtrs3*>(d), reinterpret_cast<const int32_t*>(d + off_id) + i,
                       reinterpret_cast<const float*>(d + off_w), 1, 1, reinterpret_cast<const float*>(d + off_x),
                       reinterpret_cast<float*>(d + off_y), false, *compute_);
   };
-  run();  // warm-up (and any scratch allocation)
+  run(0);
   const auto e0 = device_->create_event(), e1 = device_->create_event();
   double best_ms = 1e30;
-  for (int i = 0; i < 3; ++i) {
+  for (size_t i = 1; i < entries.size(); ++i) {
     compute_->record(*e0);
-    run();
+    run(i);
     compute_->record(*e1);
     e1->synchronize();
     best_ms = std::min(best_ms, e1->elapsed_ms_since(*e0));
   }
-  return best_ms > 0 ? static_cast<double>(s.expert_bytes()) / (best_ms * 1e6) : 0.0;
+  return best_ms > 0 && best_ms < 1e30 ? static_cast<double>(s.expert_bytes()) / (best_ms * 1e6) : 0.0;
 }
 
 void OffloadExecutor::collect_device_waits() {
@@ -873,6 +884,7 @@ OffloadStats OffloadExecutor::stats() const {
 }
 
 void OffloadExecutor::reset_stats() {
+  read_routing_log();  // a table step before the reset is not counted after it
   const auto L = st_.layer_uses.size();
   st_ = OffloadStats{};
   st_.device_flow = compute_ != nullptr;
@@ -998,6 +1010,7 @@ void OffloadExecutor::read_routing_log() {
     if (!logged_[static_cast<size_t>(l)]) continue;
     logged_[static_cast<size_t>(l)] = 0;
     ++st_.steps;
+    if (o_.record) o_.record->add(l, ids + l * K, 1, K);
     for (int32_t j = 0; j < K; ++j) {
       const int32_t e = ids[l * K + j];
       if (e < 0 || e >= E) fail(ErrorKind::internal, "offload: routing log layer {}: expert id {} outside [0, {})", l, e, E);
@@ -1027,6 +1040,12 @@ void OffloadExecutor::sync_tables() {
     tables_copied_->synchronize();
     tables_pending_ = false;
   }
+  // Nothing to rewrite while the cache's content is what the tables were last synced with.
+  if (tables_version_ == cache_->version()) {
+    tables_synced_ = true;
+    return;
+  }
+  tables_version_ = cache_->version();
   const auto E = static_cast<size_t>(o_.plan.in.n_expert);
   tables_want_ = tables_mapped_;
   for (int32_t s = 0; s < cache_->n_slots(); ++s)

@@ -246,6 +246,10 @@ class OffloadExecutor final : public MoeExecutor {
   // Device flow calibration: the expert kernels' weight read rate (GB/s) for one token, reading
   // `entry` (device or mapped host addresses of an expert of layer 0).
   double measure_device_rate(const ExpertPtrs3& entry);
+  // The same kernels reading experts of layer 0 in place from the mapped store, each expert once
+  // (a repeated one could be served from the device's L2 instead of the link).
+  double measure_mapped_rate();
+  double time_expert_kernels(const std::vector<ExpertPtrs3>& entries);
   DeviceBuffer step_dev_, partial_dev_;
 
   // decode_table: the tables (device, and pinned as last queued), the step's routing log.
@@ -254,6 +258,7 @@ class OffloadExecutor final : public MoeExecutor {
   std::vector<ExpertPtrs3> tables_mapped_, tables_want_;  // (n_layer · n_expert)
   std::unique_ptr<Event> tables_copied_, log_ready_;
   bool tables_pending_ = false, log_pending_ = false, tables_synced_ = false, warned_host_decode_ = false;
+  uint64_t tables_version_ = 0;  // ExpertCache::version() the tables were last synced with
   std::vector<uint8_t> logged_;  // (n_layer) layers the step being built logged
 };
 

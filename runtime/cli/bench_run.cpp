@@ -162,8 +162,9 @@ void BenchModel::fill_identity(BenchResult& r) const {
   r.device = spec_.device;
   r.vram_budget = spec_.vram.empty() ? 0 : parse_size(spec_.vram);
   r.routing = spec_.routing;
-  if ((cuda && !spec_.vram.empty()) || (spec_.device == "sim" && spec_.offload.sim_flow == "device"))
-    r.offload_decode = spec_.offload.decode;
+  // The decode flow of an offload executor's device flow (a budget that holds every expert on
+  // cuda has none).
+  if (const OffloadExecutor* ox = offload_->executor(); ox && ox->device_flow()) r.offload_decode = spec_.offload.decode;
 }
 
 double BenchModel::weight_bytes(const WeightTraffic& w) const {

@@ -13,6 +13,7 @@
 #include "runtime/backend/device_size.hpp"
 #include "runtime/backend/gdn_cuda.hpp"
 #include "runtime/core/error.hpp"
+#include "runtime/core/log.hpp"
 #include "runtime/model/config.hpp"
 #include "runtime/model/weights.hpp"
 
@@ -120,10 +121,13 @@ Offload::Offload(OffloadArgs a, int64_t n_ctx, GgmlType type_k, GgmlType type_v,
     fail(ErrorKind::invalid_arg,
          "--vram, --print-plan, --plan-json and the profiles need --device sim (or cuda)");
   if (!a_.vram.empty()) (void)parse_size(a_.vram);  // bad sizes fail before loading
+  if (a_.decode == "table" && a_.device == "cuda" && !active())
+    log::warn("--offload-decode table applies to offloaded models: without --vram every expert is resident "
+              "on the GPU, whose decode needs no host synchronisation anyway");
   if (a_.decode == "table" && a_.device != "cuda" && !(a_.device == "sim" && a_.sim_flow == "device"))
     fail(ErrorKind::invalid_arg,
          "--offload-decode table needs --device cuda (or --device sim --sim-flow device, which runs the CUDA flow)");
-  if (a_.decode == "table" && a_.host_load == "alias")
+  if (a_.decode == "table" && a_.device == "cuda" && a_.host_load == "alias")
     fail(ErrorKind::invalid_arg,
          "--offload-decode table reads misses in place from pinned host memory: --host-load alias is not "
          "pinned (use uring, mmap or registered)");
@@ -231,7 +235,8 @@ MoeExecutorWrap Offload::wrap(MoeExecutorWrap then, Tracer* tracer) {
     if (cuda) {
       const int64_t total = int64_t{c.n_expert} * c.n_layer;
       if (o.plan.n_slots >= total) {
-        std::fprintf(stderr, "ferry: every routed expert fits the budget: resident on the GPU, no offloading\n");
+        std::fprintf(stderr, "ferry: every routed expert fits the budget: resident on the GPU, no offloading%s\n",
+                     o.decode_table ? " (--offload-decode table does not apply)" : "");
         std::unique_ptr<MoeExecutor> resident = make_cuda_moe_executor(ops, layers);
         return then ? then(std::move(resident), f, ops) : std::move(resident);
       }
@@ -262,6 +267,9 @@ void Offload::attach(StatsCounters* counters) {
 }
 
 void Offload::finish() {
+  // Settles the last copies and, for table decode, counts the last step's routing (its log is
+  // read one step late): the profile, --offload-stats and --stats see every token.
+  if (executor_) executor_->drain();
   if (record_) record_->write(a_.record_profile);
   if (a_.stats && executor_) {
     executor_->drain();

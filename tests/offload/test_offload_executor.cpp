@@ -85,6 +85,10 @@ struct Variant {
   Tracer* tracer = nullptr;
   bool device_flow = false;
   bool table = false;  // decode from the device tables
+  ExpertProfile* record = nullptr;
+  // Forward steps (token counts) after the prefill, e.g. decode, a second prompt, decode again;
+  // empty: one token at a time to the end.
+  std::vector<size_t> turns;
   int bridge = 0;  // 1: behind a HostBridge; 2: ... whose host copy of x is poisoned
 };
 
@@ -93,13 +97,35 @@ class OffloadExecutorTest : public ::testing::Test {
   static void TearDownTestSuite() { test::remove_scratch(); }
 
   static std::vector<float> reference(const std::string& path, const std::vector<int32_t>& toks,
-                                      size_t prefill) {
+                                      size_t prefill, const std::vector<size_t>& turns = {}) {
     const gguf::File f = gguf::File::open(path);
     CpuOps ops;
     auto m = load_model(f, ops, [](const std::vector<MoeLayerWeights>& l) {
       return std::make_unique<MoeCpuExecutor>(l);
     });
-    return test::run_logits(*m, toks, prefill);
+    return run_steps(*m, toks, prefill, turns);
+  }
+
+  // Every token's logits, the tokens fed as `prefill`, then `turns` (or one at a time).
+  static std::vector<float> run_steps(Model& m, const std::vector<int32_t>& toks, size_t prefill,
+                                      const std::vector<size_t>& turns) {
+    if (turns.empty()) return test::run_logits(m, toks, prefill);
+    StateOptions so;
+    so.n_ctx = 256;
+    auto st = m.new_state(so);
+    const auto V = static_cast<size_t>(m.config().n_vocab);
+    std::vector<float> out(toks.size() * V);
+    size_t at = 0;
+    for (size_t n : [&] {
+           std::vector<size_t> all{prefill};
+           all.insert(all.end(), turns.begin(), turns.end());
+           return all;
+         }()) {
+      m.forward(*st, std::span<const int32_t>(toks.data() + at, n), LogitsMode::all, out.data() + at * V);
+      at += n;
+    }
+    EXPECT_EQ(at, toks.size());
+    return out;
   }
 
   // Runs with the offload executor; returns logits and leaves its stats in `stats`.
@@ -130,6 +156,7 @@ class OffloadExecutorTest : public ::testing::Test {
       o.tracer = v.tracer;
       o.device_flow = v.device_flow;
       o.decode_table = v.table;
+      o.record = v.record;
       if (v.table) o.plan = make_plan(test::input_for_slots(layers, top_k, slots, 1 << 20,
                                                         step + decode_table_bytes(static_cast<int32_t>(layers.size()),
                                                                                   layers[0].n_expert, top_k)));
@@ -146,7 +173,7 @@ class OffloadExecutorTest : public ::testing::Test {
       if (v.bridge) return std::unique_ptr<MoeExecutor>(std::make_unique<HostBridge>(std::move(e), v.bridge == 2));
       return std::unique_ptr<MoeExecutor>(std::move(e));
     });
-    auto out = test::run_logits(*m, toks, prefill);
+    auto out = run_steps(*m, toks, prefill, v.turns);
     ex->drain();
     stats = ex->stats();
     EXPECT_LE(stats.memory.peak_bytes, stats.memory.budget_bytes);
@@ -389,7 +416,9 @@ TEST_F(OffloadExecutorTest, DeviceFlowMatchesTheCpuExecutor) {
 }
 
 // Decode from the device tables on sim (the CUDA flow's bookkeeping with sim kernels): the CPU's
-// logits, every decode token through the tables, misses read in place and admitted behind.
+// logits, every decode token through the tables, misses read in place and admitted behind — also
+// across a second prompt (host-routed prefill steps, with prefetches and copy-now evicting slots
+// the tables point at) and with the profile recorded from the routing log.
 TEST_F(OffloadExecutorTest, DeviceFlowDecodesFromTables) {
   synth::Options q35 = tiny(synth::QuantMix::q4_k_m);
   q35.arch = synth::Arch::qwen35moe;
@@ -399,21 +428,39 @@ TEST_F(OffloadExecutorTest, DeviceFlowDecodesFromTables) {
     const std::string path = test::write_model(model, name);
     const auto toks = test::random_tokens(24, model.arch == synth::Arch::qwen35moe ? 512 : 768, 37);
     const auto ref = reference(path, toks, 8);
+    const std::vector<size_t> turns{1, 1, 1, 1, 1, 6, 1, 1, 1, 1, 1};  // 24 tokens: decode, prompt, decode
+    const auto ref_turns = reference(path, toks, 8, turns);
+    const gguf::File f = gguf::File::open(path);
+    const auto n_layer = static_cast<int32_t>(f.get_u32(f.architecture() + ".block_count"));
+    const auto n_expert = static_cast<int32_t>(f.get_u32(f.architecture() + ".expert_count"));
+    const auto top_k = static_cast<int32_t>(f.get_u32(f.architecture() + ".expert_used_count"));
     for (ColdMode cold : {ColdMode::cpu, ColdMode::copy}) {  // the prefill's host-routed steps
-      Variant v{HostLoad::alias, cold, false, 0.5};
-      v.device_flow = true;
-      v.table = true;
-      OffloadStats st;
-      const auto got = offloaded(path, toks, 8, v, st);
-      const std::string what = fmt::format("{} cold {}", name, static_cast<int>(cold));
-      ASSERT_EQ(got.size(), ref.size());
-      EXPECT_LE(test::diff(got, ref).nmse, 1e-10) << what;
-      EXPECT_EQ(st.table_tokens, 16u) << what;
-      EXPECT_GT(st.mapped, 0u) << what;
-      EXPECT_GT(st.prefetch.admitted, 0u) << what;
-      EXPECT_GT(st.table_updates, 0u) << what;
-      EXPECT_GT(st.hits, 0u) << what;
-      EXPECT_EQ(st.hits + st.inflight + st.misses, st.uses) << what;
+      for (const bool two_prompts : {false, true}) {
+        Variant v{HostLoad::alias, cold, /*predictor=*/two_prompts, 0.5};
+        v.device_flow = true;
+        v.table = true;
+        if (two_prompts) v.turns = turns;
+        ExpertProfile profile(n_layer, n_expert);
+        v.record = &profile;
+        OffloadStats st;
+        const auto got = offloaded(path, toks, 8, v, st);
+        const std::string what =
+            fmt::format("{} cold {}{}", name, static_cast<int>(cold), two_prompts ? ", two prompts, predictor" : "");
+        ASSERT_EQ(got.size(), ref.size());
+        EXPECT_LE(test::diff(got, two_prompts ? ref_turns : ref).nmse, 1e-10) << what;
+        EXPECT_EQ(st.table_tokens, two_prompts ? 10u : 16u) << what;
+        EXPECT_GT(st.mapped, 0u) << what;
+        EXPECT_GT(st.prefetch.admitted, 0u) << what;
+        EXPECT_GT(st.table_updates, 0u) << what;
+        EXPECT_GT(st.hits, 0u) << what;
+        EXPECT_EQ(st.hits + st.inflight + st.misses, st.uses) << what;
+        // The profile holds every token's routing, the table steps' from the log.
+        uint64_t sum = 0;
+        for (int32_t l = 0; l < n_layer; ++l)
+          for (int32_t e = 0; e < n_expert; ++e) sum += profile.count(l, e);
+        EXPECT_EQ(profile.tokens(), toks.size()) << what;
+        EXPECT_EQ(sum, toks.size() * static_cast<uint64_t>(n_layer * top_k)) << what;
+      }
     }
   }
 }
