@@ -81,8 +81,17 @@ RoutingExecutor::RoutingExecutor(std::unique_ptr<MoeExecutor> inner, RoutingOpti
   if (!o_.record_path.empty())
     writer_ = std::make_unique<RoutingTraceWriter>(o_.record_path,
                                                    RoutingTraceHeader{o_.n_layer, o_.n_expert, o_.top_k});
+  chosen_.resize(L);
   // Allocated now: a recorded step cannot allocate.
   if (o_.device_ops) ids_dev_ = o_.device_ops->alloc(static_cast<size_t>(o_.top_k) * sizeof(int32_t));
+}
+
+void RoutingExecutor::before_step(int64_t n_tokens) {
+  {
+    std::lock_guard lock(mu_);
+    ++step_;
+  }
+  inner_->before_step(n_tokens);
 }
 
 bool RoutingExecutor::device_routing(int32_t n_tokens) const {
@@ -110,7 +119,15 @@ void RoutingExecutor::run(const MoeRequest& req) {
     inner_->run(req);
     return;
   }
-  choose(req);
+  // A forward step may run twice (recorded, then eagerly when the recording failed): the second
+  // run of a step's layer gets the ids of the first, so the generators advance once per step.
+  auto& again = chosen_[static_cast<size_t>(req.layer)];
+  if (step_ > 0 && again.step == step_ && again.ids.size() == static_cast<size_t>(req.n_tokens) * o_.top_k) {
+    ids_ = again.ids;
+  } else {
+    choose(req);
+    again = {step_, ids_};
+  }
   if (!req.device && device_routing(req.n_tokens)) {
     // Device routing (one token): the override's ids replace the router's in device memory; its
     // weights stay, in rank order, as without router matrices.

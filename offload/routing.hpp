@@ -111,6 +111,7 @@ class RoutingExecutor final : public MoeWrapper {
   ~RoutingExecutor() override;
   void run(const MoeRequest& req) override;
   bool device_routing(int32_t n_tokens) const override;
+  void before_step(int64_t n_tokens) override;
   bool capturable() const override { return device_routing(1) && inner_->capturable(); }
   // Renames the recorded trace into place (ErrorKind::io on failure); call once at the end of a run.
   void finish();
@@ -130,6 +131,13 @@ class RoutingExecutor final : public MoeWrapper {
   std::vector<float> weights_;  // (n_tokens, top_k)
   std::vector<float> probs_;    // (n_tokens, n_expert)
   DeviceBuffer ids_dev_;        // device routing: the override's ids, (top_k)
+  // Per layer, the ids chosen in forward step `step` (before_step counts them; 0: not counted).
+  struct Chosen {
+    uint64_t step = 0;
+    std::vector<int32_t> ids;
+  };
+  std::vector<Chosen> chosen_;
+  uint64_t step_ = 0;
 };
 
 }  // namespace ferry

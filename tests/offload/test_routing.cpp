@@ -209,6 +209,43 @@ TEST(Routing, UniformHasNoLocality) {
   EXPECT_LT(s.top_half_share, 0.6);
 }
 
+// A forward step that runs twice (recorded, then eagerly after a failed recording) gets the same
+// override both times, and the generator advances once per step: the sequence is the one of a
+// run without repeats. Without before_step (no step counting) every request chooses anew.
+TEST(Routing, ARepeatedStepKeepsItsChoice) {
+  for (const char* mode : {"uniform", "locality"}) {
+    Harness h(2, 64, 4, 16);
+    std::vector<CaptureExecutor::Step> once, twice, uncounted;
+    RoutingExecutor a(std::make_unique<CaptureExecutor>(&once), h.options(mode));
+    RoutingExecutor b(std::make_unique<CaptureExecutor>(&twice), h.options(mode));
+    RoutingExecutor c(std::make_unique<CaptureExecutor>(&uncounted), h.options(mode));
+    const auto x = random_vec(16, 3);
+    std::vector<int32_t> ids = {0, 1, 2, 3};
+    std::vector<float> w(4, 0.25f), out(16);
+    for (int step = 0; step < 20; ++step) {
+      a.before_step(1);
+      b.before_step(1);
+      for (int32_t l = 0; l < 2; ++l) {
+        MoeRequest r{l, 1, 16, 4, x.data(), ids.data(), w.data(), out.data()};
+        a.run(r);
+        b.run(r);
+        b.run(r);  // the same step's layer again
+        c.run(r);
+        c.run(r);
+      }
+    }
+    ASSERT_EQ(twice.size(), 2 * once.size());
+    for (size_t i = 0; i < once.size(); ++i) {
+      EXPECT_EQ(twice[2 * i].ids, once[i].ids) << mode << " " << i;
+      EXPECT_EQ(twice[2 * i + 1].ids, once[i].ids) << mode << " " << i;
+    }
+    // Uncounted: consecutive requests are separate choices (they differ somewhere).
+    bool differ = false;
+    for (size_t i = 0; i + 1 < uncounted.size(); i += 2) differ = differ || uncounted[i].ids != uncounted[i + 1].ids;
+    EXPECT_TRUE(differ) << mode;
+  }
+}
+
 // Weights of an overridden choice are the model's softmax probabilities of the chosen ids,
 // renormalised, scaled by the sum of the model's own weights.
 TEST(Routing, WeightsComeFromTheRouter) {
