@@ -2,9 +2,9 @@
 // CudaOps: the Ops interface (ops.hpp) on a CUDA Device, with the kernels of kernels/cuda. All
 // ops are enqueued on one compute stream in call order; memory comes from the device's budgeted
 // pool. Numerics differ from CpuOps where the GPU kernels do better than ggml's CPU shortcuts:
-// activations stay float in quantized products (no Q8 activation quantization), the attention
-// query and probabilities stay float with an F16 cache. tests/gpu/test_gpu_cuda_ops.cpp bounds
-// the differences.
+// activations stay float in quantized products (no Q8 activation quantization unless int8_dot
+// is on), the attention query and probabilities stay float with an F16 cache.
+// tests/gpu/test_gpu_cuda_ops.cpp bounds the differences.
 #include <cstdint>
 #include <memory>
 
