@@ -40,8 +40,9 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock)
 // walks units lane, lane + 32, ... (Q8Dot<T>::kValues columns each).
 template <GgmlType T, int RPW>
 __global__ void __launch_bounds__(32 * kWarpsPerBlock)
-    matvec_q8_kernel(const uint8_t* __restrict__ W, int64_t rows, int64_t cols, const int8_t* __restrict__ xq,
-                     const float2* __restrict__ xds, float* __restrict__ y) {
+    matvec_q8_kernel(const uint8_t* __restrict__ W, int64_t rows, int64_t cols,
+                     const int8_t* __restrict__ xq, const float2* __restrict__ xds,
+                     float* __restrict__ y) {
   using D = Q8Dot<T>;
   const int lane = threadIdx.x & 31;
   const int64_t row0 = (int64_t{blockIdx.x} * kWarpsPerBlock + (threadIdx.x >> 5)) * RPW;
@@ -50,7 +51,8 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock)
   const int64_t n_units = cols / D::kValues;
   const uint8_t* wr[RPW];
 #pragma unroll
-  for (int r = 0; r < RPW; ++r) wr[r] = W + (row0 + r < rows ? row0 + r : row0) * rb;  // clamp: stay in bounds
+  for (int r = 0; r < RPW; ++r)
+    wr[r] = W + (row0 + r < rows ? row0 + r : row0) * rb;  // clamp: stay in bounds
   float acc[RPW];
 #pragma unroll
   for (int r = 0; r < RPW; ++r) acc[r] = 0.f;
@@ -91,10 +93,12 @@ bool int8_dot_from_env() {
   return on;
 }
 
-void quantize_q8(const float* x, int64_t n, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+void quantize_q8(const float* x, int64_t n, void* workspace, size_t workspace_bytes,
+                 cudaStream_t stream) {
   const char* op = "quantize_q8";
   require(x != nullptr && workspace != nullptr, op, "null x or workspace");
-  require(n > 0 && n % kQ8Block == 0, op, "n (" + std::to_string(n) + ") must be a positive multiple of 32");
+  require(n > 0 && n % kQ8Block == 0, op,
+          "n (" + std::to_string(n) + ") must be a positive multiple of 32");
   require(aligned(workspace, 16), op, "workspace must be 16-byte aligned");
   require(workspace_bytes >= matvec_q8_workspace_bytes(n), op,
           "workspace of " + std::to_string(workspace_bytes) + " bytes is below " +
@@ -107,34 +111,39 @@ void quantize_q8(const float* x, int64_t n, void* workspace, size_t workspace_by
   FERRY_CUDA_CHECK_LAUNCH("quantize_q8_kernel");
 }
 
-void matvec_q8_quantized(GgmlType w, const void* W, int64_t rows, int64_t cols, const void* x_q8, float* y,
-                         cudaStream_t stream) {
+void matvec_q8_quantized(GgmlType w, const void* W, int64_t rows, int64_t cols, const void* x_q8,
+                         float* y, cudaStream_t stream) {
   const char* op = "matvec_q8";
   check_weight_args(op, w, W, rows, cols);
-  require(x_q8 != nullptr && aligned(x_q8, 16), op, "quantized activations must be non-null and 16-byte aligned");
+  require(x_q8 != nullptr && aligned(x_q8, 16), op,
+          "quantized activations must be non-null and 16-byte aligned");
   require(y != nullptr, op, "y is null");
   const int64_t uv = q8_unit_values(w);
-  require(cols % uv == 0, op, "cols (" + std::to_string(cols) + ") must be a multiple of " + std::to_string(uv));
+  require(cols % uv == 0, op,
+          "cols (" + std::to_string(cols) + ") must be a multiple of " + std::to_string(uv));
   const auto* xq = static_cast<const int8_t*>(x_q8);
   const auto* xds = reinterpret_cast<const float2*>(xq + cols);
   const auto* w8 = static_cast<const uint8_t*>(W);
   FERRY_DISPATCH_Q8_DOT_TYPE(w, op, {
     if (rows >= kMultiRowMinRows) {
       const auto g4 = static_cast<unsigned>((rows + 4 * kWarpsPerBlock - 1) / (4 * kWarpsPerBlock));
-      launch(matvec_q8_kernel<kT, 4>, g4, 32 * kWarpsPerBlock, 0, stream, w8, rows, cols, xq, xds, y);
+      launch(matvec_q8_kernel<kT, 4>, g4, 32 * kWarpsPerBlock, 0, stream, w8, rows, cols, xq, xds,
+             y);
     } else {
       const auto g1 = static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
       require(g1 < (1u << 31), op, "too many rows");
-      launch(matvec_q8_kernel<kT, 1>, g1, 32 * kWarpsPerBlock, 0, stream, w8, rows, cols, xq, xds, y);
+      launch(matvec_q8_kernel<kT, 1>, g1, 32 * kWarpsPerBlock, 0, stream, w8, rows, cols, xq, xds,
+             y);
     }
   });
   FERRY_CUDA_CHECK_LAUNCH("matvec_q8_kernel");
 }
 
-void matvec_q8(GgmlType w, const void* W, int64_t rows, int64_t cols, const float* x, float* y, void* workspace,
-               size_t workspace_bytes, cudaStream_t stream) {
+void matvec_q8(GgmlType w, const void* W, int64_t rows, int64_t cols, const float* x, float* y,
+               void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   require(matvec_q8_supported(w), "matvec_q8",
-          "weight type id " + std::to_string(static_cast<unsigned>(w)) + " has no integer dot (Q8_0, Q4_K, Q5_K, Q6_K)");
+          "weight type id " + std::to_string(static_cast<unsigned>(w)) +
+              " has no integer dot (Q8_0, Q4_K, Q5_K, Q6_K)");
   check_weight_args("matvec_q8", w, W, rows, cols);
   quantize_q8(x, cols, workspace, workspace_bytes, stream);
   matvec_q8_quantized(w, W, rows, cols, workspace, y, stream);

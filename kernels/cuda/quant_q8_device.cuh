@@ -43,17 +43,24 @@ struct Q8Frag {
   float2 ds[kBlocks];
 };
 
-__device__ __forceinline__ void load_q8_block(const int8_t* xq, const float2* xds, int64_t ib, int (&q)[8],
-                                              float2& ds) {
+__device__ __forceinline__ void load_q8_block(const int8_t* xq, const float2* xds, int64_t ib,
+                                              int (&q)[8], float2& ds) {
   const int4* p = reinterpret_cast<const int4*>(xq + ib * kQ8Block);
   const int4 a = p[0], b = p[1];
-  q[0] = a.x; q[1] = a.y; q[2] = a.z; q[3] = a.w;
-  q[4] = b.x; q[5] = b.y; q[6] = b.z; q[7] = b.w;
+  const int4 halves[2] = {a, b};
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    q[4 * h + 0] = halves[h].x;
+    q[4 * h + 1] = halves[h].y;
+    q[4 * h + 2] = halves[h].z;
+    q[4 * h + 3] = halves[h].w;
+  }
   ds = xds[ib];
 }
 
 // Per-byte q − 32 for bytes 0..63 without borrows between bytes: setting each byte's top bit
-// first keeps every byte ≥ 96 through the subtraction, and flipping it back yields (q − 32) mod 256.
+// first keeps every byte ≥ 96 through the subtraction, and flipping it back yields
+// (q − 32) mod 256.
 __device__ __forceinline__ uint32_t sub32_bytes(uint32_t v) {
   return ((v | 0x80808080u) - 0x20202020u) ^ 0x80808080u;
 }
@@ -73,7 +80,8 @@ struct Q8Dot<GgmlType::Q8_0> {
     const uint8_t* b = row + u * Unit<GgmlType::Q8_0>::kBlockBytes;
     int sumi = 0;
 #pragma unroll
-    for (int k = 0; k < 8; ++k) sumi = __dp4a(static_cast<int>(ld_u32_a2(b + 2 + 4 * k)), f.q[0][k], sumi);
+    for (int k = 0; k < 8; ++k)
+      sumi = __dp4a(static_cast<int>(ld_u32_a2(b + 2 + 4 * k)), f.q[0][k], sumi);
     return fp16_bits(ld_u16(b)) * f.ds[0].x * static_cast<float>(sumi);
   }
 };
@@ -105,7 +113,8 @@ struct Q8Dot<GgmlType::Q4_K> {
       hi = __dp4a(static_cast<int>((w[k] >> 4) & 0x0F0F0F0Fu), f.q[1][k], hi);
     }
     const float d = fp16_bits(ld_u16(b)), dmin = fp16_bits(ld_u16(b + 2));
-    return d * (static_cast<float>(sc1 * lo) * f.ds[0].x + static_cast<float>(sc2 * hi) * f.ds[1].x) -
+    return d * (static_cast<float>(sc1 * lo) * f.ds[0].x +
+                static_cast<float>(sc2 * hi) * f.ds[1].x) -
            dmin * (static_cast<float>(m1) * f.ds[0].y + static_cast<float>(m2) * f.ds[1].y);
   }
 };
@@ -134,12 +143,14 @@ struct Q8Dot<GgmlType::Q5_K> {
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
       const uint32_t ql = (wl[k] & 0x0F0F0F0Fu) | (((wh[k] >> (2 * c)) & 0x01010101u) << 4);
-      const uint32_t qu = ((wl[k] >> 4) & 0x0F0F0F0Fu) | (((wh[k] >> (2 * c + 1)) & 0x01010101u) << 4);
+      const uint32_t qu =
+          ((wl[k] >> 4) & 0x0F0F0F0Fu) | (((wh[k] >> (2 * c + 1)) & 0x01010101u) << 4);
       lo = __dp4a(static_cast<int>(ql), f.q[0][k], lo);
       hi = __dp4a(static_cast<int>(qu), f.q[1][k], hi);
     }
     const float d = fp16_bits(ld_u16(b)), dmin = fp16_bits(ld_u16(b + 2));
-    return d * (static_cast<float>(sc1 * lo) * f.ds[0].x + static_cast<float>(sc2 * hi) * f.ds[1].x) -
+    return d * (static_cast<float>(sc1 * lo) * f.ds[0].x +
+                static_cast<float>(sc2 * hi) * f.ds[1].x) -
            dmin * (static_cast<float>(m1) * f.ds[0].y + static_cast<float>(m2) * f.ds[1].y);
   }
 };
@@ -167,7 +178,8 @@ struct Q8Dot<GgmlType::Q6_K> {
     for (int k = 0; k < 8; ++k) {
       const uint32_t l = ld_u32_a2(ql + 4 * k), h = ld_u32_a2(qh + 4 * k);
       const uint32_t q_lo = sub32_bytes((l & 0x0F0F0F0Fu) | (((h >> (2 * p)) & 0x03030303u) << 4));
-      const uint32_t q_hi = sub32_bytes(((l >> 4) & 0x0F0F0F0Fu) | (((h >> (2 * p + 4)) & 0x03030303u) << 4));
+      const uint32_t q_hi =
+          sub32_bytes(((l >> 4) & 0x0F0F0F0Fu) | (((h >> (2 * p + 4)) & 0x03030303u) << 4));
       lo[k >> 2] = __dp4a(static_cast<int>(q_lo), f.q[0][k], lo[k >> 2]);
       hi[k >> 2] = __dp4a(static_cast<int>(q_hi), f.q[1][k], hi[k >> 2]);
     }
@@ -182,6 +194,7 @@ struct Q8Dot<GgmlType::Q6_K> {
 
 // FERRY_DISPATCH_Q8_DOT_TYPE(t, op, CODE): CODE with `constexpr GgmlType kT` for the types with an
 // integer dot; any other type throws unsupported naming op.
+// clang-format off
 #define FERRY_DISPATCH_Q8_DOT_TYPE(t, op, ...)                                                    \
   switch (t) {                                                                                   \
     case ::ferry::GgmlType::Q8_0: { constexpr auto kT = ::ferry::GgmlType::Q8_0; __VA_ARGS__; break; } \
@@ -193,3 +206,4 @@ struct Q8Dot<GgmlType::Q6_K> {
                                        std::to_string(static_cast<unsigned>(t)) +               \
                                        " has no integer dot (Q8_0, Q4_K, Q5_K, Q6_K)");          \
   }
+// clang-format on
