@@ -142,6 +142,18 @@ int run(bool quick) {
     fill_floats(x.as<float>(), mv_cols, 2);
     const double us = time_us([&] { cuda::matvec(t, w.p, mv_rows, mv_cols, x.as<float>(), y.as<float>(), nullptr); }, reps);
     rows.push_back({std::string("matvec ") + std::string(type_name(t)), "32768x8192", us, double(wb), 2.0 * mv_rows * mv_cols});
+    if (cuda::matvec_q8_supported(t)) {
+      // The integer path (opt-in, FERRY_CUDA_INT8_DOT=1): activation quantization + __dp4a dots,
+      // both launches timed, as decode would pay them.
+      const size_t q8b = cuda::matvec_q8_workspace_bytes(mv_cols);
+      DeviceMem ws(q8b);
+      const double usq = time_us([&] { cuda::matvec_q8(t, w.p, mv_rows, mv_cols, x.as<float>(), y.as<float>(), ws.p, q8b, nullptr); }, reps);
+      rows.push_back({std::string("matvec_q8 ") + std::string(type_name(t)), "32768x8192", usq, double(wb), 2.0 * mv_rows * mv_cols});
+      if (t == GgmlType::Q8_0) {
+        const double usx = time_us([&] { cuda::quantize_q8(x.as<float>(), mv_cols, ws.p, q8b, nullptr); }, reps);
+        rows.push_back({"quantize_q8 (activations)", "8192", usx, double(mv_cols) * 4 + double(q8b), 0});
+      }
+    }
     if (t == GgmlType::Q4_K) {
       DeviceMem x8(8 * mv_cols * 4);
       fill_floats(x8.as<float>(), 8 * mv_cols, 3);

@@ -177,8 +177,11 @@ void matmul_blas(Blas& blas, GemmPrecision p, GgmlType w, const void* W, int64_t
 
 void matmul(GgmlType w, const void* W, int64_t rows, int64_t cols, const float* X, int64_t ldx,
             int64_t n_batch, float* Y, int64_t ldy, Blas* blas, void* workspace,
-            size_t workspace_bytes, cudaStream_t stream, GemmPrecision p) {
-  if (n_batch <= kDirectMaxBatch) {
+            size_t workspace_bytes, cudaStream_t stream, GemmPrecision p, bool int8_dot) {
+  if (n_batch == 1 && int8_dot && matvec_q8_supported(w) && workspace && aligned(workspace, 16) &&
+      workspace_bytes >= matvec_q8_workspace_bytes(cols)) {
+    matvec_q8(w, W, rows, cols, X, Y, workspace, workspace_bytes, stream);
+  } else if (n_batch <= kDirectMaxBatch) {
     matmul_direct(w, W, rows, cols, X, ldx, n_batch, Y, ldy, stream);
   } else if (blas && workspace && workspace_bytes >= matmul_blas_min_workspace_bytes(w, cols, n_batch, p)) {
     matmul_blas(*blas, p, w, W, rows, cols, X, ldx, n_batch, Y, ldy, workspace, workspace_bytes, stream);

@@ -1,7 +1,8 @@
 #pragma once
 // Quantized matrix-vector and matrix-matrix products on the GPU. Weights stay in their GGUF
 // type and are dequantized on the fly; activations are float (not quantized to q8_1 as llama.cpp
-// does: decode is bound by weight bytes, and float activations keep results close to exact math).
+// does: float activations keep results close to exact math), except in the opt-in integer matvec
+// (matvec_q8 below), which quantizes them to 8 bits to use __dp4a.
 //
 //   W: (rows, cols) of weight type w, row r at (const uint8_t*)W + r·row_bytes(w, cols)
 //   X: (n_batch, cols) float, row stride ldx        Y: (n_batch, rows) float, row stride ldy
@@ -29,6 +30,25 @@ inline void matvec(GgmlType w, const void* W, int64_t rows, int64_t cols, const 
   matmul_direct(w, W, rows, cols, x, cols, 1, y, rows, stream);
 }
 
+// Integer ("q8") matvec, llama.cpp's MMVQ idea: x is quantized once to 8-bit blocks of 32 into
+// the caller's workspace (int8 (cols), then float2 (d, d·Σq) per block: kernels/cuda/
+// quant_q8_device.cuh), then each warp dots its rows with __dp4a over unpacked weight quants,
+// float scales applied per 16 or 32 values. Results are W·x̃ with x̃ the 8-bit-rounded x (NMSE vs
+// float x ~1e-5…1e-4). Types: Q8_0, Q4_K, Q5_K, Q6_K. Opt-in (FERRY_CUDA_INT8_DOT=1) until a GPU
+// run says it is faster than the float matvec.
+bool matvec_q8_supported(GgmlType w);
+size_t matvec_q8_workspace_bytes(int64_t cols);  // 1.25 bytes per column
+// FERRY_CUDA_INT8_DOT=1 in the environment (read once, at the first call).
+bool int8_dot_from_env();
+// workspace ← x (n floats, n % 32 == 0) quantized; workspace 16-byte aligned.
+void quantize_q8(const float* x, int64_t n, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+// y (rows) ← W · x̃ for activations already quantized by quantize_q8 into x_q8 (cols values).
+void matvec_q8_quantized(GgmlType w, const void* W, int64_t rows, int64_t cols, const void* x_q8, float* y,
+                         cudaStream_t stream);
+// quantize_q8 then matvec_q8_quantized; workspace ≥ matvec_q8_workspace_bytes(cols).
+void matvec_q8(GgmlType w, const void* W, int64_t rows, int64_t cols, const float* x, float* y, void* workspace,
+               size_t workspace_bytes, cudaStream_t stream);
+
 // Shared-memory tiled kernel (32 rows × 32 batch rows × 128 columns per tile), weights dequantized
 // into shared memory once per tile: the prefill path when cuBLAS is absent. cols % 128 == 0.
 void matmul_tiled(GgmlType w, const void* W, int64_t rows, int64_t cols, const float* X,
@@ -48,12 +68,15 @@ void matmul_blas(Blas& blas, GemmPrecision p, GgmlType w, const void* W, int64_t
                  int64_t cols, const float* X, int64_t ldx, int64_t n_batch, float* Y, int64_t ldy,
                  void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
-// Picks a path: n_batch ≤ kDirectMaxBatch → direct; else cuBLAS when blas is given and the
-// workspace is at least the minimum; else tiled (when cols % 128 == 0); else direct.
+// Picks a path: n_batch == 1 with int8_dot, a type with an integer dot and a workspace of
+// matvec_q8_workspace_bytes(cols) → matvec_q8; n_batch ≤ kDirectMaxBatch → direct; else cuBLAS
+// when blas is given and the workspace is at least the minimum; else tiled (when cols % 128 == 0);
+// else direct.
 inline constexpr int64_t kDirectMaxBatch = 8;
 void matmul(GgmlType w, const void* W, int64_t rows, int64_t cols, const float* X, int64_t ldx,
             int64_t n_batch, float* Y, int64_t ldy, Blas* blas, void* workspace,
-            size_t workspace_bytes, cudaStream_t stream, GemmPrecision p = GemmPrecision::f16);
+            size_t workspace_bytes, cudaStream_t stream, GemmPrecision p = GemmPrecision::f16,
+            bool int8_dot = false);
 
 // dst (rows, cols) float or half, contiguous ← W dequantized (bit-exact with ggml's reference).
 void dequantize(GgmlType w, const void* W, int64_t rows, int64_t cols, float* dst,

@@ -29,6 +29,7 @@ class CudaOps final : public Ops {
     const char* env = std::getenv("FERRY_CUDA_GRAPHS");
     graphs_on_ = o.graphs && !(env && std::string_view(env) == "0");
     segments_on_ = o.graph_segments || (env && std::string_view(env) == "segments");
+    int8_dot_ = o.int8_dot || cuda::int8_dot_from_env();
     if (o.use_cublas) {
       std::string why;
       blas_ = cuda::Blas::try_load(&why);
@@ -189,7 +190,7 @@ class CudaOps final : public Ops {
     // everything else runs the tensor-core f16 path for large batches.
     const auto prec = w.type == GgmlType::F32 ? cuda::GemmPrecision::f32 : cuda::GemmPrecision::f16;
     cuda::matmul(w.type, w.data, w.rows, w.cols, x, ldx, n, y, ldy, blas_.get(), matmul_ws_.data(),
-                 matmul_ws_.bytes(), s_, prec);
+                 matmul_ws_.bytes(), s_, prec, int8_dot_);
   }
 
   void rope_neox(float* x, int64_t n_tokens, int64_t n_head, int64_t token_stride, int64_t head_stride,
@@ -265,6 +266,7 @@ class CudaOps final : public Ops {
   cudaStream_t s_ = nullptr;
   std::unique_ptr<cuda::Blas> blas_;
   DeviceBuffer matmul_ws_, attn_ws_, blas_ws_;
+  bool int8_dot_ = false;  // one-token quantized matmuls through cuda::matvec_q8 (matmul_ws_ holds x̃)
   struct ResidentKey {
     const void* data;
     GgmlType type;

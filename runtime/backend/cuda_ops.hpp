@@ -2,9 +2,9 @@
 // CudaOps: the Ops interface (ops.hpp) on a CUDA Device, with the kernels of kernels/cuda. All
 // ops are enqueued on one compute stream in call order; memory comes from the device's budgeted
 // pool. Numerics differ from CpuOps where the GPU kernels do better than ggml's CPU shortcuts:
-// activations stay float in quantized products (no Q8 activation quantization), the attention
-// query and probabilities stay float with an F16 cache. tests/gpu/test_gpu_cuda_ops.cpp bounds
-// the differences.
+// activations stay float in quantized products (no Q8 activation quantization unless int8_dot
+// is on), the attention query and probabilities stay float with an F16 cache.
+// tests/gpu/test_gpu_cuda_ops.cpp bounds the differences.
 #include <cstdint>
 #include <memory>
 
@@ -26,6 +26,10 @@ struct CudaOpsOptions {
   // decorators): recorded as one graph per stretch between MoE steps. Off until measured on a GPU;
   // FERRY_CUDA_GRAPHS=segments turns it on.
   bool graph_segments = false;
+  // One-token matmuls of Q8_0/Q4_K/Q5_K/Q6_K weights through the integer matvec (activations
+  // quantized to 8 bits, __dp4a; cuda::matvec_q8) using the matmul workspace. Off until a GPU run
+  // shows it is faster; FERRY_CUDA_INT8_DOT=1 turns it on too.
+  bool int8_dot = false;
 };
 
 // Graph use of a CudaOps: launches, instantiations (an update that cannot reuse the executable

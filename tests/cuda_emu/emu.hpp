@@ -148,6 +148,22 @@ inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
   return r;
 }
 
+// Four-way byte dot product with accumulate, as the hardware computes it: the bytes of a and b
+// sign-extended (int overload) or zero-extended (unsigned overload), their four products added to
+// c, the sum wrapping modulo 2^32.
+inline int __dp4a(int a, int b, int c) {
+  int64_t acc = c;
+  for (int k = 0; k < 4; ++k)
+    acc += int64_t{static_cast<int8_t>(static_cast<unsigned>(a) >> (8 * k))} *
+           int64_t{static_cast<int8_t>(static_cast<unsigned>(b) >> (8 * k))};
+  return static_cast<int>(static_cast<uint32_t>(static_cast<uint64_t>(acc)));
+}
+inline unsigned __dp4a(unsigned a, unsigned b, unsigned c) {
+  uint64_t acc = c;
+  for (int k = 0; k < 4; ++k) acc += uint64_t{(a >> (8 * k)) & 0xFF} * uint64_t{(b >> (8 * k)) & 0xFF};
+  return static_cast<unsigned>(acc);
+}
+
 #define FERRY_EMU_CHECK_DEVICE_POINTER(p, what) ::ferry_emu::check_device_pointer(p, what)
 
 // `extern __shared__ T name[]` in CUDA; see kernels/cuda/launch.cuh.

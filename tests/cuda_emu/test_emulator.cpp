@@ -65,6 +65,13 @@ __global__ void fill(int* y, int v, int n) {
   if (i < n) y[i] = v;
 }
 
+// out_s[i] = __dp4a(a[i], b[i], c[i]) (signed bytes), out_u[i] the unsigned overload.
+__global__ void dp4a_cases(const int* a, const int* b, const int* c, int* out_s, unsigned* out_u) {
+  const unsigned i = threadIdx.x;
+  out_s[i] = __dp4a(a[i], b[i], c[i]);
+  out_u[i] = __dp4a(static_cast<unsigned>(a[i]), static_cast<unsigned>(b[i]), static_cast<unsigned>(c[i]));
+}
+
 template <typename T>
 T* dev_alloc(size_t n) {
   void* p = nullptr;
@@ -250,6 +257,39 @@ TEST(CudaEmulator, DivergentBarrierFailsTheLaunch) {
   EXPECT_EQ(last, 2);
   cudaFree(d);
   cudaFree(f);
+}
+
+// Expected values worked out by hand from the bytes (least significant first), not with the
+// emulator's own formula.
+TEST(CudaEmulator, Dp4aIsExact) {
+  // a bytes 127, 1, 0xFF, 0x80; b bytes 2, 0xFF, 0x80, 127.
+  const std::vector<int> a = {static_cast<int>(0x80FF017Fu), static_cast<int>(0x80808080u), -1, 0x01020304};
+  const std::vector<int> b = {static_cast<int>(0x7F80FF02u), static_cast<int>(0x80808080u), -1, 0x05060708};
+  const std::vector<int> c = {1000, 0x7FFFFFFF, -1, -70};
+  // signed: 127·2 + 1·(−1) + (−1)(−128) + (−128)·127 + 1000 = −14875;
+  //         4·(−128)² + (2^31 − 1) wraps to −2^31 + 65535; 4·(−1)(−1) − 1 = 3; 4·8 + 3·7 + 2·6 + 5 − 70 = 0.
+  // unsigned: 127·2 + 1·255 + 255·128 + 128·127 + 1000 = 50405; 4·128² + 0x7FFFFFFF = 0x8000FFFF;
+  //           4·255² + 0xFFFFFFFF wraps to 260099; 70 − 70 = 0.
+  const std::vector<int> want_s = {-14875, -2147418113, 3, 0};
+  const std::vector<unsigned> want_u = {50405u, 0x8000FFFFu, 260099u, 0u};
+  int* da = dev_alloc<int>(4);
+  int* db = dev_alloc<int>(4);
+  int* dc = dev_alloc<int>(4);
+  int* ds = dev_alloc<int>(4);
+  auto* du = dev_alloc<unsigned>(4);
+  ASSERT_EQ(cudaMemcpy(da, a.data(), 16, cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(db, b.data(), 16, cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(dc, c.data(), 16, cudaMemcpyHostToDevice), cudaSuccess);
+  ferry_emu::launch(dp4a_cases, dim3(1), dim3(4), 0, nullptr, da, db, dc, ds, du);
+  std::vector<int> got_s(4);
+  std::vector<unsigned> got_u(4);
+  ASSERT_EQ(cudaMemcpy(got_s.data(), ds, 16, cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(got_u.data(), du, 16, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(got_s, want_s);
+  EXPECT_EQ(got_u, want_u);
+  for (void* p : {static_cast<void*>(da), static_cast<void*>(db), static_cast<void*>(dc), static_cast<void*>(ds),
+                  static_cast<void*>(du)})
+    cudaFree(p);
 }
 
 }  // namespace

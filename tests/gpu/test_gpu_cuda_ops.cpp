@@ -93,6 +93,45 @@ TEST(GpuCudaOps, MatmulAndEmbed) {
   }
 }
 
+// CudaOpsOptions::int8_dot: one-token matmuls of the quantized types run the integer matvec
+// (activations rounded to 8 bits: same 1e-4 bound against the CPU, which quantizes them too);
+// batches, other types, and a CudaOps without matmul workspace keep the float kernels.
+TEST(GpuCudaOps, MatmulInt8Dot) {
+  FERRY_REQUIRE_GPU();
+  Backends b;
+  CudaOpsOptions int8_opts, no_ws_opts;
+  int8_opts.int8_dot = no_ws_opts.int8_dot = true;
+  no_ws_opts.matmul_workspace_bytes = 0;
+  auto gpu8 = make_cuda_ops(*b.dev, int8_opts);
+  auto gpu8_no_ws = make_cuda_ops(*b.dev, no_ws_opts);
+  const int64_t rows = 200, cols = 512;
+  for (GgmlType t : {GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
+    const auto wq = quantized(t, rows, cols, 13 + static_cast<uint32_t>(t));
+    const WeightView host{wq.data(), t, rows, cols};
+    for (int64_t n : {1, 5}) {
+      const auto x = random_floats(n * cols, 19, -2.f, 2.f);
+      std::vector<float> ycpu(n * rows);
+      b.cpu.matmul(host, x.data(), cols, n, ycpu.data(), rows);
+      std::vector<float> ys[3];
+      Ops* ops[3] = {b.gpu.get(), gpu8.get(), gpu8_no_ws.get()};
+      for (int i = 0; i < 3; ++i) {
+        const WeightView dw = ops[i]->resident(host);
+        DeviceBuffer dx = ops[i]->alloc(x.size() * 4), dy = ops[i]->alloc(n * rows * 4);
+        ops[i]->to_device(dx.data(), x.data(), x.size() * 4);
+        ops[i]->matmul(dw, dx.f32(), cols, n, dy.f32(), rows);
+        ys[i].resize(n * rows);
+        ops[i]->to_host(ys[i].data(), dy.data(), n * rows * 4);
+      }
+      const bool integer_path = n == 1 && t != GgmlType::F16;
+      if (integer_path) EXPECT_NE(ys[1], ys[0]) << type_name(t) << ": int8_dot must take the integer matvec";
+      else EXPECT_EQ(ys[1], ys[0]) << type_name(t) << " n=" << n << ": float kernels expected";
+      EXPECT_EQ(ys[2], ys[0]) << type_name(t) << ": without workspace the float matvec";
+      report(std::string("CudaOps::matmul int8_dot vs CpuOps") + (integer_path ? "" : " (float path)"),
+             std::string(type_name(t)) + " 200x512 n=" + std::to_string(n), nmse(ycpu, ys[1]), 1e-4);
+    }
+  }
+}
+
 TEST(GpuCudaOps, RowOps) {
   FERRY_REQUIRE_GPU();
   Backends b;

@@ -2,6 +2,7 @@
 // reference dequantizer (kernels/cpu, bit-exact with ggml) and double-precision products.
 #include "tests/gpu/gpu_test_util.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include "kernels/cpu/quants.hpp"
@@ -111,6 +112,128 @@ TEST(GpuMatmul, MatvecManyRows) {
     cuda::matvec(t, dW.get(), rows, cols, dx.get(), dy.get(), nullptr);
     report("matvec(4 rows/warp)", shape_str(t, rows, cols, 1), nmse(ref_matmul(m.deq, rows, cols, x, cols, 1), dy.download()), 1e-9);
   }
+}
+
+// The integer matvec's quantized activations, read back from its workspace: q (cols int8) then
+// (d, s) per block of 32.
+struct Q8Activations {
+  std::vector<int8_t> q;
+  std::vector<float> d, s;
+  std::vector<float> deq;  // d·q: what the integer path multiplies the weights with
+};
+
+Q8Activations read_q8(const DevBuf<uint8_t>& ws, int64_t cols) {
+  const auto raw = ws.download();
+  Q8Activations a;
+  a.q.resize(cols);
+  std::memcpy(a.q.data(), raw.data(), cols);
+  for (int64_t b = 0; b < cols / 32; ++b) {
+    float ds[2];
+    std::memcpy(ds, raw.data() + cols + 8 * b, 8);
+    a.d.push_back(ds[0]);
+    a.s.push_back(ds[1]);
+    for (int i = 0; i < 32; ++i) a.deq.push_back(ds[0] * static_cast<float>(a.q[32 * b + i]));
+  }
+  return a;
+}
+
+// The quantization the kernel must do, on the CPU: d = max|x| / 127, q = round(x / d), s = d·Σq.
+bool q8_matches_cpu(const Q8Activations& a, const std::vector<float>& x) {
+  for (size_t b = 0; b < x.size() / 32; ++b) {
+    float amax = 0;
+    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[32 * b + i]));
+    const float d = amax / 127.f;
+    int sum = 0;
+    for (int i = 0; i < 32; ++i) {
+      const int q = amax == 0.f ? 0 : static_cast<int>(std::round(x[32 * b + i] / d));
+      if (q != a.q[32 * b + i]) return false;
+      sum += q;
+    }
+    if (d != a.d[b] || d * static_cast<float>(sum) != a.s[b]) return false;
+  }
+  return true;
+}
+
+const GgmlType kQ8DotTypes[] = {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q5_K, GgmlType::Q8_0};
+
+// matvec_q8 against two references:
+//  * tight: W (dequantized by the CPU reference) times the kernel's own dequantized 8-bit
+//    activations, in double. The integer sums are exact, so only float rounding of the per-block
+//    scale products and of the row sum remains: NMSE ~1e-14 like the float matvec; bound 1e-10.
+//    A wrong scale, nibble, high bit or block index changes whole sub-blocks: NMSE ≳ 1e-3.
+//  * loose: W times the float activations. Rounding x to 8 bits per block of 32 adds an error
+//    uniform in ±d/2, d = max|x|/127: for x uniform in ±2, variance d²/12 ≈ 2e-5 against E[x²] =
+//    4/3, so NMSE ≈ 1.5e-5 in expectation; bound 1e-4.
+// Shapes: a partial warp of rows with more units than lanes (37x2560), random bytes in every
+// field (301x768, all scale/min/high-bit patterns), and the 4-rows-per-warp kernel with a partial
+// last warp (8195 rows).
+TEST(GpuMatmul, MatvecQ8MatchesReference) {
+  FERRY_REQUIRE_GPU();
+  struct Shape {
+    int64_t rows, cols;
+    bool random_bytes;
+  };
+  const Shape shapes[] = {{37, 2560, false}, {301, 768, true}, {8195, 256, false}};
+  for (GgmlType t : kQ8DotTypes) {
+    for (const Shape& sh : shapes) {
+      const uint32_t seed = 81 + static_cast<uint32_t>(t) + static_cast<uint32_t>(sh.rows);
+      QuantMatrix m;
+      if (sh.random_bytes) {
+        m.bytes = random_blocks(t, sh.rows, sh.cols, seed);
+        const uint64_t rb = row_bytes(t, static_cast<uint64_t>(sh.cols));
+        m.deq.resize(sh.rows * sh.cols);
+        for (int64_t r = 0; r < sh.rows; ++r)
+          cpu::dequantize_row_ref(t, m.bytes.data() + r * rb, m.deq.data() + r * sh.cols, sh.cols);
+      } else {
+        m = make_matrix(t, sh.rows, sh.cols, seed);
+      }
+      const auto x = random_floats(sh.cols, seed + 1, -2.f, 2.f);
+      DevBuf<uint8_t> dW(m.bytes), ws(cuda::matvec_q8_workspace_bytes(sh.cols));
+      DevBuf<float> dx(x), dy(sh.rows);
+      cuda::matvec_q8(t, dW.get(), sh.rows, sh.cols, dx.get(), dy.get(), ws.get(), ws.size(), nullptr);
+      const auto y = dy.download();
+      const auto xq = read_q8(ws, sh.cols);
+      const std::string shape = shape_str(t, sh.rows, sh.cols, 1) + (sh.random_bytes ? " random bytes" : "");
+      report_exact("quantize_q8", shape, q8_matches_cpu(xq, x));
+      report("matvec_q8 vs W·x̃", shape, nmse(ref_matmul(m.deq, sh.rows, sh.cols, xq.deq, sh.cols, 1), y), 1e-10);
+      report("matvec_q8 vs W·x", shape, nmse(ref_matmul(m.deq, sh.rows, sh.cols, x, sh.cols, 1), y), 1e-4);
+    }
+  }
+}
+
+// cuda::matmul takes the integer path only when asked, for a single vector of a type with an
+// integer dot, with enough workspace; otherwise the float kernels (bit-identical to matvec).
+TEST(GpuMatmul, DispatchInt8Dot) {
+  FERRY_REQUIRE_GPU();
+  const int64_t rows = 130, cols = 512;
+  for (GgmlType t : {GgmlType::Q4_K, GgmlType::F16}) {
+    const auto m = make_matrix(t, rows, cols, 91);
+    const auto x = random_floats(cols, 92, -2.f, 2.f);
+    DevBuf<uint8_t> dW(m.bytes), ws(cuda::matvec_q8_workspace_bytes(cols)), ws_q8(ws.size());
+    DevBuf<float> dx(x), y_float(rows), y_int(rows), y_small_ws(rows), y_q8(rows);
+    cuda::matvec(t, dW.get(), rows, cols, dx.get(), y_float.get(), nullptr);
+    cuda::matmul(t, dW.get(), rows, cols, dx.get(), cols, 1, y_int.get(), rows, nullptr, ws.get(), ws.size(), nullptr,
+                 cuda::GemmPrecision::f16, true);
+    cuda::matmul(t, dW.get(), rows, cols, dx.get(), cols, 1, y_small_ws.get(), rows, nullptr, ws.get(), ws.size() - 1,
+                 nullptr, cuda::GemmPrecision::f16, true);
+    const auto f = y_float.download(), i = y_int.download(), sw = y_small_ws.download();
+    const bool q8 = cuda::matvec_q8_supported(t);
+    if (q8) {
+      cuda::matvec_q8(t, dW.get(), rows, cols, dx.get(), y_q8.get(), ws_q8.get(), ws_q8.size(), nullptr);
+      EXPECT_EQ(i, y_q8.download()) << "int8_dot dispatch must run matvec_q8";
+      EXPECT_NE(i, f);
+      report("matmul(dispatch, int8_dot)", shape_str(t, rows, cols, 1),
+             nmse(ref_matmul(m.deq, rows, cols, x, cols, 1), i), 1e-4);
+    } else {
+      EXPECT_EQ(i, f) << "no integer dot for this type: the float matvec";
+    }
+    EXPECT_EQ(sw, f) << "workspace too small: the float matvec";
+  }
+  DevBuf<uint8_t> w(144 * 4), ws(1024);
+  DevBuf<float> x(1024), y(16);
+  EXPECT_THROW(cuda::matvec_q8(GgmlType::F16, w.get(), 2, 256, x.get(), y.get(), ws.get(), ws.size(), nullptr), Error);
+  EXPECT_THROW(cuda::matvec_q8(GgmlType::Q4_K, w.get(), 2, 256, x.get(), y.get(), ws.get(), 100, nullptr), Error);
+  EXPECT_THROW(cuda::matvec_q8(GgmlType::Q4_K, w.get(), 2, 300, x.get(), y.get(), ws.get(), ws.size(), nullptr), Error);
 }
 
 TEST(GpuMatmul, TiledMatchesReference) {
