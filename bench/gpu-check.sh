@@ -100,6 +100,14 @@ if [[ -x "$bundle/bin/bench_gpu_e2e" ]]; then
             --device cuda --vram "${vrams#none,}" --routing locality --offload-decode table -p 0 -n 64 -r 1 -o md
           offload_summary="$offload_summary"$'\n'"decode from device tables:"$'\n'"$(grep -E '^\|' "$logs/offload-table-$preset.log")"
         fi
+        # The integer (dp4a) matvec end to end (FERRY_CUDA_INT8_DOT=1, opt-in until measured): the
+        # resident decode beside the bench_gpu_e2e row above (bench_gpu_kernels has the kernel rows).
+        left=$((budget_s - (SECONDS - t_start)))
+        if ((left > 90)); then
+          FERRY_CUDA_INT8_DOT=1 run_prog "bench_gpu_e2e-int8-$preset" $((left > 100 ? 100 : left - 20)) \
+            "$bundle/bin/bench_gpu_e2e" "$model" --prompt 64 --decode 128 --reps 2
+          e2e_summary="$e2e_summary"$'int8 dot:\n'"$(grep -A2 '^| model' "$logs/bench_gpu_e2e-int8-$preset.log")"$'\n'
+        fi
         # The in-place alternatives: the mapping page-locked instead of copied (store set-up time),
         # and decode misses read in place over PCIe instead of on the CPU.
         left=$((budget_s - (SECONDS - t_start)))
