@@ -234,7 +234,7 @@ void OffloadExecutor::init() {
     HardwareRates r = calibrate_rates(*device_, shapes_[0], host_ptrs(0, 0), staging_.data());
     if (compute_)
       if (const double g = measure_device_rate(staging_ptrs(0, 0)); g > 0) r.device_gbps = g;
-    // The same kernels reading expert 0 in place (0 when it cannot be measured: never chosen).
+    // The same kernels reading experts in place (0 when it cannot be measured: never chosen).
     if (!mapped_.empty() && device_->kind() == DeviceKind::cuda)
       r.mapped_gbps = measure_mapped_rate();
     cost_ = CostModel(r);
