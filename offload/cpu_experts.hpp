@@ -24,6 +24,7 @@ struct ExpertPtrs3 {
   const uint8_t* gate = nullptr;
   const uint8_t* up = nullptr;
   const uint8_t* down = nullptr;
+  bool operator==(const ExpertPtrs3&) const = default;
 };
 
 struct ExpertShape {

@@ -1054,13 +1054,10 @@ void OffloadExecutor::sync_tables() {
       tables_want_[static_cast<size_t>(l) * E + static_cast<size_t>(cache_->expert_of(s))] = slot_ptrs(s, l);
     }
   auto* host = static_cast<ExpertPtrs3*>(tables_host_.data());
-  const auto same = [](const ExpertPtrs3& a, const ExpertPtrs3& b) {
-    return a.gate == b.gate && a.up == b.up && a.down == b.down;
-  };
   // Changed layers, runs of consecutive ones copied at once. Slots a refill is about to overwrite
   // are no longer ready, so their entries point at host memory again before any later kernel; the
   // refill itself waits for compute_done_ (after_step), i.e. for every kernel queued before this.
-  const size_t L = logged_.size();
+  const size_t L = layers_.size();
   size_t run_begin = L;
   const auto flush = [&](size_t end) {
     if (run_begin == L) return;
@@ -1072,7 +1069,7 @@ void OffloadExecutor::sync_tables() {
   for (size_t l = 0; l < L; ++l) {
     size_t changed = 0;
     for (size_t e = l * E; e < (l + 1) * E; ++e)
-      if (!same(host[e], tables_want_[e])) {
+      if (host[e] != tables_want_[e]) {
         host[e] = tables_want_[e];
         ++changed;
       }

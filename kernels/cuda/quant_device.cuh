@@ -20,7 +20,9 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <string>
 
+#include "kernels/cuda/check.cuh"
 #include "runtime/core/types.hpp"
 
 namespace ferry::cuda::detail {
@@ -369,21 +371,28 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
+// The default branch of the type dispatches: `op` and the type id, then what is missing.
+[[noreturn]] inline void throw_no_kernel(GgmlType t, const std::string& op, const char* missing) {
+  throw_unsupported(op + ": weight type id " + std::to_string(static_cast<unsigned>(t)) + " " + missing);
+}
 }  // namespace ferry::cuda::detail
+
+// One case of a type dispatch: CODE with `constexpr GgmlType kT` set to GgmlType::T.
+#define FERRY_TYPE_CASE(T, ...)                   \
+  case ::ferry::GgmlType::T: {                    \
+    constexpr auto kT = ::ferry::GgmlType::T;     \
+    __VA_ARGS__;                                  \
+    break;                                        \
+  }
 
 // FERRY_DISPATCH_WEIGHT_TYPE(t, op, CODE): runs CODE with `constexpr GgmlType kT` set to t for the
 // weight types the CUDA kernels ship; any other type throws unsupported naming op.
 #define FERRY_DISPATCH_WEIGHT_TYPE(t, op, ...)                                                   \
   switch (t) {                                                                                   \
-    case ::ferry::GgmlType::F32: { constexpr auto kT = ::ferry::GgmlType::F32; __VA_ARGS__; break; } \
-    case ::ferry::GgmlType::F16: { constexpr auto kT = ::ferry::GgmlType::F16; __VA_ARGS__; break; } \
-    case ::ferry::GgmlType::BF16: { constexpr auto kT = ::ferry::GgmlType::BF16; __VA_ARGS__; break; } \
-    case ::ferry::GgmlType::Q8_0: { constexpr auto kT = ::ferry::GgmlType::Q8_0; __VA_ARGS__; break; } \
-    case ::ferry::GgmlType::Q4_K: { constexpr auto kT = ::ferry::GgmlType::Q4_K; __VA_ARGS__; break; } \
-    case ::ferry::GgmlType::Q5_K: { constexpr auto kT = ::ferry::GgmlType::Q5_K; __VA_ARGS__; break; } \
-    case ::ferry::GgmlType::Q6_K: { constexpr auto kT = ::ferry::GgmlType::Q6_K; __VA_ARGS__; break; } \
+    FERRY_TYPE_CASE(F32, __VA_ARGS__) FERRY_TYPE_CASE(F16, __VA_ARGS__)                          \
+    FERRY_TYPE_CASE(BF16, __VA_ARGS__) FERRY_TYPE_CASE(Q8_0, __VA_ARGS__)                        \
+    FERRY_TYPE_CASE(Q4_K, __VA_ARGS__) FERRY_TYPE_CASE(Q5_K, __VA_ARGS__)                        \
+    FERRY_TYPE_CASE(Q6_K, __VA_ARGS__)                                                           \
     default:                                                                                     \
-      ::ferry::cuda::throw_unsupported(std::string(op) + ": weight type id " +                   \
-                                       std::to_string(static_cast<unsigned>(t)) +               \
-                                       " has no CUDA kernel (F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K)"); \
+      ::ferry::cuda::detail::throw_no_kernel(t, op, "has no CUDA kernel (F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K)"); \
   }

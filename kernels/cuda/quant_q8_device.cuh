@@ -86,8 +86,18 @@ struct Q8Dot<GgmlType::Q8_0> {
   }
 };
 
-// block_q4_K: fp16 d, fp16 dmin, scales[12], qs[128] (144 bytes; 16-byte aligned when the row is).
+// Q4_K / Q5_K block b, sub-blocks 2c and 2c+1 with integer sums lo, hi against the fragment:
 // Σ_l (d·sc·q_l − dmin·m)·(d_x·qx_l) = d·sc·d_x·Σ q_l·qx_l − dmin·m·s_x per sub-block.
+__device__ __forceinline__ float k4_pair_sum(const uint8_t* b, int c, int lo, int hi, const Q8Frag<2>& f) {
+  int sc1, m1, sc2, m2;
+  scale_min_k4(2 * c, b + 4, sc1, m1);
+  scale_min_k4(2 * c + 1, b + 4, sc2, m2);
+  const float d = fp16_bits(ld_u16(b)), dmin = fp16_bits(ld_u16(b + 2));
+  return d * (static_cast<float>(sc1 * lo) * f.ds[0].x + static_cast<float>(sc2 * hi) * f.ds[1].x) -
+         dmin * (static_cast<float>(m1) * f.ds[0].y + static_cast<float>(m2) * f.ds[1].y);
+}
+
+// block_q4_K: fp16 d, fp16 dmin, scales[12], qs[128] (144 bytes; 16-byte aligned when the row is).
 template <>
 struct Q8Dot<GgmlType::Q4_K> {
   static constexpr int kValues = 64, kBlocks = 2;
@@ -100,9 +110,6 @@ struct Q8Dot<GgmlType::Q4_K> {
   __device__ static float dot(const uint8_t* row, int64_t u, const Frag& f) {
     const uint8_t* b = row + (u >> 2) * Unit<GgmlType::Q4_K>::kBlockBytes;
     const int c = static_cast<int>(u & 3);
-    int sc1, m1, sc2, m2;
-    scale_min_k4(2 * c, b + 4, sc1, m1);
-    scale_min_k4(2 * c + 1, b + 4, sc2, m2);
     const uint4* qs = reinterpret_cast<const uint4*>(b + 16 + 32 * c);
     const uint4 r0 = qs[0], r1 = qs[1];
     const uint32_t w[8] = {r0.x, r0.y, r0.z, r0.w, r1.x, r1.y, r1.z, r1.w};
@@ -112,10 +119,7 @@ struct Q8Dot<GgmlType::Q4_K> {
       lo = __dp4a(static_cast<int>(w[k] & 0x0F0F0F0Fu), f.q[0][k], lo);
       hi = __dp4a(static_cast<int>((w[k] >> 4) & 0x0F0F0F0Fu), f.q[1][k], hi);
     }
-    const float d = fp16_bits(ld_u16(b)), dmin = fp16_bits(ld_u16(b + 2));
-    return d * (static_cast<float>(sc1 * lo) * f.ds[0].x +
-                static_cast<float>(sc2 * hi) * f.ds[1].x) -
-           dmin * (static_cast<float>(m1) * f.ds[0].y + static_cast<float>(m2) * f.ds[1].y);
+    return k4_pair_sum(b, c, lo, hi, f);
   }
 };
 
@@ -131,9 +135,6 @@ struct Q8Dot<GgmlType::Q5_K> {
   __device__ static float dot(const uint8_t* row, int64_t u, const Frag& f) {
     const uint8_t* b = row + (u >> 2) * Unit<GgmlType::Q5_K>::kBlockBytes;
     const int c = static_cast<int>(u & 3);
-    int sc1, m1, sc2, m2;
-    scale_min_k4(2 * c, b + 4, sc1, m1);
-    scale_min_k4(2 * c + 1, b + 4, sc2, m2);
     const uint4* qh = reinterpret_cast<const uint4*>(b + 16);
     const uint4* qs = reinterpret_cast<const uint4*>(b + 48 + 32 * c);
     const uint4 h0 = qh[0], h1 = qh[1], r0 = qs[0], r1 = qs[1];
@@ -148,10 +149,7 @@ struct Q8Dot<GgmlType::Q5_K> {
       lo = __dp4a(static_cast<int>(ql), f.q[0][k], lo);
       hi = __dp4a(static_cast<int>(qu), f.q[1][k], hi);
     }
-    const float d = fp16_bits(ld_u16(b)), dmin = fp16_bits(ld_u16(b + 2));
-    return d * (static_cast<float>(sc1 * lo) * f.ds[0].x +
-                static_cast<float>(sc2 * hi) * f.ds[1].x) -
-           dmin * (static_cast<float>(m1) * f.ds[0].y + static_cast<float>(m2) * f.ds[1].y);
+    return k4_pair_sum(b, c, lo, hi, f);
   }
 };
 
@@ -197,13 +195,8 @@ struct Q8Dot<GgmlType::Q6_K> {
 // clang-format off
 #define FERRY_DISPATCH_Q8_DOT_TYPE(t, op, ...)                                                    \
   switch (t) {                                                                                   \
-    case ::ferry::GgmlType::Q8_0: { constexpr auto kT = ::ferry::GgmlType::Q8_0; __VA_ARGS__; break; } \
-    case ::ferry::GgmlType::Q4_K: { constexpr auto kT = ::ferry::GgmlType::Q4_K; __VA_ARGS__; break; } \
-    case ::ferry::GgmlType::Q5_K: { constexpr auto kT = ::ferry::GgmlType::Q5_K; __VA_ARGS__; break; } \
-    case ::ferry::GgmlType::Q6_K: { constexpr auto kT = ::ferry::GgmlType::Q6_K; __VA_ARGS__; break; } \
-    default:                                                                                     \
-      ::ferry::cuda::throw_unsupported(std::string(op) + ": weight type id " +                   \
-                                       std::to_string(static_cast<unsigned>(t)) +               \
-                                       " has no integer dot (Q8_0, Q4_K, Q5_K, Q6_K)");          \
+    FERRY_TYPE_CASE(Q8_0, __VA_ARGS__) FERRY_TYPE_CASE(Q4_K, __VA_ARGS__)                        \
+    FERRY_TYPE_CASE(Q5_K, __VA_ARGS__) FERRY_TYPE_CASE(Q6_K, __VA_ARGS__)                        \
+    default: ::ferry::cuda::detail::throw_no_kernel(t, op, "has no integer dot (Q8_0, Q4_K, Q5_K, Q6_K)"); \
   }
 // clang-format on

@@ -358,6 +358,13 @@ CudaOps& as_cuda(Ops& ops) {
 
 void* cuda_ops_stream(Ops& ops) { return as_cuda(ops).stream(); }
 Device& cuda_ops_device(Ops& ops) { return as_cuda(ops).device(); }
+void cuda_ops_grow(Ops& ops, DeviceBuffer& buf, size_t bytes, const char* tag) {
+  if (bytes <= buf.bytes()) return;
+  CudaOps& c = as_cuda(ops);
+  FERRY_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(c.stream())));
+  buf = DeviceBuffer();
+  buf = c.device().alloc(bytes, tag);
+}
 uint64_t cuda_ops_calls(const Ops& ops) {
   const auto* c = dynamic_cast<const CudaOps*>(&ops);
   return c ? c->calls() : 0;
@@ -385,6 +392,9 @@ std::unique_ptr<Ops> make_cuda_ops(Device&, const CudaOpsOptions&) {
 }
 void* cuda_ops_stream(Ops& ops) { fail(ErrorKind::invalid_arg, "expected the cuda ops backend, got '{}'", ops.name()); }
 Device& cuda_ops_device(Ops& ops) { fail(ErrorKind::invalid_arg, "expected the cuda ops backend, got '{}'", ops.name()); }
+void cuda_ops_grow(Ops& ops, DeviceBuffer&, size_t, const char*) {
+  fail(ErrorKind::invalid_arg, "expected the cuda ops backend, got '{}'", ops.name());
+}
 uint64_t cuda_ops_calls(const Ops&) { return 0; }
 uint64_t cuda_ops_workspace_bytes(const Ops&) { return 0; }
 CudaGraphStats cuda_ops_graph_stats(const Ops&) { return {}; }

@@ -50,6 +50,9 @@ std::unique_ptr<Ops> make_cuda_ops(Device& device, const CudaOpsOptions& options
 // not a CudaOps.
 void* cuda_ops_stream(Ops& ops);
 Device& cuda_ops_device(Ops& ops);
+// Grows `buf`, a scratch buffer that work queued on the CudaOps stream may still read, to at least
+// `bytes` (contents dropped): drains the stream, frees it, allocates anew from the ops' device.
+void cuda_ops_grow(Ops& ops, DeviceBuffer& buf, size_t bytes, const char* tag);
 
 // Ops calls enqueued so far (every call launches at least one kernel or copy): the benchmark
 // reports calls per decoded token. 0 for other backends.

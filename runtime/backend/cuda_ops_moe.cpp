@@ -43,11 +43,7 @@ class CudaMoeExecutor final : public MoeExecutor {
     // because queued kernels may still read the old buffer.
     const size_t h_bytes = static_cast<size_t>(req.n_tokens) * static_cast<size_t>(req.top_k) *
                            static_cast<size_t>(L.n_ff) * sizeof(float);
-    if (h_bytes > h_.bytes()) {
-      FERRY_CUDA_CHECK(cudaStreamSynchronize(s_));
-      h_ = DeviceBuffer();
-      h_ = dev_.alloc(h_bytes, "moe scratch");
-    }
+    cuda_ops_grow(ops_, h_, h_bytes, "moe scratch");
     const float* x = req.x;
     const int32_t* ids = req.expert_ids;
     const float* weights = req.expert_weights;
@@ -55,11 +51,7 @@ class CudaMoeExecutor final : public MoeExecutor {
       // Behind the host bridge: decorators may have replaced the routing on the host, so the
       // host copies are uploaded (a few hundred bytes per token); x is the device original.
       const size_t nk = static_cast<size_t>(req.n_tokens) * static_cast<size_t>(req.top_k);
-      if (nk * 8 > routing_.bytes()) {
-        FERRY_CUDA_CHECK(cudaStreamSynchronize(s_));
-        routing_ = DeviceBuffer();
-        routing_ = dev_.alloc(nk * 8, "moe routing");
-      }
+      cuda_ops_grow(ops_, routing_, nk * 8, "moe routing");
       auto* d_ids = static_cast<int32_t*>(routing_.data());
       auto* d_w = reinterpret_cast<float*>(d_ids + nk);
       FERRY_CUDA_CHECK(cudaMemcpyAsync(d_ids, req.expert_ids, nk * 4, cudaMemcpyHostToDevice, s_));

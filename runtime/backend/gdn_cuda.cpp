@@ -7,7 +7,6 @@
 #include <cuda_runtime_api.h>
 
 #include "kernels/cpu/gdn.hpp"
-#include "kernels/cuda/check.cuh"
 #include "kernels/cuda/deltanet.cuh"
 #include "runtime/backend/cuda_ops.hpp"
 
@@ -20,7 +19,7 @@ namespace {
 class CudaGdnOps final : public GdnOps {
  public:
   explicit CudaGdnOps(Ops& ops)
-      : dev_(cuda_ops_device(ops)), s_(static_cast<cudaStream_t>(cuda_ops_stream(ops))),
+      : ops_(ops), s_(static_cast<cudaStream_t>(cuda_ops_stream(ops))),
         prefill_(cpu::gdn_prefill_env().value_or(cpu::GdnPrefill::chunked)) {}
 
   void conv_silu(const float* x, int64_t ldx, const float* w, int32_t kernel, float* state,
@@ -65,12 +64,7 @@ class CudaGdnOps final : public GdnOps {
     }
     // Scratch shared by all layers (they run in order on s_), grown when a larger batch comes; the
     // stream is drained first because queued kernels may still read the old buffer.
-    const size_t bytes = cuda::gdn_chunked_scratch_bytes(a);
-    if (bytes > scratch_.bytes()) {
-      FERRY_CUDA_CHECK(cudaStreamSynchronize(s_));
-      scratch_ = DeviceBuffer();
-      scratch_ = dev_.alloc(bytes, "gdn chunked scratch");
-    }
+    cuda_ops_grow(ops_, scratch_, cuda::gdn_chunked_scratch_bytes(a), "gdn chunked scratch");
     cuda::gdn_delta_rule_chunked(a, scratch_.f32(), s_);
   }
   void gated_rms_norm(const float* o, int64_t ldo, const float* z, int64_t ldz, const float* w,
@@ -80,7 +74,7 @@ class CudaGdnOps final : public GdnOps {
   }
 
  private:
-  Device& dev_;
+  Ops& ops_;
   cudaStream_t s_;
   cpu::GdnPrefill prefill_;  // the form for batches of kGdnChunkedMinTokens or more
   DeviceBuffer scratch_;     // gdn_chunked_scratch_bytes of the largest chunked call so far
