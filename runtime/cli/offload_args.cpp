@@ -272,7 +272,6 @@ void Offload::finish() {
   if (executor_) executor_->drain();
   if (record_) record_->write(a_.record_profile);
   if (a_.stats && executor_) {
-    executor_->drain();
     std::fputs(offload_stats_text(executor_->stats()).c_str(), stderr);
     if (ops_ && std::string_view(ops_->name()) == "cuda") {
       const CudaGraphStats g = cuda_ops_graph_stats(*ops_);
