@@ -17,7 +17,7 @@
 
 #include "runtime/backend/cuda_device.hpp"
 #include "runtime/backend/cuda_ops.hpp"
-#include "runtime/backend/cuda_ops_moe.hpp"
+#include "offload/moe/cuda_resident.hpp"
 #include "runtime/backend/device.hpp"
 #include "runtime/backend/device_size.hpp"
 #include "runtime/core/error.hpp"
@@ -124,7 +124,7 @@ int main(int argc, char** argv) {
     auto ops = make_cuda_ops(*dev);
     Ops& g = *ops;
     auto t0 = Clock::now();
-    auto m = load_model(f, g, [&g](const std::vector<MoeLayerWeights>& l) { return make_cuda_moe_executor(g, l); });
+    auto m = load_model(f, g, [&g](const std::vector<MoeLayerWeights>& l) { return make_cuda_resident_executor(g, l); });
     g.sync();
     const double load_ms = ms_since(t0);
     const ModelConfig& c = m->config();

@@ -10,7 +10,7 @@
 #include <sstream>
 #include <vector>
 
-#include "offload/cpu_experts.hpp"
+#include "offload/moe/cpu_experts.hpp"
 #include "runtime/backend/device.hpp"
 #include "runtime/core/error.hpp"
 

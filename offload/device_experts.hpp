@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "offload/cpu_experts.hpp"
+#include "offload/moe/cpu_experts.hpp"
 #include "runtime/backend/device.hpp"
 
 namespace ferry {

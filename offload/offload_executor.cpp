@@ -158,11 +158,9 @@ void OffloadExecutor::init() {
     for (const auto& [bytes, tag] : fixed)
       if (bytes) reserved_.push_back(device_->alloc(bytes, tag));
   }
-  if (!compute_) table_ = device_->alloc(plan.table_bytes, "expert slot table");  // device flow: per-step tables
   staging_ = device_->alloc(plan.staging_bytes, "prefill staging slots");
   if (plan.n_slots > 0)
     slots_ = device_->alloc(plan.slot_bytes * static_cast<uint64_t>(plan.n_slots), "expert slots");
-  table_host_.resize(static_cast<size_t>(plan.n_slots));
 
   std::vector<int32_t> per_layer;
   if (o_.partition == SlotPartition::per_layer)
@@ -194,23 +192,8 @@ void OffloadExecutor::init() {
     partial_host_ = device_->alloc_host(partial, true);
     partial_dev_ = device_->alloc(partial, "offload cpu expert sum");
   }
-  if (o_.decode_table) {
-    const auto E = static_cast<size_t>(plan.in.n_expert), K = static_cast<size_t>(plan.in.n_expert_used);
-    const size_t n = static_cast<size_t>(L) * E;
-    tables_dev_ = device_->alloc(n * sizeof(ExpertPtrs3), "expert tables (decode)");
-    log_dev_ = device_->alloc(static_cast<size_t>(L) * K * 4, "routing log (decode)");
-    tables_host_ = device_->alloc_host(n * sizeof(ExpertPtrs3), true);
-    log_host_ = device_->alloc_host(static_cast<size_t>(L) * K * 4, true);
-    if (!tables_host_.pinned() || !log_host_.pinned())
-      fail(ErrorKind::device, "--offload-decode table: pinned host memory for the tables could not be allocated");
-    std::fill_n(static_cast<ExpertPtrs3*>(tables_host_.data()), n, ExpertPtrs3{});  // nothing copied yet
-    for (int32_t l = 0; l < L; ++l)
-      for (int32_t e = 0; e < plan.in.n_expert; ++e)
-        tables_mapped_.push_back(expert_ptrs(mapped_[static_cast<size_t>(l)], e));
-    tables_copied_ = device_->create_event();
-    log_ready_ = device_->create_event();
-    logged_.assign(static_cast<size_t>(L), 0);
-  }
+  if (o_.decode_table)
+    tables_ = std::make_unique<TableDecoder>(*device_, *compute_, *kernels_, shapes_, mapped_, plan.in.n_expert_used);
 
   // Initial hot set, then one synchronisation.
   for (int32_t l = 0; l < L; ++l)
@@ -309,14 +292,6 @@ void OffloadExecutor::fill_slot(int32_t slot, int32_t layer, int32_t expert, Str
     s.copy_h2d(const_cast<uint8_t*>(dst.up), src.up, sh.up_bytes());
     s.copy_h2d(const_cast<uint8_t*>(dst.down), src.down, sh.down_bytes());
   });
-  // The device-side slot table: the slot's three pointers. The mirror entry is stable until the
-  // slot is filled again, which cannot happen before this copy ran. The device flow uploads a
-  // table per step instead (slot pointers do not change; only which expert a slot holds does).
-  if (compute_) return;
-  table_host_[static_cast<size_t>(slot)] = dst;
-  s.copy_h2d(
-      static_cast<uint8_t*>(table_.data()) + static_cast<uint64_t>(slot) * sizeof(ExpertPtrs3),
-      &table_host_[static_cast<size_t>(slot)], sizeof(ExpertPtrs3));
 }
 
 void OffloadExecutor::stage(int32_t layer, const Resolved& r, size_t b) {
@@ -446,7 +421,7 @@ OffloadExecutor::Resolved OffloadExecutor::resolve(int32_t layer, int32_t expert
   return r;
 }
 
-void OffloadExecutor::predict_and_prefetch(const MoeRequest& req) {
+void OffloadExecutor::predict_and_prefetch(const MoeStep& req) {
   if (!o_.predictor) return;
   predicted_.clear();
   o_.predictor->predict(req.layer, req.x, req.n_tokens, req.expert_ids, req.top_k, predicted_);
@@ -457,48 +432,54 @@ void OffloadExecutor::predict_and_prefetch(const MoeRequest& req) {
   prefetcher_->issue(req.layer, tick_);
 }
 
-void OffloadExecutor::run(const MoeRequest& req) {
-  const auto L = static_cast<int32_t>(layers_.size());
-  if (req.layer < 0 || req.layer >= L)
-    fail(ErrorKind::internal, "MoE step for layer {}: the executor has {} layers", req.layer, L);
-  const MoeLayerWeights& W = layers_[static_cast<size_t>(req.layer)];
-  if (req.n_embd != W.gate.n_in)
-    fail(ErrorKind::internal, "MoE step layer {}: n_embd {} but experts take {}", req.layer,
-         req.n_embd, W.gate.n_in);
-  if (req.top_k <= 0 || req.n_tokens < 0)
-    fail(ErrorKind::internal, "MoE step layer {}: top_k {} n_tokens {}", req.layer, req.top_k,
-         req.n_tokens);
-  // On cuda the routing must be host copies (read below), except for a step from the device
-  // tables: without the bridge it is device memory.
-  if (device_->kind() == DeviceKind::cuda && !req.device) {
-    if (!device_routing(req.n_tokens))
-      fail(ErrorKind::internal, "cuda offload: MoE step without host routing (the engine puts the host bridge in front)");
-    return run_table(req);
+MoeStep OffloadExecutor::host_routing(const MoeStep& s) {
+  routing_ready_ns_ = 0;
+  if (device_->kind() != DeviceKind::cuda) return s;  // sim: device memory is host memory
+  const size_t nx = static_cast<size_t>(s.n_tokens) * static_cast<size_t>(s.n_embd);
+  const size_t nk = static_cast<size_t>(s.n_tokens) * static_cast<size_t>(s.top_k);
+  const size_t bytes = (nx + 2 * nk) * 4;
+  if (bytes > routing_host_.bytes()) {
+    compute_->synchronize();  // an earlier copy out of the old buffer may still be queued
+    routing_host_ = HostBuffer();
+    routing_host_ = device_->alloc_host(bytes * 2, /*pinned=*/true);
   }
-  for (int64_t i = 0; i < int64_t{req.n_tokens} * req.top_k; ++i)
-    if (req.expert_ids[i] < 0 || req.expert_ids[i] >= W.n_expert)
-      fail(ErrorKind::internal, "MoE step layer {}: expert id {} outside [0, {})", req.layer,
-           req.expert_ids[i], W.n_expert);
-  if (req.n_tokens == 0) return;
-  if (o_.decode_table && req.n_tokens == 1 && device_->kind() != DeviceKind::cuda) {
-    // sim: the forward's host buffers are the device's; the CPU forward reads `out` on return.
-    run_table(req);
-    compute_->synchronize();
+  auto* x = static_cast<float*>(routing_host_.data());
+  auto* ids = reinterpret_cast<int32_t*>(x + nx);
+  auto* w = reinterpret_cast<float*>(ids + nk);
+  compute_->copy_d2h(x, s.x, nx * 4);
+  compute_->copy_d2h(ids, s.expert_ids, nk * 4);
+  compute_->copy_d2h(w, s.expert_weights, nk * 4);
+  compute_->synchronize();
+  routing_ready_ns_ =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+  MoeStep h = s;
+  h.x = x;
+  h.expert_ids = ids;
+  h.expert_weights = w;
+  return h;
+}
+
+void OffloadExecutor::run(const MoeStep& step) {
+  check_step(step, layers_, "offload");
+  if (step.n_tokens == 0) return;
+  const MoeLayerWeights& W = layers_[static_cast<size_t>(step.layer)];
+  if (tables_ && step.n_tokens == 1) {
+    // From the device tables, on the forward's device routing: nothing is read on the host.
+    tables_->run(step);
+    // sim: the CPU forward reads `out` on return.
+    if (device_->kind() != DeviceKind::cuda) compute_->synchronize();
     return;
   }
-  tables_synced_ = false;  // a host-routed step may change slots: the tables are synced again
-  if (o_.decode_table && req.n_tokens == 1 && !warned_host_decode_) {
-    warned_host_decode_ = true;
-    log::warn("--offload-decode table: decode steps arrive with host routing (--stats, --trace and "
-              "--record-routing need it), so they take the host path");
-  }
-  if (o_.record) o_.record->add(req.layer, req.expert_ids, req.n_tokens, req.top_k);
-  // One tick per forward step: a step starts when the layer index does not increase.
-  if (req.layer <= last_layer_ || last_layer_ < 0) {
-    ++tick_;
-    st_.tokens += static_cast<uint64_t>(req.n_tokens);
-  }
-  last_layer_ = req.layer;
+  const MoeStep req = host_routing(step);
+  check_step_ids(req, W.n_expert, "offload");
+  if (tables_) tables_->invalidate();  // a host-routed step may change slots
+  if (observed()) observers_->routing(req);
+  run_host_routed(req, step.x);
+  if (observed()) observers_->step_end(req.layer);
+}
+
+void OffloadExecutor::run_host_routed(const MoeStep& req, const float* x_dev) {
+  const MoeLayerWeights& W = layers_[static_cast<size_t>(req.layer)];
   ++st_.steps;
   step_wait0_ = st_.wait_ms;
   if (counters_) counters_->vram_in_use(device_->memory().used_bytes);
@@ -538,7 +519,7 @@ void OffloadExecutor::run(const MoeRequest& req) {
     for (int32_t s : missing)
       r[static_cast<size_t>(s)] = resolve(req.layer, req.expert_ids[s], 1, tick_, true);
     if (compute_)
-      run_device(req, r);
+      run_device(req, x_dev, r);
     else
       run_decode(req, r);
   } else {
@@ -558,7 +539,7 @@ void OffloadExecutor::run(const MoeRequest& req) {
         if (count[static_cast<size_t>(e)] > 0)
           used.push_back(resolve(req.layer, e, count[static_cast<size_t>(e)], tick_, false));
       predict_and_prefetch(req);
-      run_device(req, used);
+      run_device(req, x_dev, used);
     } else {
       predict_and_prefetch(req);
       run_prefill(req, used);
@@ -585,7 +566,7 @@ void OffloadExecutor::grow_device(DeviceBuffer& b, size_t bytes, const char* tag
   b = device_->alloc(bytes, tag);
 }
 
-void OffloadExecutor::cpu_part(const MoeRequest& req, const std::vector<Resolved>& cpu, float* partial) {
+void OffloadExecutor::cpu_part(const MoeStep& req, const std::vector<Resolved>& cpu, float* partial) {
   // The CPU experts' weighted sum over their own (token, slot) pairs, slots added in order.
   const ExpertShape& shape = shapes_[static_cast<size_t>(req.layer)];
   const int64_t E = req.n_embd, K = req.top_k, n = req.n_tokens;
@@ -624,14 +605,13 @@ void OffloadExecutor::cpu_part(const MoeRequest& req, const std::vector<Resolved
   });
 }
 
-void OffloadExecutor::run_device(const MoeRequest& req, const std::vector<Resolved>& used) {
+void OffloadExecutor::run_device(const MoeStep& req, const float* x_dev, const std::vector<Resolved>& used) {
   const ExpertShape& shape = shapes_[static_cast<size_t>(req.layer)];
   const MoeLayerWeights& W = layers_[static_cast<size_t>(req.layer)];
   const int64_t n = req.n_tokens, K = req.top_k, E = req.n_embd, nk = n * K;
-  const float* x_dev = req.device ? req.device->x : req.x;  // sim: host memory is device memory
   const auto t0 = Clock::now();
   // The host staging buffers are rewritten below: the copies of the previous step must have run
-  // (on cuda the bridge's synchronisation has already seen to it; this is then a no-op).
+  // (on cuda host_routing's synchronisation has already seen to it; this is then a no-op).
   compute_done_->synchronize();
   collect_device_waits();
 
@@ -675,11 +655,11 @@ void OffloadExecutor::run_device(const MoeRequest& req, const std::vector<Resolv
       if (const int32_t s = stream_index[static_cast<size_t>(req.expert_ids[p])]; s >= 0)
         pairs[fill[static_cast<size_t>(s)]++] = static_cast<int32_t>(p);
   }
-  if (req.device && req.device->ready_ns > 0) {
+  if (routing_ready_ns_ > 0) {
     // The compute stream idled from the routing's arrival until this first enqueue, less what the
     // host spent waiting on copies (counted as copy).
     const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
-    const double idle_ms = std::max(0.0, static_cast<double>(now - req.device->ready_ns) / 1e6 - (st_.wait_ms - step_wait0_));
+    const double idle_ms = std::max(0.0, static_cast<double>(now - routing_ready_ns_) / 1e6 - (st_.wait_ms - step_wait0_));
     st_.device_wait_ms[static_cast<int>(WaitCause::sync)] += idle_ms;
     if (counters_) counters_->wait(WaitCause::sync, static_cast<uint64_t>(idle_ms * 1e6));
   }
@@ -741,7 +721,7 @@ void OffloadExecutor::run_device(const MoeRequest& req, const std::vector<Resolv
   st_.compute_ms += ms_since(t0);
 }
 
-void OffloadExecutor::run_decode(const MoeRequest& req, std::vector<Resolved>& r) {
+void OffloadExecutor::run_decode(const MoeStep& req, std::vector<Resolved>& r) {
   std::vector<ExpertPtrs3> w;
   std::vector<uint8_t> all(r.size(), 1);
   int64_t on_host = 0;
@@ -757,7 +737,7 @@ void OffloadExecutor::run_decode(const MoeRequest& req, std::vector<Resolved>& r
   st_.compute_ms += ms_since(t0);
 }
 
-void OffloadExecutor::run_prefill(const MoeRequest& req, std::vector<Resolved>& used) {
+void OffloadExecutor::run_prefill(const MoeStep& req, std::vector<Resolved>& used) {
   const MoeLayerWeights& W = layers_[static_cast<size_t>(req.layer)];
   const ExpertShape& shape = shapes_[static_cast<size_t>(req.layer)];
   const ExpertBatch batch(shape, req, W.n_expert);
@@ -955,131 +935,56 @@ std::string offload_stats_text(const OffloadStats& s) {
 
 // ---- Decode from device tables ---------------------------------------------------------------
 
-uint64_t decode_table_bytes(int32_t n_layer, int32_t n_expert, int32_t top_k) {
-  const auto L = static_cast<size_t>(n_layer);
-  return pad256(L * static_cast<size_t>(n_expert) * sizeof(ExpertPtrs3)) +
-         pad256(L * static_cast<size_t>(top_k) * 4);
-}
-
-void OffloadExecutor::run_table(const MoeRequest& req) {
-  if (!tables_synced_)
-    fail(ErrorKind::internal, "offload: a decode step from the device tables without before_step(1)");
-  if (req.top_k != o_.plan.in.n_expert_used)
-    fail(ErrorKind::internal, "offload: top-{} step, the tables were made for top-{}", req.top_k,
-         o_.plan.in.n_expert_used);
-  const auto l = static_cast<size_t>(req.layer);
-  const auto E = static_cast<size_t>(o_.plan.in.n_expert), K = static_cast<size_t>(req.top_k);
-  const auto* table = static_cast<const ExpertPtrs3*>(tables_dev_.data()) + l * E;
-  kernels_->experts(shapes_[l], table, req.expert_ids, req.expert_weights, 1, req.top_k, req.x, req.out,
-                    /*accumulate=*/false, *compute_);
-  compute_->copy_d2d(static_cast<int32_t*>(log_dev_.data()) + l * K, req.expert_ids, K * 4);
-  logged_[l] = 1;
-}
-
-void OffloadExecutor::before_step(int64_t n_tokens) {
-  if (!o_.decode_table) return;
+void OffloadExecutor::begin_step(int64_t n_tokens) {
+  // The last table step's routing is counted at its own tick, before the clock moves on.
   read_routing_log();
+  ++tick_;  // one tick per forward step: the recency clock of the cache and the prefetcher
+  st_.tokens += static_cast<uint64_t>(n_tokens);
+  if (!tables_) return;
   prefetcher_->poll();
-  if (n_tokens == 1) sync_tables();
+  if (n_tokens == 1) {
+    ++st_.table_tokens;
+    st_.table_updates += tables_->begin_step(
+        *cache_, [this](int32_t slot, int32_t layer) { return slot_ptrs(slot, layer); }, observers_);
+  }
 }
 
-void OffloadExecutor::after_step(int64_t n_tokens) {
-  if (!o_.decode_table || n_tokens != 1 || std::find(logged_.begin(), logged_.end(), 1) == logged_.end()) return;
-  compute_->copy_d2h(log_host_.data(), log_dev_.data(), log_host_.bytes());
-  compute_->record(*log_ready_);
+void OffloadExecutor::end_step(int64_t n_tokens) {
+  if (!tables_ || n_tokens != 1 || !tables_->pending()) return;
+  tables_->end_step();
   // Slot refills (admissions, prefetches, copy-now) wait for this: every table kernel queued so
   // far may read any slot its table points at.
   compute_->record(*compute_done_);
-  log_pending_ = true;
 }
 
 void OffloadExecutor::read_routing_log() {
-  if (!log_pending_) return;
-  // Normally passed already: the forward read the step's logits after the log was copied.
-  log_ready_->synchronize();
-  log_pending_ = false;
-  ++tick_;
-  ++st_.tokens;
-  ++st_.table_tokens;
-  const int32_t E = o_.plan.in.n_expert, K = o_.plan.in.n_expert_used;
-  const auto* ids = static_cast<const int32_t*>(log_host_.data());
-  // Counted against the slots the step's tables pointed at (the cache has not changed since
-  // sync_tables), all before any admission evicts one.
+  if (!tables_ || !tables_->pending()) return;
+  const int32_t E = o_.plan.in.n_expert;
+  // Counted against the slots the step's tables pointed at (the cache has not changed since the
+  // tables were synced), all before any admission evicts one.
   std::vector<std::pair<int32_t, int32_t>> admit;
-  for (int32_t l = 0; l < static_cast<int32_t>(logged_.size()); ++l) {
-    if (!logged_[static_cast<size_t>(l)]) continue;
-    logged_[static_cast<size_t>(l)] = 0;
-    ++st_.steps;
-    if (o_.record) o_.record->add(l, ids + l * K, 1, K);
-    for (int32_t j = 0; j < K; ++j) {
-      const int32_t e = ids[l * K + j];
-      if (e < 0 || e >= E) fail(ErrorKind::internal, "offload: routing log layer {}: expert id {} outside [0, {})", l, e, E);
-      ++st_.uses;
-      ++st_.layer_uses[static_cast<size_t>(l)];
-      const int32_t slot = cache_->access(l, e, tick_);
-      if (slot >= 0 && cache_->state(slot) == SlotState::ready) {
-        ++st_.hits;
-        ++st_.layer_hits[static_cast<size_t>(l)];
-        prefetcher_->note_use(slot);
-        if (counters_) counters_->hit(l);
-        continue;
-      }
-      ++st_.misses;
-      ++st_.mapped;
-      st_.mapped_bytes += shapes_[static_cast<size_t>(l)].expert_bytes();
-      if (counters_) counters_->miss(l);
-      if (slot < 0 && o_.admit) admit.emplace_back(l, e);
+  int32_t last_layer = -1;
+  tables_->read_log(observers_, [&](int32_t l, int32_t e) {
+    if (e < 0 || e >= E) fail(ErrorKind::internal, "offload: routing log layer {}: expert id {} outside [0, {})", l, e, E);
+    if (l != last_layer) ++st_.steps;
+    last_layer = l;
+    ++st_.uses;
+    ++st_.layer_uses[static_cast<size_t>(l)];
+    const int32_t slot = cache_->access(l, e, tick_);
+    if (slot >= 0 && cache_->state(slot) == SlotState::ready) {
+      ++st_.hits;
+      ++st_.layer_hits[static_cast<size_t>(l)];
+      prefetcher_->note_use(slot);
+      if (counters_) counters_->hit(l);
+      return;
     }
-  }
+    ++st_.misses;
+    ++st_.mapped;
+    st_.mapped_bytes += shapes_[static_cast<size_t>(l)].expert_bytes();
+    if (counters_) counters_->miss(l);
+    if (slot < 0 && o_.admit) admit.emplace_back(l, e);
+  });
   for (const auto& [l, e] : admit) prefetcher_->admit(l, e, tick_);
-}
-
-void OffloadExecutor::sync_tables() {
-  // The pinned mirror is rewritten below: its last copy must have run (it normally has).
-  if (tables_pending_) {
-    tables_copied_->synchronize();
-    tables_pending_ = false;
-  }
-  // Nothing to rewrite while the cache's content is what the tables were last synced with.
-  if (tables_version_ == cache_->version()) {
-    tables_synced_ = true;
-    return;
-  }
-  tables_version_ = cache_->version();
-  const auto E = static_cast<size_t>(o_.plan.in.n_expert);
-  tables_want_ = tables_mapped_;
-  for (int32_t s = 0; s < cache_->n_slots(); ++s)
-    if (cache_->state(s) == SlotState::ready) {
-      const int32_t l = cache_->layer_of(s);
-      tables_want_[static_cast<size_t>(l) * E + static_cast<size_t>(cache_->expert_of(s))] = slot_ptrs(s, l);
-    }
-  auto* host = static_cast<ExpertPtrs3*>(tables_host_.data());
-  // Changed layers, runs of consecutive ones copied at once. Slots a refill is about to overwrite
-  // are no longer ready, so their entries point at host memory again before any later kernel; the
-  // refill itself waits for compute_done_ (after_step), i.e. for every kernel queued before this.
-  const size_t L = layers_.size();
-  size_t run_begin = L;
-  const auto flush = [&](size_t end) {
-    if (run_begin == L) return;
-    compute_->copy_h2d(static_cast<ExpertPtrs3*>(tables_dev_.data()) + run_begin * E, host + run_begin * E,
-                       (end - run_begin) * E * sizeof(ExpertPtrs3));
-    tables_pending_ = true;
-    run_begin = L;
-  };
-  for (size_t l = 0; l < L; ++l) {
-    size_t changed = 0;
-    for (size_t e = l * E; e < (l + 1) * E; ++e)
-      if (host[e] != tables_want_[e]) {
-        host[e] = tables_want_[e];
-        ++changed;
-      }
-    st_.table_updates += changed;
-    if (changed && run_begin == L) run_begin = l;
-    if (!changed) flush(l);
-  }
-  flush(L);
-  if (tables_pending_) compute_->record(*tables_copied_);
-  tables_synced_ = true;
 }
 
 }  // namespace ferry

@@ -21,7 +21,7 @@
 //    their weighted sum is uploaded and added on the compute stream. Nothing waits for the step's
 //    kernels: a slot that queued kernels read is only refilled by a copy that waits for the compute
 //    stream's last recorded event. On cuda the request comes through the host bridge
-//    (runtime/backend/cuda_moe_bridge.hpp): host routing and x, device x (MoeRequest::device) and
+//    (runtime/backend/cuda_moe_bridge.hpp): host routing and x, device x (MoeStep::device) and
 //    device out. Numerics: the slot part follows the device kernels, the CPU part MoeCpuExecutor,
 //    added in another order — within the CPU-vs-GPU bound, not bit-identical.
 #include <array>
@@ -33,11 +33,12 @@
 #include <vector>
 
 #include "offload/cost_model.hpp"
-#include "offload/cpu_experts.hpp"
+#include "offload/moe/cpu_experts.hpp"
 #include "offload/device_experts.hpp"
 #include "offload/expert_cache.hpp"
 #include "offload/host_store.hpp"
-#include "offload/moe.hpp"
+#include "offload/moe/step.hpp"
+#include "offload/table_decode.hpp"
 #include "offload/placement.hpp"
 #include "offload/placement_profile.hpp"
 #include "offload/prefetcher.hpp"
@@ -67,7 +68,6 @@ struct OffloadOptions {
   // Decode misses computed on the CPU are copied into a slot in the background (Prefetcher::admit).
   bool admit = true;
   ExpertPredictor* predictor = nullptr;  // not owned; may be null
-  ExpertProfile* record = nullptr;       // not owned; counts every step's routing when set
   // Charge the plan's dense/KV/state/workspace to the device as reservations, so the pool's
   // accounting covers the whole budget (sim: the forward's own buffers live elsewhere).
   bool reserve_fixed = true;
@@ -91,11 +91,14 @@ struct OffloadOptions {
   // behind) and rewrites the table entries that changed; the plan leaves decode_table_bytes.
   // Prefill steps keep the host-routed device flow. No CPU experts and no predictor prefetch in
   // decode (both need the routing on the host). Needs a host store the device can map (uring).
+  // Observers get the routing from the log, one step late (table_decode.hpp).
   bool decode_table = false;
 };
 
 // Device memory of the decode tables (n_layer · n_expert pointer triples) and the routing log.
-uint64_t decode_table_bytes(int32_t n_layer, int32_t n_expert, int32_t top_k);
+inline uint64_t decode_table_bytes(int32_t n_layer, int32_t n_expert, int32_t top_k) {
+  return TableDecoder::device_bytes(n_layer, n_expert, top_k);
+}
 
 // Device memory the device flow's step buffers take for steps of up to max_batch tokens: the
 // uploaded table / weights / local ids / streamed experts' (token, slot) pairs, the CPU experts' sum,
@@ -150,25 +153,24 @@ class OffloadExecutor final : public MoeExecutor {
   OffloadExecutor(Device& device, std::unique_ptr<Stream> compute, std::unique_ptr<DeviceExpertKernels> kernels,
                   std::vector<MoeLayerWeights> layers, OffloadOptions options);
   ~OffloadExecutor() override;
-  void run(const MoeRequest& req) override;
-  // decode_table: one-token steps take the forward's device routing and can be recorded.
+  void run(const MoeStep& step) override;
+  // decode_table: one-token steps run from the device tables on the forward's device routing and
+  // can be recorded.
   bool capturable() const override { return o_.decode_table; }
-  bool device_routing(int32_t n_tokens) const override { return o_.decode_table && n_tokens == 1; }
-  void before_step(int64_t n_tokens) override;
-  void after_step(int64_t n_tokens) override;
+  void begin_step(int64_t n_tokens) override;
+  void end_step(int64_t n_tokens) override;
 
   // Counts the last table step's routing, waits for every copy in flight (prefetches included)
   // and settles their slots.
-  void drain();
+  void drain() override;
   OffloadStats stats() const;
   void reset_stats();
   Device& device() { return *device_; }
   bool device_flow() const { return compute_ != nullptr; }
   const ExpertCache& cache() const { return *cache_; }
   const Plan& plan() const { return o_.plan; }
-  void set_predictor(ExpertPredictor* p) { o_.predictor = p; }
-  // J's per-layer counters (--stats): hits, misses, CPU experts, prefetches, H2D bytes, copy
-  // waits, device memory in use. May be null.
+  // The --stats table's per-layer counters: hits, misses, CPU experts, prefetches, H2D bytes,
+  // copy waits, device memory in use. May be null.
   void set_counters(StatsCounters* c);
 
  private:
@@ -196,16 +198,21 @@ class OffloadExecutor final : public MoeExecutor {
   // records staging_done_[b].
   void stage(int32_t layer, const Resolved& r, size_t b);
   void init();
-  void run_decode(const MoeRequest& req, std::vector<Resolved>& r);
-  void run_prefill(const MoeRequest& req, std::vector<Resolved>& used);
+  // A step whose routing is on the host (req: host copies; x_dev: x in device memory).
+  void run_host_routed(const MoeStep& req, const float* x_dev);
+  void run_decode(const MoeStep& req, std::vector<Resolved>& r);
+  void run_prefill(const MoeStep& req, std::vector<Resolved>& used);
   // The device flow's step; `used`: one Resolved per distinct expert of the step.
-  void run_device(const MoeRequest& req, const std::vector<Resolved>& used);
-  void cpu_part(const MoeRequest& req, const std::vector<Resolved>& cpu, float* partial);
-  void predict_and_prefetch(const MoeRequest& req);
-  // decode_table (OffloadOptions::decode_table).
-  void run_table(const MoeRequest& req);
-  void read_routing_log();  // the last table step's routing: counters, recency, admissions
-  void sync_tables();       // table entries at ready slots, the rest at the mapped host store
+  // x_dev: the step's x in device memory (req.x: its host copy).
+  void run_device(const MoeStep& req, const float* x_dev, const std::vector<Resolved>& used);
+  // The step with x and the routing in host memory: on cuda copied from the device (one
+  // synchronisation; routing_ready_ns_ is when it arrived), on sim the step itself.
+  MoeStep host_routing(const MoeStep& s);
+  void cpu_part(const MoeStep& req, const std::vector<Resolved>& cpu, float* partial);
+  void predict_and_prefetch(const MoeStep& req);
+  // decode_table (OffloadOptions::decode_table): the last table step's routing — counters,
+  // recency, admissions, observers.
+  void read_routing_log();
 
   OffloadOptions o_;
   std::unique_ptr<Device> owned_device_;
@@ -214,8 +221,7 @@ class OffloadExecutor final : public MoeExecutor {
   std::vector<ExpertShape> shapes_;      // (n_layer)
   std::unique_ptr<HostStore> store_;
   std::vector<DeviceBuffer> reserved_;  // dense/KV/state/workspace reservations
-  DeviceBuffer slots_, staging_, table_;
-  std::vector<ExpertPtrs3> table_host_;  // (n_slots) mirror of the device slot table
+  DeviceBuffer slots_, staging_;
   std::unique_ptr<ExpertCache> cache_;
   std::unique_ptr<Prefetcher> prefetcher_;
   std::unique_ptr<Stream> demand_;  // copy-now and prefill streaming
@@ -223,7 +229,6 @@ class OffloadExecutor final : public MoeExecutor {
   std::array<std::unique_ptr<Event>, 2> staging_done_;
   CostModel cost_;
   uint64_t tick_ = 0;
-  int32_t last_layer_ = -1;
   std::vector<float> y_;  // (n_tokens, top_k, n_embd) per-slot expert outputs
   std::vector<PredictedExpert> predicted_;
   OffloadStats st_;
@@ -252,14 +257,9 @@ class OffloadExecutor final : public MoeExecutor {
   double time_expert_kernels(const std::vector<ExpertPtrs3>& entries);
   DeviceBuffer step_dev_, partial_dev_;
 
-  // decode_table: the tables (device, and pinned as last queued), the step's routing log.
-  DeviceBuffer tables_dev_, log_dev_;
-  HostBuffer tables_host_, log_host_;
-  std::vector<ExpertPtrs3> tables_mapped_, tables_want_;  // (n_layer · n_expert)
-  std::unique_ptr<Event> tables_copied_, log_ready_;
-  bool tables_pending_ = false, log_pending_ = false, tables_synced_ = false, warned_host_decode_ = false;
-  uint64_t tables_version_ = 0;  // ExpertCache::version() the tables were last synced with
-  std::vector<uint8_t> logged_;  // (n_layer) layers the step being built logged
+  std::unique_ptr<TableDecoder> tables_;  // decode_table
+  HostBuffer routing_host_;               // cuda: the host copy of a step's x, ids and weights
+  int64_t routing_ready_ns_ = 0;          // steady_clock ns when that copy arrived
 };
 
 }  // namespace ferry

@@ -174,11 +174,6 @@ void RouterPredictor::predict(int32_t layer, const float* x, int32_t n_tokens, c
   }
 }
 
-void PredictorTap::run(const MoeRequest& req) {
-  out_.clear();
-  p_.predict(req.layer, req.x, req.n_tokens, req.expert_ids, req.top_k, out_);
-  inner_->run(req);
-}
 
 std::string prediction_table(const PredictionQuality& q) {
   const auto cell = [](const PredictionCount& c) {

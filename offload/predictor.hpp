@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "offload/moe.hpp"
+#include "offload/moe/step.hpp"
 #include "offload/prefetcher.hpp"
 #include "runtime/backend/ops.hpp"
 
@@ -91,18 +91,6 @@ class RouterPredictor final : public ExpertPredictor {
   std::vector<std::vector<float>> freq_;              // [layer] (n_expert) decayed counts
   PredictionQuality q_;
   std::vector<float> logits_;                         // (n_tokens, n_expert) scratch
-};
-
-// Runs a predictor on every MoE step (for --stats when no offload executor drives one), then the
-// wrapped executor. The predictions are only measured, not acted on.
-class PredictorTap final : public MoeWrapper {
- public:
-  PredictorTap(std::unique_ptr<MoeExecutor> inner, ExpertPredictor& p) : MoeWrapper(std::move(inner)), p_(p) {}
-  void run(const MoeRequest& req) override;
-
- private:
-  ExpertPredictor& p_;
-  std::vector<PredictedExpert> out_;
 };
 
 }  // namespace ferry

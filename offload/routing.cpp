@@ -47,7 +47,7 @@ void routing_softmax(const float* logits, int32_t n, float* probs) {
 }
 
 RoutingExecutor::RoutingExecutor(std::unique_ptr<MoeExecutor> inner, RoutingOptions o)
-    : MoeWrapper(std::move(inner)), o_(std::move(o)) {
+    : inner_(std::move(inner)), o_(std::move(o)) {
   if (!inner_) fail(ErrorKind::internal, "RoutingExecutor needs an executor to wrap");
   if (o_.n_layer < 1 || o_.n_expert < 1 || o_.top_k < 1 || o_.top_k > o_.n_expert)
     fail(ErrorKind::invalid_arg, "routing: bad model shape (n_layer {}, n_expert {}, top_k {})", o_.n_layer,
@@ -78,47 +78,32 @@ RoutingExecutor::RoutingExecutor(std::unique_ptr<MoeExecutor> inner, RoutingOpti
   }
   if (!o_.routers.empty() && o_.routers.size() != L)
     fail(ErrorKind::internal, "routing: {} router matrices for {} layers", o_.routers.size(), L);
-  if (!o_.record_path.empty())
-    writer_ = std::make_unique<RoutingTraceWriter>(o_.record_path,
-                                                   RoutingTraceHeader{o_.n_layer, o_.n_expert, o_.top_k});
+  if (o_.spec.mode == RoutingMode::model) fail(ErrorKind::internal, "routing: an override of mode model");
   chosen_.resize(L);
-  // Allocated now: a recorded step cannot allocate.
-  if (o_.device_ops) ids_dev_ = o_.device_ops->alloc(static_cast<size_t>(o_.top_k) * sizeof(int32_t));
 }
 
-void RoutingExecutor::before_step(int64_t n_tokens) {
+void RoutingExecutor::begin_step(int64_t n_tokens) {
   {
     std::lock_guard lock(mu_);
     ++step_;
+    // Grown here, eagerly: a recorded step cannot allocate.
+    const size_t bytes = static_cast<size_t>(std::max<int64_t>(n_tokens, 1)) * static_cast<size_t>(o_.top_k) * 4;
+    if (o_.device_ops && bytes > ids_dev_.bytes()) {
+      o_.device_ops->sync();  // queued copies may still read the old buffer
+      ids_dev_ = DeviceBuffer();
+      ids_dev_ = o_.device_ops->alloc(bytes);
+    }
   }
-  inner_->before_step(n_tokens);
-}
-
-bool RoutingExecutor::device_routing(int32_t n_tokens) const {
-  return o_.device_ops && !writer_ && o_.spec.mode != RoutingMode::model && n_tokens == 1 &&
-         inner_->device_routing(n_tokens);
+  inner_->begin_step(n_tokens);
 }
 
 RoutingExecutor::~RoutingExecutor() = default;
 
-void RoutingExecutor::finish() {
-  std::lock_guard lock(mu_);
-  if (writer_) {
-    writer_->finish();
-    log::info("routing: recorded {} MoE steps to {}", writer_->records(), writer_->path());
-  }
-}
-
-void RoutingExecutor::run(const MoeRequest& req) {
+void RoutingExecutor::run(const MoeStep& req) {
   std::lock_guard lock(mu_);
   if (req.layer < 0 || req.layer >= o_.n_layer || req.top_k != o_.top_k)
     fail(ErrorKind::internal, "routing: request for layer {} top-{} (model: {} layers, top-{})", req.layer,
          req.top_k, o_.n_layer, o_.top_k);
-  if (o_.spec.mode == RoutingMode::model) {
-    if (writer_) writer_->append(req.layer, req.n_tokens, req.expert_ids, req.expert_weights);
-    inner_->run(req);
-    return;
-  }
   // A forward step may run twice (recorded, then eagerly when the recording failed): the second
   // run of a step's layer gets the ids of the first, so the generators advance once per step.
   auto& again = chosen_[static_cast<size_t>(req.layer)];
@@ -128,24 +113,25 @@ void RoutingExecutor::run(const MoeRequest& req) {
     choose(req);
     again = {step_, ids_};
   }
-  if (!req.device && device_routing(req.n_tokens)) {
-    // Device routing (one token): the override's ids replace the router's in device memory; its
-    // weights stay, in rank order, as without router matrices.
-    o_.device_ops->to_device(ids_dev_.data(), ids_.data(), ids_.size() * sizeof(int32_t));
-    MoeRequest r = req;
+  MoeStep r = req;
+  if (o_.device_ops) {
+    // Device routing: the override's ids replace the router's in device memory; its weights stay,
+    // in rank order, as without router matrices.
+    const size_t bytes = ids_.size() * sizeof(int32_t);
+    if (bytes > ids_dev_.bytes())
+      fail(ErrorKind::internal, "routing: a step of {} tokens without begin_step", req.n_tokens);
+    o_.device_ops->to_device(ids_dev_.data(), ids_.data(), bytes);
     r.expert_ids = static_cast<const int32_t*>(ids_dev_.data());
     inner_->run(r);
     return;
   }
   weights_from_router(req);
-  if (writer_) writer_->append(req.layer, req.n_tokens, ids_.data(), weights_.data());
-  MoeRequest r = req;
   r.expert_ids = ids_.data();
   r.expert_weights = weights_.data();
   inner_->run(r);
 }
 
-void RoutingExecutor::choose(const MoeRequest& req) {
+void RoutingExecutor::choose(const MoeStep& req) {
   const size_t k = static_cast<size_t>(req.top_k), n = static_cast<size_t>(req.n_tokens);
   const size_t l = static_cast<size_t>(req.layer);
   ids_.resize(n * k);
@@ -179,7 +165,7 @@ void RoutingExecutor::choose(const MoeRequest& req) {
   }
 }
 
-void RoutingExecutor::weights_from_router(const MoeRequest& req) {
+void RoutingExecutor::weights_from_router(const MoeStep& req) {
   const size_t k = static_cast<size_t>(req.top_k), n = static_cast<size_t>(req.n_tokens);
   weights_.resize(n * k);
   const WeightView* router = o_.routers.empty() ? nullptr : &o_.routers[static_cast<size_t>(req.layer)];

@@ -1,7 +1,8 @@
 #pragma once
 // Routing overrides for benchmarks: replace the router's top-k choice in every MoE step by a
 // synthetic or recorded one, without changing the model or the executor (RoutingExecutor wraps any
-// MoeExecutor and rewrites the ids/weights of each request). See docs/routing.md.
+// MoeExecutor and rewrites the ids/weights of each step; it is the one decorator of an executor —
+// recording and statistics are observers). See docs/routing.md.
 //
 //   model        the model's own choice (pass-through; with --record-routing it is recorded)
 //   uniform      k distinct experts drawn uniformly per token and layer (seeded)
@@ -11,9 +12,9 @@
 // Weights of a replaced choice: the model's softmax probabilities of the chosen ids, renormalised
 // to sum 1 (as llama.cpp's routing does for its own top-k), computed from the request's x with the
 // layer's router matrix. Without router matrices (or for a request whose layer has none) the
-// model's own top-k weights are reassigned in rank order to the new ids instead — as for a request
-// with device routing (RoutingOptions::device_ops): the offload engine's decode from device tables
-// never brings x to the host, so the new ids are uploaded and the router's weights stay as they are.
+// model's own top-k weights are reassigned in rank order to the new ids instead — as on a GPU
+// backend (RoutingOptions::device_ops), whose steps carry device routing: x is never brought to
+// the host for this, the new ids are uploaded and the router's weights stay as they are.
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -22,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "offload/moe.hpp"
+#include "offload/moe/step.hpp"
 #include "offload/routing_trace.hpp"
 #include "runtime/backend/ops.hpp"
 
@@ -92,33 +93,34 @@ class LocalityRouting {
 void routing_softmax(const float* logits, int32_t n, float* probs);
 
 struct RoutingOptions {
-  RoutingSpec spec;
-  std::string record_path;   // --record-routing FILE ("" = off)
+  RoutingSpec spec;  // not model: that needs no override
   // Router matrices per MoE layer: (n_expert, n_embd), host memory; may be empty.
   std::vector<WeightView> routers;
   int32_t n_layer = 0, n_expert = 0, top_k = 0;
-  // cuda: requests the wrapped executor takes with device routing (MoeExecutor::device_routing)
-  // get the override's ids uploaded through these ops (recorded into a step graph like the
-  // forward's own inputs); the router's device weights go with them in rank order. Null: every
-  // request has host routing. Recording (--record-routing) needs host routing.
+  // A GPU backend: its steps carry device routing; the override's ids are uploaded through these
+  // ops (recorded into a step graph like the forward's own inputs) and the router's device weights
+  // go with them in rank order. Null: host routing (the CPU backend, the sim device).
   Ops* device_ops = nullptr;
 };
 
-class RoutingExecutor final : public MoeWrapper {
+class RoutingExecutor final : public MoeExecutor {
  public:
   // ErrorKind::invalid_arg when a trace's shape (layers, experts, top_k) disagrees with the model's.
   RoutingExecutor(std::unique_ptr<MoeExecutor> inner, RoutingOptions o);
   ~RoutingExecutor() override;
-  void run(const MoeRequest& req) override;
-  bool device_routing(int32_t n_tokens) const override;
-  void before_step(int64_t n_tokens) override;
-  bool capturable() const override { return device_routing(1) && inner_->capturable(); }
-  // Renames the recorded trace into place (ErrorKind::io on failure); call once at the end of a run.
-  void finish();
+  void run(const MoeStep& step) override;
+  bool capturable() const override { return o_.device_ops && inner_->capturable(); }
+  void begin_step(int64_t n_tokens) override;
+  void end_step(int64_t n_tokens) override { inner_->end_step(n_tokens); }
+  void drain() override { inner_->drain(); }
+  // The executor behind reports the routing it computed (the override's).
+  void set_observers(const ObserverSet* o) override { inner_->set_observers(o); }
+  MoeExecutor& inner() { return *inner_; }
 
  private:
-  void choose(const MoeRequest& req);
-  void weights_from_router(const MoeRequest& req);
+  void choose(const MoeStep& req);
+  void weights_from_router(const MoeStep& req);
+  std::unique_ptr<MoeExecutor> inner_;
   RoutingOptions o_;
   std::mutex mu_;  // requests are sequential per model; the lock makes concurrent misuse safe
   std::vector<RoutingRng> uniform_rng_;                  // [layer]
@@ -126,12 +128,11 @@ class RoutingExecutor final : public MoeWrapper {
   std::optional<RoutingTrace> trace_;
   std::vector<int64_t> trace_pos_;                       // [layer] next token to replay
   bool warned_wrap_ = false;
-  std::unique_ptr<RoutingTraceWriter> writer_;
   std::vector<int32_t> ids_;    // (n_tokens, top_k)
   std::vector<float> weights_;  // (n_tokens, top_k)
   std::vector<float> probs_;    // (n_tokens, n_expert)
-  DeviceBuffer ids_dev_;        // device routing: the override's ids, (top_k)
-  // Per layer, the ids chosen in forward step `step` (before_step counts them; 0: not counted).
+  DeviceBuffer ids_dev_;        // device routing: the override's ids, (n_tokens, top_k)
+  // Per layer, the ids chosen in forward step `step` (begin_step counts them; 0: not counted).
   struct Chosen {
     uint64_t step = 0;
     std::vector<int32_t> ids;

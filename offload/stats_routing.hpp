@@ -6,12 +6,9 @@
 //   top-half       share of all selections that fall on the more-used half of the experts
 // Fed token by token (prefill batches row by row); not thread-safe (one model, one step at a time).
 #include <cstdint>
-#include <functional>
-#include <memory>
 #include <string>
 #include <vector>
 
-#include "offload/moe.hpp"
 
 namespace ferry {
 
@@ -39,20 +36,6 @@ class RoutingLocalityStats {
   Layer summarize(const Acc& a) const;
   int32_t n_expert_, window_;
   std::vector<Acc> acc_;  // (n_layer)
-};
-
-// Calls `before` with every request, then the wrapped executor.
-class RequestTap final : public MoeWrapper {
- public:
-  using Fn = std::function<void(const MoeRequest&)>;
-  RequestTap(std::unique_ptr<MoeExecutor> inner, Fn before) : MoeWrapper(std::move(inner)), before_(std::move(before)) {}
-  void run(const MoeRequest& req) override {
-    before_(req);
-    inner_->run(req);
-  }
-
- private:
-  Fn before_;
 };
 
 }  // namespace ferry

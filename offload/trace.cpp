@@ -182,10 +182,6 @@ Tracer::Span::~Span() {
   }
 }
 
-void TracingExecutor::run(const MoeRequest& req) {
-  Tracer::Span s(&t_, "moe", "moe", {{"layer", req.layer}, {"tokens", req.n_tokens}});
-  inner_->run(req);
-}
 
 TraceOpHook trace_debug_hook(Tracer& t, TraceOpHook next) {
   struct State {

@@ -23,7 +23,6 @@
 #include <string_view>
 #include <vector>
 
-#include "offload/moe.hpp"
 
 namespace ferry {
 
@@ -101,15 +100,6 @@ class Tracer {
   std::vector<std::pair<int32_t, std::string>> tracks_;
 };
 
-// Wraps an executor: one "moe" span per MoE step (args: layer, tokens).
-class TracingExecutor final : public MoeWrapper {
- public:
-  TracingExecutor(std::unique_ptr<MoeExecutor> inner, Tracer& t) : MoeWrapper(std::move(inner)), t_(t) {}
-  void run(const MoeRequest& req) override;
-
- private:
-  Tracer& t_;
-};
 
 // A model DebugHook that turns the forward's named intermediates into "op" spans: each span runs
 // from the previous intermediate to this one and carries its name and layer (on the CPU backend

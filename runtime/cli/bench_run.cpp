@@ -72,6 +72,37 @@ bool beyond_layers(const std::string& name, int32_t n_layer) {
 
 }  // namespace
 
+// Counts the distinct experts of every step, and the steps and tokens, from the routing the
+// executor reports (under the routing override: the ids actually computed).
+class WeightTrafficObserver final : public MoeObserver {
+ public:
+  WeightTrafficObserver(const std::vector<uint64_t>& expert_bytes, int32_t n_expert)
+      : expert_bytes_(expert_bytes), seen_(static_cast<size_t>(n_expert)) {}
+  void on_routing(const RoutingView& r) override {
+    std::fill(seen_.begin(), seen_.end(), 0);
+    uint64_t distinct = 0;
+    const int64_t n = static_cast<int64_t>(r.n_tokens) * r.top_k;
+    for (int64_t i = 0; i < n; ++i) {
+      const auto id = static_cast<size_t>(r.ids[i]);
+      if (id < seen_.size() && !seen_[id]) {
+        seen_[id] = 1;
+        ++distinct;
+      }
+    }
+    if (r.layer == 0) {
+      ++counts.steps;
+      counts.tokens += static_cast<uint64_t>(r.n_tokens);
+    }
+    if (static_cast<size_t>(r.layer) < expert_bytes_.size())
+      counts.expert_bytes += distinct * expert_bytes_[static_cast<size_t>(r.layer)];
+  }
+  WeightTraffic counts;
+
+ private:
+  const std::vector<uint64_t>& expert_bytes_;
+  std::vector<uint8_t> seen_;
+};
+
 BenchModel::BenchModel(const BenchLoadSpec& s) : spec_(s) {
   ObserveArgs oa = s.observe;
   oa.routing = s.routing;
@@ -82,47 +113,14 @@ BenchModel::BenchModel(const BenchLoadSpec& s) : spec_(s) {
   const bool cuda = s.device == "cuda";
   // cuda without a budget: every weight resident on the GPU, the engine's own resident executor.
   const bool offloading = s.device == "sim" || (cuda && !s.vram.empty());
-  if (!offloading) offa.device = "cpu";
-  offload_ = std::make_unique<Offload>(offa, s.plan_ctx, s.plan_type_k, s.plan_type_v, s.n_batch);
-
-  MoeExecutorWrap observe = obs_->wrap();
-  MoeExecutorWrap tap;
-  if (!cuda) {
-    // Innermost, under the routing override: it sees the expert ids actually computed.
-    traffic_ = std::make_shared<WeightTraffic>();
-    tap = [traffic = traffic_, this, observe](std::unique_ptr<MoeExecutor> inner,
-                                             const gguf::File& f, Ops& ops) -> std::unique_ptr<MoeExecutor> {
-      const ModelConfig c = read_config(f);
-      auto seen = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(c.n_expert));
-      auto e = std::make_unique<RequestTap>(std::move(inner), [traffic, seen, this](const MoeRequest& r) {
-        std::fill(seen->begin(), seen->end(), 0);
-        uint64_t distinct = 0;
-        const int64_t n = static_cast<int64_t>(r.n_tokens) * r.top_k;
-        for (int64_t i = 0; i < n; ++i) {
-          const auto id = static_cast<size_t>(r.expert_ids[i]);
-          if (id < seen->size() && !(*seen)[id]) {
-            (*seen)[id] = 1;
-            ++distinct;
-          }
-        }
-        if (r.layer == 0) {
-          ++traffic->steps;
-          traffic->tokens += static_cast<uint64_t>(r.n_tokens);
-        }
-        if (static_cast<size_t>(r.layer) < expert_bytes_.size())
-          traffic->expert_bytes += distinct * expert_bytes_[static_cast<size_t>(r.layer)];
-      });
-      std::unique_ptr<MoeExecutor> out = std::move(e);
-      return observe ? observe(std::move(out), f, ops) : std::move(out);
-    };
-  } else {
-    tap = observe;
-  }
+  if (!offloading) offa.device = cuda ? "cuda" : "cpu";
+  int32_t n_expert = 0;
 
   // The weight sizes come from the GGUF before the executors are built (the tap reads them).
   {
     const gguf::File f = gguf::File::open(s.model);
     const ModelConfig c = read_config(f);
+    n_expert = c.n_expert;
     for (int32_t l = 0; l < c.n_layer; ++l) {
       uint64_t b = 0;
       for (const char* m : {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"}) b += f.tensor(layer_tensor(l, m)).nb[2];
@@ -143,8 +141,18 @@ BenchModel::BenchModel(const BenchLoadSpec& s) : spec_(s) {
                               ftype_name(f.get_u32_opt("general.file_type")));
   }
   cpu_info_ = cpu_model_name();
-  model_ = load_model_verbose(s.model, /*allow_default=*/false, offload_->wrap(tap),
-                              backend_options(s.device == "cuda" ? "cuda" : "cpu", s.vram, offloading));
+  SessionOptions so;
+  so.n_ctx = s.plan_ctx;
+  so.type_k = s.plan_type_k;
+  so.type_v = s.plan_type_v;
+  so.n_batch = s.n_batch;
+  MoeOptions mo = moe_options(offa, *obs_, so);
+  if (!cuda) {
+    tap_ = std::make_unique<WeightTrafficObserver>(expert_bytes_, n_expert);
+    traffic_ = &tap_->counts;
+    mo.observers.push_back(tap_.get());
+  }
+  model_ = load_model_verbose(s.model, /*allow_default=*/false, mo, backend_options(cuda ? "cuda" : "cpu", s.vram));
 }
 
 BenchModel::~BenchModel() = default;
@@ -164,7 +172,7 @@ void BenchModel::fill_identity(BenchResult& r) const {
   r.routing = spec_.routing;
   // The decode flow of an offload executor's device flow (a budget that holds every expert on
   // cuda has none).
-  if (const OffloadExecutor* ox = offload_->executor(); ox && ox->device_flow()) r.offload_decode = spec_.offload.decode;
+  if (const OffloadExecutor* ox = model_->moe().offload(); ox && ox->device_flow()) r.offload_decode = spec_.offload.decode;
 }
 
 double BenchModel::weight_bytes(const WeightTraffic& w) const {
@@ -223,7 +231,7 @@ BenchResult BenchModel::run(const BenchTestSpec& t, std::optional<double> mem_bw
     if (t.n_gen > 0) eval_random(session, 1, 1);
   }
 
-  OffloadExecutor* ox = offload_->executor();
+  OffloadExecutor* ox = model_->moe().offload();
   WeightTraffic traffic;
   uint64_t uses = 0, hits = 0, h2d = 0, table_tokens = 0;
   double wait_ms = 0, timed_ms = 0;

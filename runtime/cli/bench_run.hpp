@@ -38,10 +38,11 @@ struct BenchTestSpec {
   bool warmup = true;
 };
 
-// Counts what the forward reads, from the MoE requests it makes (host-side executors only).
+// Counts what the forward reads, from the MoE steps' routing (an observer; host-side executors).
 struct WeightTraffic {
   uint64_t steps = 0, tokens = 0, expert_bytes = 0;
 };
+class WeightTrafficObserver;
 
 class BenchModel {
  public:
@@ -60,9 +61,9 @@ class BenchModel {
 
   BenchLoadSpec spec_;
   std::unique_ptr<Observability> obs_;
-  std::unique_ptr<Offload> offload_;
+  std::unique_ptr<WeightTrafficObserver> tap_;  // null on cuda (estimated there: no routing log)
+  const WeightTraffic* traffic_ = nullptr;      // the tap's counts
   std::unique_ptr<LoadedModel> model_;
-  std::shared_ptr<WeightTraffic> traffic_;  // null on cuda (requests hold device pointers)
   std::vector<uint64_t> expert_bytes_;      // (n_layer) bytes of one expert (gate + up + down)
   uint64_t dense_bytes_per_step_ = 0;       // non-expert weights one forward step reads
   uint64_t embd_row_bytes_ = 0;             // token_embd bytes per token (a row lookup)

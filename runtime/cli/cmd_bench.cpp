@@ -92,10 +92,8 @@ int bench_main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--sim-link", offa.sim_link, "sim device link model GBPS[:LATENCY_US]")->capture_default_str();
   app.add_option("--hw-profile", offa.hw_profile, "offload cost-model rates from a hardware profile JSON");
-  app.add_option("--sim-flow", offa.sim_flow, "sim device: exact or device (the flow cuda runs)")
-      ->check(CLI::IsMember({"exact", "device"}))->capture_default_str();
   app.add_option("--offload-decode", decodes,
-                 "offloaded cuda decode: host (routing on the host per MoE step) or table (device tables, no sync); "
+                 "offloaded decode (cuda, sim): host (routing on the host per MoE step) or table (device tables, no sync); "
                  "comma-separated sweep, e.g. host,table")
       ->capture_default_str();
   app.add_option("--host-load", offa.host_load, "offload host store fill: uring, mmap, registered (page-lock the mapping), alias")
@@ -170,7 +168,7 @@ int bench_main(int argc, char** argv) {
           continue;
         }
         // The decode flow applies to offloaded cuda loads (and sim's device flow); others run once.
-        const bool flows = (d == "cuda" && !v.empty()) || (d == "sim" && offa.sim_flow == "device");
+        const bool flows = (d == "cuda" && !v.empty()) || d == "sim";
         for (const auto& r : routing_list)
           for (size_t i = 0; i < (flows ? decode_list.size() : 1); ++i)
             loads.push_back({m, d, v, r, flows ? decode_list[i] : "host"});

@@ -42,9 +42,7 @@ int chat_main(int argc, char** argv) {
 
   ThreadLimit threads(ma.threads);
   Observability obs(oa);
-  const SessionOptions offload_so = session_options(ma);
-  Offload offload(offa, offload_so.n_ctx, offload_so.type_k, offload_so.type_v, offload_so.n_batch);
-  auto model = load_observed(ma, offload, obs);
+  auto model = load_observed(ma, offa, obs, session_options(ma));
   const Tokenizer& tok = model->tokenizer();
   Session session(*model, session_options(ma));
   Sampler sampler(sp);
@@ -108,7 +106,7 @@ int chat_main(int argc, char** argv) {
                    static_cast<long long>(session.n_past()));
     }
   }
-  offload.finish();
+  print_offload_stats(*model);
   obs.finish();
   return 0;
 }

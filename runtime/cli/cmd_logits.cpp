@@ -57,9 +57,7 @@ int logits_main(int argc, char** argv) {
   }
   const int64_t n = static_cast<int64_t>(tokens.size());
   if (!decode) so.n_batch = static_cast<int32_t>(std::max<int64_t>(n, 1));  // ONE prefill batch
-  Offload offload(offa, so.n_ctx, so.type_k, so.type_v, so.n_batch);
-  auto model = LoadedModel::load(ma.model, {}, offload.wrap(obs.wrap(), obs.tracer()),
-                                 backend_options(offload.args().device, offload.args().vram, offload.active()));
+  auto model = LoadedModel::load(ma.model, {}, moe_options(offa, obs, so), backend_options(offa.device, offa.vram));
   Session session(*model, so);
   DebugHook dump;
   if (!dump_names.empty()) {
@@ -80,7 +78,6 @@ int logits_main(int argc, char** argv) {
     model->model().set_debug_hook(dump);
   }
   obs.attach(*model, dump);  // --trace: op spans, then the dump hook
-  offload.attach(obs.counters());
   if (n > session.n_ctx())
     fail(ErrorKind::context, "{} tokens do not fit in the context of {} (-c)", n, session.n_ctx());
 
@@ -100,7 +97,7 @@ int logits_main(int argc, char** argv) {
   std::fprintf(stderr, "ferry logits: %lld tokens (%s) in %.1f ms, %d threads -> %s (%lld x %lld)\n",
                static_cast<long long>(n), decode ? "decode" : "one prefill batch", ms, threads.threads(),
                out.c_str(), static_cast<long long>(n), static_cast<long long>(V));
-  offload.finish();
+  print_offload_stats(*model);
   obs.finish();
   return 0;
 }

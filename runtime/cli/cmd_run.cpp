@@ -59,9 +59,7 @@ int run_main(int argc, char** argv) {
   const auto t_start = std::chrono::steady_clock::now();
   ThreadLimit threads(ma.threads);
   Observability obs(oa);
-  const SessionOptions offload_so = session_options(ma);
-  Offload offload(offa, offload_so.n_ctx, offload_so.type_k, offload_so.type_v, offload_so.n_batch);
-  auto model = load_observed(ma, offload, obs);
+  auto model = load_observed(ma, offa, obs, session_options(ma));
   const Tokenizer& tok = model->tokenizer();
   Session session(*model, session_options(ma));
 
@@ -129,7 +127,7 @@ int run_main(int argc, char** argv) {
   }
   const double total_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_start).count();
   std::fputs(format_timings(session.timings(), model->load_ms(), total_ms).c_str(), stderr);
-  offload.finish();
+  print_offload_stats(*model);
   obs.finish();
   return 0;
 }

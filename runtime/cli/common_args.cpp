@@ -102,16 +102,15 @@ std::string default_model_path() {
   return path.string();
 }
 
-BackendOptions backend_options(const std::string& device, const std::string& vram, bool offload) {
+BackendOptions backend_options(const std::string& device, const std::string& vram) {
   BackendOptions b;
   const DeviceKind k = parse_device_kind(device);
   b.kind = k == DeviceKind::cuda ? DeviceKind::cuda : DeviceKind::cpu;
   if (b.kind == DeviceKind::cuda && !vram.empty()) b.vram_bytes = parse_size(vram);
-  b.resident_experts = !offload;
   return b;
 }
 
-std::unique_ptr<LoadedModel> load_model_verbose(std::string path, bool allow_default, const MoeExecutorWrap& wrap,
+std::unique_ptr<LoadedModel> load_model_verbose(std::string path, bool allow_default, const MoeOptions& moe,
                                                 const BackendOptions& backend) {
   if (path.empty()) {
     if (!allow_default) fail(ErrorKind::invalid_arg, "no model given (-m FILE)");
@@ -127,7 +126,7 @@ std::unique_ptr<LoadedModel> load_model_verbose(std::string path, bool allow_def
                  pct == 100 ? "\n" : "");
     std::fflush(stderr);
   };
-  auto m = LoadedModel::load(path, progress, wrap, backend);
+  auto m = LoadedModel::load(path, progress, moe, backend);
   const ModelConfig& c = m->config();
   std::fprintf(stderr,
                "ferry: %s: %d layers, n_embd %d, %d heads (%d kv), %d experts (top %d), vocab %d, "

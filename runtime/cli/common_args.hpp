@@ -37,16 +37,14 @@ GgmlType parse_cache_type(const std::string& s, const char* flag);
 
 // Loads with a progress line on stderr. An empty path (when allow_default) means the built-in
 // synthetic model: made once in the cache directory ($XDG_CACHE_HOME/ferry or ~/.cache/ferry).
-// wrap: decorates the MoE executor (observe_args.hpp), may be empty.
-std::unique_ptr<LoadedModel> load_model_verbose(std::string path, bool allow_default,
-                                                const MoeExecutorWrap& wrap = {},
+// moe: how the MoE steps run (the engine builds the executor and its observers from it).
+std::unique_ptr<LoadedModel> load_model_verbose(std::string path, bool allow_default, const MoeOptions& moe = {},
                                                 const BackendOptions& backend = {});
 
 // --device / --vram as the engine's backend: "cuda" (or "auto" when a GPU exists) → the forward on
 // CUDA under the budget (empty vram: free memory minus a margin); "cpu" and "sim" → the dense ops
-// on the CPU (sim: the offload wrap brings the sim device). offload: a wrap will replace the
-// experts' executor, so they are not uploaded by the engine. ErrorKind::invalid_arg on junk.
-BackendOptions backend_options(const std::string& device, const std::string& vram, bool offload);
+// on the CPU (sim: the offload engine brings the sim device). ErrorKind::invalid_arg on junk.
+BackendOptions backend_options(const std::string& device, const std::string& vram);
 std::string default_model_path();  // creates it when missing
 
 // "1,2,3" → ids; ErrorKind::invalid_arg on junk.

@@ -2,11 +2,11 @@
 
 namespace ferry::cli {
 
-std::unique_ptr<LoadedModel> load_observed(const ModelArgs& ma, Offload& offload, Observability& obs) {
-  auto model = load_model_verbose(ma.model, /*allow_default=*/true, offload.wrap(obs.wrap(), obs.tracer()),
-                                  backend_options(offload.args().device, offload.args().vram, offload.active()));
-  obs.attach(*model);
-  offload.attach(obs.counters());
+std::unique_ptr<LoadedModel> load_observed(const ModelArgs& ma, const OffloadArgs& offload, Observability& obs,
+                                           const SessionOptions& session, DebugHook dump) {
+  auto model = load_model_verbose(ma.model, /*allow_default=*/true, moe_options(offload, obs, session),
+                                  backend_options(offload.device, offload.vram));
+  obs.attach(*model, std::move(dump));
   return model;
 }
 

@@ -1,6 +1,7 @@
 #pragma once
-// The model load that run and chat share: the engine backend from --device/--vram, the offload
-// executor (when active) wrapped by the observability chain, then --stats/--trace attached.
+// The model load that run, chat and logits share: the backend from --device/--vram, the MoE
+// options from the offload and observability flags (the engine builds the executor and its
+// observers), then --trace's op hook attached.
 #include <memory>
 
 #include "runtime/cli/common_args.hpp"
@@ -9,6 +10,7 @@
 
 namespace ferry::cli {
 
-std::unique_ptr<LoadedModel> load_observed(const ModelArgs& ma, Offload& offload, Observability& obs);
+std::unique_ptr<LoadedModel> load_observed(const ModelArgs& ma, const OffloadArgs& offload, Observability& obs,
+                                           const SessionOptions& session, DebugHook dump = {});
 
 }  // namespace ferry::cli

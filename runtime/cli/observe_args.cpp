@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 
 #include "runtime/core/error.hpp"
+#include "offload/predictor.hpp"
+#include "offload/routing.hpp"
 #include "runtime/model/config.hpp"
 
 namespace ferry::cli {
@@ -17,73 +19,36 @@ void add_observe_args(CLI::App& app, ObserveArgs& a) {
       ->capture_default_str();
   app.add_option("--routing-seed", a.routing_seed, "seed of --routing uniform|locality")->capture_default_str();
   app.add_option("--record-routing", a.record_routing, "write the routing of this run to FILE (FRRT format)");
-  app.add_flag("--stats", a.stats, "print routing locality, prediction precision/recall and offload counters at the end");
-  app.add_option("--predict-depth", a.predict_depth, "layers ahead the --stats predictor looks (router of L+1..L+d)")
-      ->capture_default_str();
+  app.add_flag("--stats", a.stats,
+               "print routing locality, prediction precision/recall (depth: --prefetch, or 2) and offload counters at the end");
   app.add_option("--trace", a.trace, "write a Chrome/Perfetto trace (JSON) of ops, MoE steps and (offload) expert copies, waits and expert compute to FILE");
 }
 
-Observability::Observability(ObserveArgs a) : a_(std::move(a)), spec_(parse_routing_spec(a_.routing, a_.routing_seed)) {
-  if (a_.predict_depth < 1 || a_.predict_depth > 16)
-    fail(ErrorKind::invalid_arg, "--predict-depth {}: expected 1..16", a_.predict_depth);
+Observability::Observability(ObserveArgs a) : a_(std::move(a)) {
+  (void)parse_routing_spec(a_.routing, a_.routing_seed);  // a bad --routing fails before loading
   if (!a_.trace.empty()) tracer_ = std::make_unique<Tracer>(a_.trace);
 }
 
 Observability::~Observability() = default;
 
-bool Observability::wraps() const {
-  return spec_.mode != RoutingMode::model || !a_.record_routing.empty() || a_.stats || tracer_;
-}
-
-MoeExecutorWrap Observability::wrap() {
-  if (!wraps()) return {};
-  return [this](std::unique_ptr<MoeExecutor> inner, const gguf::File& f, Ops& ops) -> std::unique_ptr<MoeExecutor> {
-    const ModelConfig c = read_config(f);
-    // The routers (ffn_gate_inp, (n_expert, n_embd)) of every MoE layer, as views into the mapping.
-    std::vector<WeightView> routers;
-    for (int32_t l = 0; l < c.n_layer; ++l) {
-      const gguf::TensorInfo* t = f.find_tensor(fmt::format("blk.{}.ffn_gate_inp.weight", l));
-      if (t && t->n_dims == 2 && t->ne[1] == static_cast<uint64_t>(c.n_expert))
-        routers.push_back({f.data(*t), t->type, static_cast<int64_t>(t->ne[1]), static_cast<int64_t>(t->ne[0])});
-      else
-        routers.push_back({});
-    }
-    std::unique_ptr<MoeExecutor> e = std::move(inner);
-    offload_ = dynamic_cast<OffloadExecutor*>(e.get());
-    if (a_.stats) {
-      PredictorOptions po;
-      po.depth = a_.predict_depth;
-      predictor_ = std::make_unique<RouterPredictor>(routers, c.n_layer, c.n_expert, c.n_expert_used, po);
-      locality_ = std::make_unique<RoutingLocalityStats>(c.n_layer, c.n_expert);
-      counters_ = std::make_unique<StatsCounters>(c.n_layer);
-      e = std::make_unique<RequestTap>(std::move(e), [this, out = std::vector<PredictedExpert>()](const MoeRequest& r) mutable {
-        out.clear();
-        predictor_->predict(r.layer, r.x, r.n_tokens, r.expert_ids, r.top_k, out);
-        locality_->observe(r.layer, r.expert_ids, r.n_tokens, r.top_k);
-        if (r.layer == 0) counters_->tokens(static_cast<uint64_t>(r.n_tokens));
-      });
-    }
-    if (tracer_) e = std::make_unique<TracingExecutor>(std::move(e), *tracer_);
-    if (spec_.mode != RoutingMode::model || !a_.record_routing.empty()) {
-      RoutingOptions o;
-      o.spec = spec_;
-      o.record_path = a_.record_routing;
-      o.routers = routers;
-      o.n_layer = c.n_layer;
-      o.n_expert = c.n_expert;
-      o.top_k = c.n_expert_used;
-      // cuda: table decode takes the override without bringing the routing to the host.
-      if (std::string_view(ops.name()) == "cuda") o.device_ops = &ops;
-      auto r = std::make_unique<RoutingExecutor>(std::move(e), std::move(o));
-      routing_ = r.get();
-      e = std::move(r);
-    }
-    return e;
-  };
+MoeOptions moe_options(const OffloadSettings& offload, Observability& obs, const SessionOptions& session) {
+  MoeOptions o;
+  o.offload = offload;
+  o.observe = obs.args();
+  o.n_ctx = session.n_ctx;
+  o.type_k = session.type_k;
+  o.type_v = session.type_v;
+  o.n_batch = session.n_batch;
+  o.tracer = obs.tracer();
+  return o;
 }
 
 void Observability::attach(LoadedModel& m, DebugHook dump) {
-  if (!tracer_) return;
+  model_ = &m;
+  if (!tracer_) {
+    if (dump) m.model().set_debug_hook(std::move(dump));
+    return;
+  }
   tracer_->set_thread_name("main");
   m.model().set_debug_hook(trace_debug_hook(*tracer_, std::move(dump)));
 }
@@ -91,27 +56,30 @@ void Observability::attach(LoadedModel& m, DebugHook dump) {
 void Observability::finish() {
   if (finished_) return;
   finished_ = true;
-  if (routing_) routing_->finish();
+  if (model_) model_->moe().finish();
   if (tracer_) {
     tracer_->write();
     std::fprintf(stderr, "ferry: trace: %zu events written to %s\n", tracer_->events(), tracer_->path().c_str());
   }
-  if (a_.stats && locality_) {
-    std::string s = fmt::format("\nferry stats (routing {}):\n", routing_mode_name(spec_.mode));
-    s += locality_->table();
-    s += prediction_table(predictor_->quality());
-    StatsSnapshot snap = counters_->snapshot();
-    // The offload executor feeds the counters itself once attached (Offload::attach); its own
-    // totals are the fallback when nothing was fed.
-    if (offload_ && snap.total.hit + snap.total.miss == 0) {
-      const double wall_ms = snap.wall_ms;
-      snap = snapshot_of(offload_->stats());
-      snap.wall_ms = wall_ms;
-    }
-    if (snap.total.hit + snap.total.miss > 0) s += stats_table(snap);
-    else s += fmt::format("tokens {}; no offload counters (all experts computed by the CPU executor)\n", snap.tokens);
-    std::fputs(s.c_str(), stderr);
+  if (!a_.stats || !model_) return;
+  MoeSetup& moe = model_->moe();
+  const RoutingStatsObserver* rs = moe.routing_stats();
+  if (!rs) return;
+  std::string s = fmt::format("\nferry stats (routing {}):\n",
+                              routing_mode_name(parse_routing_spec(a_.routing, a_.routing_seed).mode));
+  s += rs->locality().table();
+  if (const RouterPredictor* p = moe.predictor()) s += prediction_table(p->quality());
+  StatsSnapshot snap = moe.counters()->snapshot();
+  // The offload executor feeds the counters itself; its own totals are the fallback when nothing
+  // was fed.
+  if (OffloadExecutor* off = moe.offload(); off && snap.total.hit + snap.total.miss == 0) {
+    const double wall_ms = snap.wall_ms;
+    snap = snapshot_of(off->stats());
+    snap.wall_ms = wall_ms;
   }
+  if (snap.total.hit + snap.total.miss > 0) s += stats_table(snap);
+  else s += fmt::format("tokens {}; no offload counters (all experts computed by the resident executor)\n", snap.tokens);
+  std::fputs(s.c_str(), stderr);
 }
 
 StatsSnapshot snapshot_of(const OffloadStats& s) {

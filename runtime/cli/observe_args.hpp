@@ -7,31 +7,20 @@
 //   --stats                                       routing statistics + prediction quality (+ offload
 //                                                 counters when an offload executor fills them)
 //   --trace FILE                                  Chrome/Perfetto JSON of ops and MoE steps
-// Chain of executors (outermost first): routing → tracing → predictor tap → the engine's executor,
-// so everything after the routing override sees the ids actually used.
+// The engine builds the routing override and the observers from these (runtime/engine/moe_setup.hpp);
+// this object holds the tracer, installs the op-trace hook and prints the tables at the end.
 #include <memory>
 #include <string>
 
 #include <CLI/CLI.hpp>
 
-#include "offload/offload_executor.hpp"
-#include "offload/predictor.hpp"
-#include "offload/routing.hpp"
 #include "offload/stats.hpp"
-#include "offload/stats_routing.hpp"
 #include "offload/trace.hpp"
 #include "runtime/engine/engine.hpp"
 
 namespace ferry::cli {
 
-struct ObserveArgs {
-  std::string routing = "model";
-  uint64_t routing_seed = 1;
-  std::string record_routing;
-  bool stats = false;
-  int32_t predict_depth = 2;
-  std::string trace;
-};
+using ObserveArgs = ObserveSettings;
 
 void add_observe_args(CLI::App& app, ObserveArgs& a);
 
@@ -40,32 +29,23 @@ class Observability {
   // ErrorKind::invalid_arg for a bad --routing.
   explicit Observability(ObserveArgs a);
   ~Observability();
-  bool wraps() const;  // whether wrap() adds anything
-  // For LoadedModel::load: builds the chain around the engine's executor (reads the config and
-  // the router matrices from the GGUF).
-  MoeExecutorWrap wrap();
+  const ObserveArgs& args() const { return a_; }
+  Tracer* tracer() { return tracer_.get(); }  // null without --trace
   // After loading: installs the op-trace hook (--trace). `dump`: a hook to keep calling, if any.
   void attach(LoadedModel& m, DebugHook dump = {});
-  // End of the run: renames the recorded routing into place, writes the trace, prints the stats
-  // tables to stderr. ErrorKind::io when a file cannot be written.
+  // End of the run: settles the MoE executor, writes the trace, prints the stats tables to stderr.
+  // ErrorKind::io when a file cannot be written.
   void finish();
-  // For other components (the offload executor): null when the flag is off. The tracer exists from
-  // construction; the counters and predictor once wrap() has run.
-  Tracer* tracer() { return tracer_.get(); }
-  StatsCounters* counters() { return counters_.get(); }
-  RouterPredictor* predictor() { return predictor_.get(); }
 
  private:
   ObserveArgs a_;
-  RoutingSpec spec_;
-  RoutingExecutor* routing_ = nullptr;  // owned by the model's executor chain
-  std::unique_ptr<RouterPredictor> predictor_;
-  std::unique_ptr<RoutingLocalityStats> locality_;
-  std::unique_ptr<StatsCounters> counters_;
   std::unique_ptr<Tracer> tracer_;
-  OffloadExecutor* offload_ = nullptr;  // the wrapped executor when it is the offload one
+  LoadedModel* model_ = nullptr;
   bool finished_ = false;
 };
+
+// The MoE options of a run from its flags and session.
+MoeOptions moe_options(const OffloadSettings& offload, Observability& obs, const SessionOptions& session);
 
 // The offload executor's counters in the --stats table's terms: per-layer hits and misses; the
 // totals carry CPU experts, prefetch (wasted bytes = wasted × the average issued copy), H2D bytes

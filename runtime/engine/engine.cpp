@@ -2,19 +2,18 @@
 
 #include <algorithm>
 
-#include "offload/moe_cpu.hpp"
 #include "runtime/backend/cpu_ops.hpp"
 #include "runtime/backend/cuda_ops.hpp"
-#include "runtime/backend/cuda_moe_bridge.hpp"
-#include "runtime/backend/cuda_ops_moe.hpp"
 #include "runtime/core/error.hpp"
 
 namespace ferry {
 
 std::unique_ptr<LoadedModel> LoadedModel::load(const std::string& path, const LoadProgress& progress,
-                                               const MoeExecutorWrap& wrap, const BackendOptions& backend) {
+                                               const MoeOptions& moe, const BackendOptions& backend) {
   const auto t0 = std::chrono::steady_clock::now();
+  auto setup = std::make_unique<MoeSetup>(moe);  // bad flags fail before anything is loaded
   std::unique_ptr<LoadedModel> m(new LoadedModel(gguf::File::open(path)));
+  m->moe_ = std::move(setup);
   if (backend.kind == DeviceKind::cuda) {
     DeviceOptions d;
     d.budget_bytes = backend.vram_bytes;
@@ -25,14 +24,12 @@ std::unique_ptr<LoadedModel> LoadedModel::load(const std::string& path, const Lo
   } else {
     fail(ErrorKind::invalid_arg, "the dense ops run on cpu or cuda, not '{}'", device_kind_name(backend.kind));
   }
-  const MoeExecutorFactory moe = [&](const std::vector<MoeLayerWeights>& layers) -> std::unique_ptr<MoeExecutor> {
-    std::unique_ptr<MoeExecutor> e = m->device_ && backend.resident_experts ? make_cuda_moe_executor(*m->ops_, layers)
-                                                : std::unique_ptr<MoeExecutor>(std::make_unique<MoeCpuExecutor>(layers));
-    if (!wrap) return e;
-    e = wrap(std::move(e), m->file_, *m->ops_);
-    return m->device_ ? make_cuda_moe_bridge(*m->ops_, std::move(e)) : std::move(e);
+  // cuda with offloading: the experts stay on the host (the offload engine's store), the rest is
+  // uploaded as the model loads.
+  const MoeExecutorFactory factory = [&](const std::vector<MoeLayerWeights>& layers) {
+    return m->moe_->build(layers, m->file_, *m->ops_);
   };
-  m->model_ = load_model(m->file_, *m->ops_, moe, progress);
+  m->model_ = load_model(m->file_, *m->ops_, factory, progress);
   try {
     m->tokenizer_.emplace(Tokenizer::from_gguf(m->file_));
   } catch (const Error& e) {

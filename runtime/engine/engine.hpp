@@ -12,46 +12,36 @@
 
 #include "runtime/backend/device.hpp"
 #include "runtime/backend/ops.hpp"
+#include "runtime/engine/moe_setup.hpp"
 #include "runtime/gguf/gguf.hpp"
 #include "runtime/model/model.hpp"
 #include "runtime/tokenizer/tokenizer.hpp"
 
 namespace ferry {
 
-// Decorates the MoE executor the engine builds (routing overrides, prediction, tracing, the
-// offload engine); called once during load with the open GGUF and the backend's ops (every dense
-// weight is resident by then). Empty: the executor as built.
-using MoeExecutorWrap = std::function<std::unique_ptr<MoeExecutor>(std::unique_ptr<MoeExecutor> inner,
-                                                                   const gguf::File& f, Ops& ops)>;
-
-// Where the forward runs. cpu: CpuOps and the CPU MoE executor. cuda: CudaOps on a CUDA device
-// with a hard budget, every weight uploaded once, routed experts by the resident CUDA executor
-// (runtime/backend/cuda_ops_moe.hpp). On cuda a wrapped chain gets host copies of the routing
-// through the bridge of runtime/backend/cuda_moe_bridge.hpp (MoeRequest::device holds the device
-// originals; `out` stays device memory). The sim device runs the dense path on the CPU: use cpu here and let
-// the offload wrap bring the sim device.
+// Where the forward runs. cpu: CpuOps. cuda: CudaOps on a CUDA device with a hard budget, every
+// dense weight uploaded once. The MoE executor comes from MoeOptions (moe_setup.hpp); the sim
+// device runs the offload engine beside a CPU forward (cpu here, --device sim in MoeOptions).
 struct BackendOptions {
   DeviceKind kind = DeviceKind::cpu;  // cpu or cuda
   uint64_t vram_bytes = 0;            // cuda budget; 0: the card's free memory minus a margin
-  // cuda: false when the wrap replaces the executor (offload), so the experts are not uploaded
-  // first; the wrap then gets a CPU executor to discard.
-  bool resident_experts = true;
 };
 
 class LoadedModel {
  public:
   // mmaps the GGUF, validates config and tensors, builds the backend (`backend`: CPU by default)
-  // and its MoE executor.
+  // and the MoE executor with its observers from `moe` (MoeSetup).
   // The tokenizer is optional here (ferry logits --tokens needs none); tokenizer() reports why it
   // is missing. progress: fraction in [0, 1].
   static std::unique_ptr<LoadedModel> load(const std::string& path, const LoadProgress& progress = {},
-                                           const MoeExecutorWrap& wrap = {}, const BackendOptions& backend = {});
+                                           const MoeOptions& moe = {}, const BackendOptions& backend = {});
   ~LoadedModel();
 
   const gguf::File& file() const { return file_; }
   Ops& ops() { return *ops_; }
   Device* device() { return device_.get(); }  // the cuda device; nullptr on the cpu backend
   Model& model() { return *model_; }
+  MoeSetup& moe() { return *moe_; }
   const ModelConfig& config() const { return model_->config(); }
   bool has_tokenizer() const { return tokenizer_.has_value(); }
   // ErrorKind::unsupported / format naming the file when the GGUF carries no usable tokenizer.
@@ -63,6 +53,7 @@ class LoadedModel {
   gguf::File file_;
   std::unique_ptr<Device> device_;  // before ops_: the ops' memory returns to it
   std::unique_ptr<Ops> ops_;
+  std::unique_ptr<MoeSetup> moe_;  // before model_: the model's executor reports to its observers
   std::unique_ptr<Model> model_;
   std::optional<Tokenizer> tokenizer_;
   std::string tokenizer_error_;

@@ -44,19 +44,19 @@ StateFootprint state_footprint(const ModelConfig& c, const StateOptions& o) {
 }
 
 void Model::run_step(int64_t n_tokens, MoeExecutor& moe, const std::function<void()>& step) {
-  moe.before_step(n_tokens);
+  moe.begin_step(n_tokens);
   try {
     record_step(n_tokens, moe.capturable(), step);
   } catch (...) {
     // Part of the step may be queued: the executor still closes it (its refills must wait for
     // those kernels), and the step's own error is the one that propagates.
     try {
-      moe.after_step(n_tokens);
+      moe.end_step(n_tokens);
     } catch (...) {
     }
     throw;
   }
-  moe.after_step(n_tokens);
+  moe.end_step(n_tokens);
 }
 
 void Model::record_step(int64_t n_tokens, bool moe_capturable, const std::function<void()>& step) {

@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "offload/moe.hpp"
+#include "offload/moe/step.hpp"
 #include "runtime/backend/ops.hpp"
 #include "runtime/model/config.hpp"
 
@@ -90,12 +90,12 @@ class Model {
   // (Ops::begin_graph) when the backend has graphs, no debug hook reads intermediates and the MoE
   // executor is capturable; otherwise, or when the recording fails, it runs eagerly. `step` must
   // not change host state it reads (it may run twice: recorded, then eagerly). The executor's
-  // before_step / after_step run eagerly around it.
+  // begin_step / end_step run eagerly around it.
   void run_step(int64_t n_tokens, MoeExecutor& moe, const std::function<void()>& step);
   void record_step(int64_t n_tokens, bool moe_capturable, const std::function<void()>& step);
   // A MoE step inside run_step's step: an executor that is not capturable runs eagerly between two
   // recorded segments (when the backend records segments; otherwise the step was not recorded).
-  void run_moe(MoeExecutor& moe, const MoeRequest& req) {
+  void run_moe(MoeExecutor& moe, const MoeStep& req) {
     if (moe.capturable()) {
       moe.run(req);
       return;

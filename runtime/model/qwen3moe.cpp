@@ -207,7 +207,7 @@ class Qwen3Moe final : public Model {
       ops.moe_route(st.router.f32(), nb, c.n_expert, c.n_expert_used, c.expert_weights_norm,
                     c.expert_weights_scale, st.expert_ids.i32(), st.expert_w.f32());
       debug("ffn_moe_weights_norm", il, st.expert_w.f32(), nb, c.n_expert_used);
-      MoeRequest req;
+      MoeStep req;
       req.layer = il;
       req.n_tokens = static_cast<int32_t>(nb);
       req.n_embd = c.n_embd;

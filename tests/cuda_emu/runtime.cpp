@@ -33,6 +33,7 @@
 
 #include "tests/cuda_emu/emu.hpp"
 #include "tests/cuda_emu/emu_internal.hpp"
+#include "ferry_emu_counters.h"
 #include "cublas_v2.h"
 
 struct CUgraph_st;
@@ -330,6 +331,15 @@ bool check_device_range(const void* p, size_t n, const char* what) {
   return false;
 }
 
+struct Counters {
+  std::atomic<uint64_t> stream_syncs{0}, event_syncs{0}, device_syncs{0}, d2h_copies{0}, d2h_bytes{0},
+      graph_launches{0};
+};
+Counters& counters() {
+  static Counters c;
+  return c;
+}
+
 cudaMemcpyKind infer_kind(void* dst, const void* src, size_t n) {
   const std::optional<Range> d = Runtime::get().find(dst, n);
   const std::optional<Range> s = Runtime::get().find(src, n);
@@ -349,6 +359,7 @@ cudaError_t copy(void* dst, const void* src, size_t n, cudaMemcpyKind kind, cuda
       (src_dev && !check_device_range(src, n, "copy source")))
     return result(cudaErrorInvalidValue);
   const bool capturing = s && as_stream(s)->capture;
+  const bool d2h = src_dev && !dst_dev;
   if (capturing && ((!src_dev && !is_pinned_or_device(src, n)) || (!dst_dev && !is_pinned_or_device(dst, n)))) {
     // A graph replays the copy later: it cannot stage or wait for pageable memory.
     return invalidate_capture(as_stream(s), cudaErrorStreamCaptureUnsupported, "a pageable-memory copy captured into a graph");
@@ -360,12 +371,24 @@ cudaError_t copy(void* dst, const void* src, size_t n, cudaMemcpyKind kind, cuda
     if (cudaError_t e = submit(s, [dst, staged] { std::memcpy(dst, staged->data(), staged->size()); }, &kCopyNode);
         e != cudaSuccess)
       return e;
-  } else if (cudaError_t e = submit(s, [dst, src, n] { std::memcpy(dst, src, n); }, &kCopyNode); e != cudaSuccess) {
+  } else if (cudaError_t e = submit(s,
+                                    [dst, src, n, d2h] {
+                                      if (d2h) {
+                                        counters().d2h_copies.fetch_add(1, std::memory_order_relaxed);
+                                        counters().d2h_bytes.fetch_add(n, std::memory_order_relaxed);
+                                      }
+                                      std::memcpy(dst, src, n);
+                                    },
+                                    &kCopyNode);
+             e != cudaSuccess) {
     return e;
   }
   // Synchronous calls, and copies into pageable memory, return when the data is there.
   if (capturing) return cudaSuccess;
-  if (sync || (!dst_dev && !is_pinned_or_device(dst, n))) return wait_stream(s);
+  if (sync || (!dst_dev && !is_pinned_or_device(dst, n))) {
+    counters().stream_syncs.fetch_add(1, std::memory_order_relaxed);
+    return wait_stream(s);
+  }
   return cudaSuccess;
 }
 
@@ -406,6 +429,18 @@ void enqueue_kernel(cudaStream_t stream, const void* kernel, dim3 grid, dim3 blo
         for (unsigned x = 0; x < shape.grid.x; ++x) run_block(shape, uint3{x, y, z}, body, shared);
   }, kernel);
   if (e != cudaSuccess) last_error = e;
+}
+
+ApiCounts api_counts() {
+  const Counters& c = counters();
+  ApiCounts a;
+  a.stream_syncs = c.stream_syncs.load();
+  a.event_syncs = c.event_syncs.load();
+  a.device_syncs = c.device_syncs.load();
+  a.d2h_copies = c.d2h_copies.load();
+  a.d2h_bytes = c.d2h_bytes.load();
+  a.graph_launches = c.graph_launches.load();
+  return a;
 }
 
 }  // namespace ferry_emu
@@ -498,6 +533,7 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
 cudaError_t cudaDeviceSynchronize() {
   if (cudaError_t e = capture_violation(cudaErrorStreamCaptureUnsupported, "cudaDeviceSynchronize"); e != cudaSuccess)
     return e;
+  counters().device_syncs.fetch_add(1, std::memory_order_relaxed);
   for (Stream* s : Runtime::get().streams(false)) s->synchronize();
   return result(Runtime::get().sticky());
 }
@@ -607,7 +643,10 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   delete as_stream(stream);
   return cudaSuccess;
 }
-cudaError_t cudaStreamSynchronize(cudaStream_t stream) { return wait_stream(stream); }
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  counters().stream_syncs.fetch_add(1, std::memory_order_relaxed);
+  return wait_stream(stream);
+}
 cudaError_t cudaStreamQuery(cudaStream_t stream) {
   if (cudaError_t e = capture_violation(cudaErrorStreamCaptureUnsupported, "cudaStreamQuery"); e != cudaSuccess) return e;
   if (stream) return as_stream(stream)->idle() ? cudaSuccess : cudaErrorNotReady;
@@ -698,6 +737,7 @@ cudaError_t cudaEventQuery(cudaEvent_t event) {
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   if (cudaError_t e = capture_violation(cudaErrorStreamCaptureUnsupported, "cudaEventSynchronize"); e != cudaSuccess)
     return e;
+  counters().event_syncs.fetch_add(1, std::memory_order_relaxed);
   std::unique_lock lk(event->mu);
   const uint64_t target = event->recorded;
   event->cv.wait(lk, [&] { return event->completed >= target; });
@@ -762,6 +802,7 @@ cudaError_t cudaGraphExecUpdate(cudaGraphExec_t exec, cudaGraph_t graph, cudaGra
 }
 cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
   if (!exec) return result(cudaErrorInvalidValue);
+  counters().graph_launches.fetch_add(1, std::memory_order_relaxed);
   auto nodes = std::make_shared<std::vector<GraphNode>>(exec->nodes);
   return submit(stream, [nodes] {
     for (const GraphNode& n : *nodes) n.op();

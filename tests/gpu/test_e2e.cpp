@@ -26,13 +26,12 @@
 #include <fmt/format.h>
 
 #include "kernels/cpu/quants.hpp"
-#include "offload/moe_cpu.hpp"
+#include "offload/moe/cpu_executor.hpp"
 #include "offload/offload_executor.hpp"
-#include "runtime/backend/cuda_moe_bridge.hpp"
 #include "runtime/backend/cpu_ops.hpp"
 #include "runtime/backend/cuda_device.hpp"
 #include "runtime/backend/cuda_ops.hpp"
-#include "runtime/backend/cuda_ops_moe.hpp"
+#include "offload/moe/cuda_resident.hpp"
 #include "runtime/backend/device.hpp"
 #include "runtime/gguf/gguf.hpp"
 #include "runtime/model/model.hpp"
@@ -201,7 +200,7 @@ struct ResidentCuda {
     dev = make_device(DeviceKind::cuda, o);
     ops = make_cuda_ops(*dev);
     Ops& g = *ops;
-    model = load_model(f, g, [&g](const std::vector<MoeLayerWeights>& l) { return make_cuda_moe_executor(g, l); });
+    model = load_model(f, g, [&g](const std::vector<MoeLayerWeights>& l) { return make_cuda_resident_executor(g, l); });
   }
   std::unique_ptr<Device> dev;
   std::unique_ptr<Ops> ops;
@@ -335,7 +334,7 @@ TEST(GpuGraphs, DecodeAsGraphsGivesTheEagerLogits) {
       oo.graphs = graphs;
       auto ops = make_cuda_ops(*dev, oo);
       Ops& g = *ops;
-      auto m = load_model(f, g, [&g](const std::vector<MoeLayerWeights>& l) { return make_cuda_moe_executor(g, l); });
+      auto m = load_model(f, g, [&g](const std::vector<MoeLayerWeights>& l) { return make_cuda_resident_executor(g, l); });
       StateOptions so;
       so.n_ctx = 256;
       so.n_batch = 16;
@@ -365,12 +364,11 @@ TEST(GpuGraphs, DecodeAsGraphsGivesTheEagerLogits) {
   }
 }
 
-// An executor that the forward must not record (as the offload engine, the host bridge and the
-// decorators): the resident kernels behind capturable() == false.
+// An executor that the forward must not record (as the offload engine's host-routed steps): the resident kernels behind capturable() == false.
 class NotCapturable final : public MoeExecutor {
  public:
   explicit NotCapturable(std::unique_ptr<MoeExecutor> inner) : inner_(std::move(inner)) {}
-  void run(const MoeRequest& req) override { inner_->run(req); }
+  void run(const MoeStep& req) override { inner_->run(req); }
 
  private:
   std::unique_ptr<MoeExecutor> inner_;
@@ -399,7 +397,7 @@ TEST(GpuGraphs, SegmentsAroundAHostSideExecutor) {
     int32_t n_layer = 0;
     auto m = load_model(f, g, [&](const std::vector<MoeLayerWeights>& l) -> std::unique_ptr<MoeExecutor> {
       n_layer = static_cast<int32_t>(l.size());
-      return std::make_unique<NotCapturable>(make_cuda_moe_executor(g, l));
+      return std::make_unique<NotCapturable>(make_cuda_resident_executor(g, l));
     });
     by_mode[mode] = run(*m, prompt, next, GgmlType::F16);
     const CudaGraphStats gs = cuda_ops_graph_stats(g);
@@ -435,7 +433,7 @@ TEST(GpuE2eBudget, RealUseStaysInsideTheBudget) {
     auto ops = make_cuda_ops(*dev, oo);
     Ops& g = *ops;
     try {
-      auto m = load_model(f, g, [&g](const std::vector<MoeLayerWeights>& l) { return make_cuda_moe_executor(g, l); });
+      auto m = load_model(f, g, [&g](const std::vector<MoeLayerWeights>& l) { return make_cuda_resident_executor(g, l); });
       ADD_FAILURE() << "loading " << weights << " bytes of weights under a budget of " << o.budget_bytes << " succeeded";
     } catch (const Error& e) {
       EXPECT_EQ(e.kind(), ErrorKind::budget) << e.what();
@@ -451,7 +449,7 @@ TEST(GpuE2eBudget, RealUseStaysInsideTheBudget) {
   g.sync();
   const CudaMemInfo before = cuda_mem_info();
   const uint64_t used_before = dev->memory().used_bytes;
-  auto m = load_model(f, g, [&g](const std::vector<MoeLayerWeights>& l) { return make_cuda_moe_executor(g, l); });
+  auto m = load_model(f, g, [&g](const std::vector<MoeLayerWeights>& l) { return make_cuda_resident_executor(g, l); });
   std::vector<int32_t> prompt(20);
   std::iota(prompt.begin(), prompt.end(), 3);
   (void)run(*m, prompt, {5, 6}, GgmlType::F16);
@@ -512,7 +510,7 @@ TEST_P(GpuOffload, LogitsMatchResidentInsideTheBudget) {
     auto m = load_model(f, g, [&](const std::vector<MoeLayerWeights>& l) {
       at_factory = dev->memory().used_bytes;
       for (const auto& L : l) experts_total += expert_shape(L).expert_bytes() * static_cast<uint64_t>(L.n_expert);
-      return make_cuda_moe_executor(g, l);
+      return make_cuda_resident_executor(g, l);
     });
     std::uniform_int_distribution<int32_t> tok(0, m->config().n_vocab - 1);
     for (auto& t : prompt) t = tok(rng);
@@ -584,7 +582,7 @@ TEST_P(GpuOffload, LogitsMatchResidentInsideTheBudget) {
       auto e = std::make_unique<OffloadExecutor>(*dev, cuda_stream_view(*dev, cuda_ops_stream(g)),
                                                  make_cuda_expert_kernels(*dev), l, std::move(oo));
       ex = e.get();
-      return make_cuda_moe_bridge(g, std::move(e));
+      return std::unique_ptr<MoeExecutor>(std::move(e));
     });
     offloaded = run(*m, prompt, next, GgmlType::F16);
     ex->drain();

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "kernels/cpu/quants.hpp"
-#include "offload/moe_cpu.hpp"
+#include "offload/moe/cpu_executor.hpp"
 #include "runtime/core/error.hpp"
 
 namespace ferry {
@@ -138,7 +138,7 @@ TEST_P(MoeCpu, MatchesReference) {
       }
     }
     std::vector<float> out(static_cast<size_t>(N * E), 123.0f);
-    MoeRequest req;
+    MoeStep req;
     req.layer = 1;
     req.n_tokens = static_cast<int32_t>(N);
     req.n_embd = static_cast<int32_t>(E);
@@ -174,7 +174,7 @@ TEST(MoeCpuErrors, RejectsBadRequests) {
   MoeCpuExecutor exec({MoeLayerWeights{g.view, u.view, d.view, 4}});
   std::vector<float> x(32, 1.0f), out(32), w(2, 0.5f);
   std::vector<int32_t> ids{0, 4};  // 4 is out of range
-  MoeRequest req{0, 1, 32, 2, x.data(), ids.data(), w.data(), out.data()};
+  MoeStep req{0, 1, 32, 2, x.data(), ids.data(), w.data(), out.data()};
   EXPECT_THROW(exec.run(req), Error);
   ids[1] = 1;
   req.layer = 3;

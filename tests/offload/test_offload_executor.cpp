@@ -13,7 +13,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "offload/moe_cpu.hpp"
+#include "offload/moe/cpu_executor.hpp"
+#include "offload/observers.hpp"
 #include "offload_test_util.hpp"
 #include "runtime/core/error.hpp"
 
@@ -43,39 +44,6 @@ class TestPredictor final : public ExpertPredictor {
   std::mt19937 rng_{3};
 };
 
-// What runtime/backend/cuda_moe_bridge does on cuda, done on the host: the inner executor gets
-// host copies of x and the routing, and the originals as MoeRequest::device (with the arrival
-// time). With poison_x the host copy of x is NaN: a step that needs no host x (no CPU experts, no
-// predictor) must then read x through `device` only.
-class HostBridge final : public MoeExecutor {
- public:
-  HostBridge(std::unique_ptr<MoeExecutor> inner, bool poison_x) : inner_(std::move(inner)), poison_(poison_x) {}
-  void run(const MoeRequest& req) override {
-    const auto nx = static_cast<size_t>(req.n_tokens) * static_cast<size_t>(req.n_embd);
-    const auto nk = static_cast<size_t>(req.n_tokens) * static_cast<size_t>(req.top_k);
-    x_.assign(req.x, req.x + nx);
-    if (poison_) std::fill(x_.begin(), x_.end(), std::numeric_limits<float>::quiet_NaN());
-    ids_.assign(req.expert_ids, req.expert_ids + nk);
-    w_.assign(req.expert_weights, req.expert_weights + nk);
-    const MoeDeviceIo io{req.x, req.expert_ids, req.expert_weights,
-                         std::chrono::duration_cast<std::chrono::nanoseconds>(
-                             std::chrono::steady_clock::now().time_since_epoch())
-                             .count()};
-    MoeRequest h = req;
-    h.x = x_.data();
-    h.expert_ids = ids_.data();
-    h.expert_weights = w_.data();
-    h.device = &io;
-    inner_->run(h);
-  }
-
- private:
-  std::unique_ptr<MoeExecutor> inner_;
-  bool poison_;
-  std::vector<float> x_, w_;
-  std::vector<int32_t> ids_;
-};
-
 struct Variant {
   HostLoad load = HostLoad::alias;
   ColdMode cold = ColdMode::auto_;
@@ -89,7 +57,6 @@ struct Variant {
   // Forward steps (token counts) after the prefill, e.g. decode, a second prompt, decode again;
   // empty: one token at a time to the end.
   std::vector<size_t> turns;
-  int bridge = 0;  // 1: behind a HostBridge; 2: ... whose host copy of x is poisoned
 };
 
 class OffloadExecutorTest : public ::testing::Test {
@@ -135,6 +102,13 @@ class OffloadExecutorTest : public ::testing::Test {
     CpuOps ops;
     OffloadExecutor* ex = nullptr;
     std::unique_ptr<TestPredictor> pred;
+    // --record-profile's observer: the profile is recorded from the routing the executor reports.
+    std::unique_ptr<ProfileRecorder> recorder;
+    ObserverSet observers;
+    if (v.record) {
+      recorder = std::make_unique<ProfileRecorder>(v.record->n_layer(), v.record->n_expert());
+      observers.add(recorder.get());
+    }
     auto m = load_model(f, ops, [&](const std::vector<MoeLayerWeights>& layers) {
       const int32_t top_k =
           static_cast<int32_t>(f.get_u32(f.architecture() + ".expert_used_count"));
@@ -156,7 +130,6 @@ class OffloadExecutorTest : public ::testing::Test {
       o.tracer = v.tracer;
       o.device_flow = v.device_flow;
       o.decode_table = v.table;
-      o.record = v.record;
       if (v.table) o.plan = make_plan(test::input_for_slots(layers, top_k, slots, 1 << 20,
                                                         step + decode_table_bytes(static_cast<int32_t>(layers.size()),
                                                                                   layers[0].n_expert, top_k)));
@@ -170,12 +143,13 @@ class OffloadExecutorTest : public ::testing::Test {
       d.sim_link = SimLinkModel{20.0, 20.0, 5.0};
       auto e = std::make_unique<OffloadExecutor>(make_sim_device(d), layers, std::move(o));
       ex = e.get();
-      if (v.bridge) return std::unique_ptr<MoeExecutor>(std::make_unique<HostBridge>(std::move(e), v.bridge == 2));
+      e->set_observers(&observers);
       return std::unique_ptr<MoeExecutor>(std::move(e));
     });
     auto out = run_steps(*m, toks, prefill, v.turns);
     ex->drain();
     stats = ex->stats();
+    if (recorder) *v.record = recorder->profile();
     EXPECT_LE(stats.memory.peak_bytes, stats.memory.budget_bytes);
     for (int32_t s = 0; s < ex->cache().n_slots(); ++s)
       EXPECT_EQ(ex->cache().pins(s), 0) << "slot " << s;
@@ -462,36 +436,6 @@ TEST_F(OffloadExecutorTest, DeviceFlowDecodesFromTables) {
         EXPECT_EQ(sum, toks.size() * static_cast<uint64_t>(n_layer * top_k)) << what;
       }
     }
-  }
-}
-
-// A bridged request (as on cuda): the device kernels read x through MoeRequest::device — with every
-// expert resident and the host copy of x poisoned, the logits are still the CPU's — and CPU experts
-// read the host copy; the idle time before the first enqueue is counted as "sync".
-TEST_F(OffloadExecutorTest, DeviceFlowBehindAHostBridge) {
-  const std::string path = test::write_model(tiny(synth::QuantMix::f32), "tiny-f32");
-  const auto toks = test::random_tokens(20, 768, 41);
-  const auto ref = reference(path, toks, 8);
-  const auto close = [&](const std::vector<float>& got, const char* what) {
-    ASSERT_EQ(got.size(), ref.size());
-    EXPECT_LE(test::diff(got, ref).nmse, 1e-10) << what;  // NaN fails
-  };
-  {
-    Variant v{HostLoad::alias, ColdMode::cpu, false, 1.0};
-    v.device_flow = true;
-    v.bridge = 2;
-    OffloadStats st;
-    close(offloaded(path, toks, 8, v, st), "all resident, host x poisoned");
-    EXPECT_EQ(st.cpu_experts, 0u);
-    EXPECT_GT(st.device_wait_ms[static_cast<int>(WaitCause::sync)], 0.0);
-  }
-  for (ColdMode cold : {ColdMode::cpu, ColdMode::copy}) {
-    Variant v{HostLoad::alias, cold, false, 0.5};
-    v.device_flow = true;
-    v.bridge = 1;
-    OffloadStats st;
-    close(offloaded(path, toks, 8, v, st), cold == ColdMode::cpu ? "bridged, cold cpu" : "bridged, cold copy");
-    EXPECT_GT(st.misses, 0u);
   }
 }
 

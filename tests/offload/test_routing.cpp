@@ -10,6 +10,7 @@
 #include <random>
 #include <set>
 
+#include "offload/observers.hpp"
 #include "offload/routing.hpp"
 #include "runtime/core/error.hpp"
 
@@ -28,9 +29,10 @@ class CaptureExecutor final : public MoeExecutor {
   };
   std::vector<Step>* steps;
   explicit CaptureExecutor(std::vector<Step>* s) : steps(s) {}
-  void run(const MoeRequest& r) override {
+  void run(const MoeStep& r) override {
     const size_t n = static_cast<size_t>(r.n_tokens) * static_cast<size_t>(r.top_k);
     steps->push_back({r.layer, r.n_tokens, {r.expert_ids, r.expert_ids + n}, {r.expert_weights, r.expert_weights + n}});
+    if (observed()) observers_->routing(r);  // as every executor reports what it computed
   }
 };
 
@@ -120,7 +122,7 @@ struct Harness {
           std::copy_n(perm.begin(), top_k, ids.begin() + t * top_k);
         }
         std::vector<float> out(static_cast<size_t>(nb * n_embd));
-        MoeRequest r;
+        MoeStep r;
         r.layer = l;
         r.n_tokens = nb;
         r.n_embd = n_embd;
@@ -211,7 +213,7 @@ TEST(Routing, UniformHasNoLocality) {
 
 // A forward step that runs twice (recorded, then eagerly after a failed recording) gets the same
 // override both times, and the generator advances once per step: the sequence is the one of a
-// run without repeats. Without before_step (no step counting) every request chooses anew.
+// run without repeats. Without begin_step (no step counting) every request chooses anew.
 TEST(Routing, ARepeatedStepKeepsItsChoice) {
   for (const char* mode : {"uniform", "locality"}) {
     Harness h(2, 64, 4, 16);
@@ -223,10 +225,10 @@ TEST(Routing, ARepeatedStepKeepsItsChoice) {
     std::vector<int32_t> ids = {0, 1, 2, 3};
     std::vector<float> w(4, 0.25f), out(16);
     for (int step = 0; step < 20; ++step) {
-      a.before_step(1);
-      b.before_step(1);
+      a.begin_step(1);
+      b.begin_step(1);
       for (int32_t l = 0; l < 2; ++l) {
-        MoeRequest r{l, 1, 16, 4, x.data(), ids.data(), w.data(), out.data()};
+        MoeStep r{l, 1, 16, 4, x.data(), ids.data(), w.data(), out.data()};
         a.run(r);
         b.run(r);
         b.run(r);  // the same step's layer again
@@ -256,7 +258,7 @@ TEST(Routing, WeightsComeFromTheRouter) {
   std::vector<int32_t> ids = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
   std::vector<float> w(12, 0.5f);  // model's weights sum to 2 per token (a scaled router)
   std::vector<float> out(24 * 3);
-  MoeRequest r{0, 3, 24, 4, x.data(), ids.data(), w.data(), out.data()};
+  MoeStep r{0, 3, 24, 4, x.data(), ids.data(), w.data(), out.data()};
   ex.run(r);
   ASSERT_EQ(steps.size(), 1u);
   for (int32_t t = 0; t < 3; ++t) {
@@ -281,12 +283,16 @@ TEST(Routing, TraceReplayReproducesRecordedIds) {
   const std::string path = tmp_path("rec.frrt");
   std::vector<CaptureExecutor::Step> recorded, replayed, model_steps;
   {
-    auto o = h.options("locality");
-    o.record_path = path;
-    RoutingExecutor ex(std::make_unique<CaptureExecutor>(&recorded), o);
+    // --record-routing is an observer of the executor behind the override: it records the ids
+    // actually computed.
+    RoutingRecorder rec(path, RoutingTraceHeader{3, 16, 4});
+    ObserverSet obs;
+    obs.add(&rec);
+    RoutingExecutor ex(std::make_unique<CaptureExecutor>(&recorded), h.options("locality"));
+    ex.set_observers(&obs);
     h.drive(ex, 40, 5, 11);
     EXPECT_FALSE(fs::exists(path));  // only renamed into place by finish()
-    ex.finish();
+    rec.finish();
   }
   ASSERT_TRUE(fs::exists(path));
   const auto trace = read_routing_trace(path);
@@ -300,14 +306,16 @@ TEST(Routing, TraceReplayReproducesRecordedIds) {
     EXPECT_EQ(layer_ids(recorded, l), layer_ids(replayed, l)) << "layer " << l;
     EXPECT_EQ(layer_ids(recorded, l), trace.ids[static_cast<size_t>(l)]);
   }
-  // Pass-through with recording keeps the model's choice and weights bit for bit.
+  // Recording the model's own routing (no override) keeps its choice and weights bit for bit.
   const std::string path2 = tmp_path("model.frrt");
   {
-    auto o = h.options("model");
-    o.record_path = path2;
-    RoutingExecutor ex(std::make_unique<CaptureExecutor>(&model_steps), o);
+    RoutingRecorder rec(path2, RoutingTraceHeader{3, 16, 4});
+    ObserverSet obs;
+    obs.add(&rec);
+    CaptureExecutor ex(&model_steps);
+    ex.set_observers(&obs);
     h.drive(ex, 6, 3, 13);
-    ex.finish();
+    rec.finish();
   }
   const auto t2 = read_routing_trace(path2);
   EXPECT_EQ(layer_ids(model_steps, 1), t2.ids[1]);

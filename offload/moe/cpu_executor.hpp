@@ -7,10 +7,11 @@
 //   prefill (n > 1):   tokens are grouped by expert and each used expert runs one small-batch
 //                      product over its group, so its weights are read once per group.
 // x is quantized once per token (to the weights' activation type) and reused by gate and up.
+// Reports each step's routing to its observers before computing it.
 // Thread-safe: run() keeps no state between calls.
 #include <vector>
 
-#include "offload/moe.hpp"
+#include "offload/moe/step.hpp"
 
 namespace ferry {
 
@@ -18,11 +19,11 @@ class MoeCpuExecutor final : public MoeExecutor {
  public:
   // ErrorKind::format when a layer's gate/up/down shapes disagree with each other.
   explicit MoeCpuExecutor(std::vector<MoeLayerWeights> layers);
-  void run(const MoeRequest& req) override;
+  void run(const MoeStep& req) override;
 
  private:
-  void run_decode(const MoeRequest& req, const MoeLayerWeights& L);
-  void run_grouped(const MoeRequest& req, const MoeLayerWeights& L);
+  void run_decode(const MoeStep& req, const MoeLayerWeights& L);
+  void run_grouped(const MoeStep& req, const MoeLayerWeights& L);
   std::vector<MoeLayerWeights> layers_;
 };
 

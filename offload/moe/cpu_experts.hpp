@@ -15,7 +15,8 @@
 #include <span>
 #include <vector>
 
-#include "offload/moe.hpp"
+#include "offload/moe/group.hpp"
+#include "offload/moe/step.hpp"
 
 namespace ferry {
 
@@ -46,8 +47,8 @@ ExpertPtrs3 expert_ptrs(const MoeLayerWeights& L, int32_t e);
 // compute_group; each writes only its own pairs' rows of y.
 class ExpertBatch {
  public:
-  ExpertBatch(const ExpertShape& s, const MoeRequest& req, int32_t n_expert);
-  int64_t group_size(int32_t e) const { return start_[e + 1] - start_[e]; }
+  ExpertBatch(const ExpertShape& s, const MoeStep& req, int32_t n_expert);
+  int64_t group_size(int32_t e) const { return groups_.size(e); }
   // y: (n_tokens, top_k, n_embd); rows of the pairs routed to e are overwritten. Thread-safe for
   // distinct experts.
   void compute_group(int32_t e, const ExpertPtrs3& w, float* y) const;
@@ -56,8 +57,7 @@ class ExpertBatch {
   ExpertShape s_;
   const float* x_ = nullptr;  // (n_tokens, n_embd)
   int32_t top_k_ = 0;
-  std::vector<int64_t> start_;  // (n_expert + 1) group offsets into pairs_
-  std::vector<int64_t> pairs_;  // flat t·top_k + s, grouped by expert
+  ExpertGroups groups_;
 };
 
 // Decode: y (top_k, n_embd) for the slots s where compute[s] is true (others untouched).
@@ -65,7 +65,9 @@ class ExpertBatch {
 void compute_decode(const ExpertShape& s, const float* x, std::span<const ExpertPtrs3> w,
                     std::span<const uint8_t> compute, float* y);
 
-// out[t] = Σ_s y[t][s] · weights[t][s], slots added in order (as MoeCpuExecutor and llama.cpp).
-void weighted_sum(const MoeRequest& req, const float* y);
+// out[t] = Σ_s y[t][s] · weights[t][s] over the step's tokens (weighted_sum of group.hpp).
+inline void weighted_sum(const MoeStep& req, const float* y) {
+  weighted_sum(req.n_tokens, req.top_k, req.n_embd, y, req.expert_weights, req.out);
+}
 
 }  // namespace ferry

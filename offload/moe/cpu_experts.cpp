@@ -1,4 +1,4 @@
-#include "offload/cpu_experts.hpp"
+#include "offload/moe/cpu_experts.hpp"
 
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "offload/moe_cpu.hpp"
+#include "offload/moe/cpu_executor.hpp"
 #include "runtime/core/error.hpp"
 
 namespace ferry {
@@ -27,7 +27,7 @@ void run_one(const ExpertShape& s, const ExpertPtrs3& w, const float* x, int64_t
   MoeCpuExecutor ex({one_expert(s, w)});
   const std::vector<int32_t> ids(static_cast<size_t>(n), 0);
   const std::vector<float> ones(static_cast<size_t>(n), 1.0f);
-  MoeRequest r;
+  MoeStep r;
   r.layer = 0;
   r.n_tokens = static_cast<int32_t>(n);
   r.n_embd = static_cast<int32_t>(s.n_embd);
@@ -62,23 +62,15 @@ ExpertPtrs3 expert_ptrs(const MoeLayerWeights& L, int32_t e) {
   return ExpertPtrs3{off(L.gate), off(L.up), off(L.down)};
 }
 
-ExpertBatch::ExpertBatch(const ExpertShape& s, const MoeRequest& req, int32_t n_expert)
-    : s_(s), x_(req.x), top_k_(req.top_k) {
-  const int64_t N = req.n_tokens, K = req.top_k;
-  // Counting sort by expert keeps tokens in order within a group (MoeCpuExecutor's grouping).
-  start_.assign(static_cast<size_t>(n_expert) + 1, 0);
-  for (int64_t i = 0; i < N * K; ++i) ++start_[static_cast<size_t>(req.expert_ids[i]) + 1];
-  for (int32_t e = 0; e < n_expert; ++e) start_[e + 1] += start_[e];
-  pairs_.resize(static_cast<size_t>(N * K));
-  std::vector<int64_t> fill(start_.begin(), start_.end() - 1);
-  for (int64_t i = 0; i < N * K; ++i) pairs_[static_cast<size_t>(fill[req.expert_ids[i]]++)] = i;
-}
+ExpertBatch::ExpertBatch(const ExpertShape& s, const MoeStep& req, int32_t n_expert)
+    : s_(s), x_(req.x), top_k_(req.top_k),
+      groups_(group_by_expert(req.expert_ids, int64_t{req.n_tokens} * req.top_k, n_expert)) {}
 
 void ExpertBatch::compute_group(int32_t e, const ExpertPtrs3& w, float* y) const {
   const int64_t n_e = group_size(e);
   if (n_e == 0) return;
   const int64_t K = top_k_, E = s_.n_embd;
-  const int64_t* idx = pairs_.data() + start_[e];
+  const int64_t* idx = groups_.group(e);
   std::vector<float> xg(static_cast<size_t>(n_e * E)),
       ye(static_cast<size_t>(n_e * E));  // (n_e, E)
   for (int64_t i = 0; i < n_e; ++i)
@@ -98,21 +90,6 @@ void compute_decode(const ExpertShape& s, const float* x, std::span<const Expert
                         if (compute[k])
                           run_one(s, w[k], x, 1, y + static_cast<int64_t>(k) * s.n_embd);
                     });
-}
-
-void weighted_sum(const MoeRequest& req, const float* y) {
-  const int64_t E = req.n_embd;
-  const int32_t K = req.top_k;
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, req.n_tokens, 1), [&](auto r) {
-    for (int64_t t = r.begin(); t < r.end(); ++t) {
-      float* out = req.out + t * E;
-      const float* w = req.expert_weights + t * K;
-      const float* yt = y + t * K * E;
-      for (int64_t j = 0; j < E; ++j) out[j] = yt[j] * w[0];
-      for (int32_t s = 1; s < K; ++s)
-        for (int64_t j = 0; j < E; ++j) out[j] += yt[s * E + j] * w[s];
-    }
-  });
 }
 
 }  // namespace ferry

@@ -1,4 +1,4 @@
-#include "offload/moe_cpu.hpp"
+#include "offload/moe/cpu_executor.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -8,6 +8,7 @@
 #include <tbb/parallel_for.h>
 
 #include "kernels/cpu/matmul.hpp"
+#include "offload/moe/group.hpp"
 #include "kernels/cpu/quants.hpp"
 #include "runtime/backend/cpu_ops_math.hpp"
 #include "runtime/core/error.hpp"
@@ -59,25 +60,20 @@ MoeCpuExecutor::MoeCpuExecutor(std::vector<MoeLayerWeights> layers) : layers_(st
   }
 }
 
-void MoeCpuExecutor::run(const MoeRequest& req) {
-  if (req.layer < 0 || static_cast<size_t>(req.layer) >= layers_.size())
-    fail(ErrorKind::internal, "MoE step for layer {}: the executor has {} layers", req.layer, layers_.size());
+void MoeCpuExecutor::run(const MoeStep& req) {
+  check_step(req, layers_, "cpu moe");
   const MoeLayerWeights& L = layers_[static_cast<size_t>(req.layer)];
-  if (req.n_embd != L.gate.n_in)
-    fail(ErrorKind::internal, "MoE step layer {}: n_embd {} but experts take {}", req.layer, req.n_embd, L.gate.n_in);
-  if (req.top_k <= 0 || req.n_tokens < 0)
-    fail(ErrorKind::internal, "MoE step layer {}: top_k {} n_tokens {}", req.layer, req.top_k, req.n_tokens);
-  for (int64_t i = 0; i < int64_t{req.n_tokens} * req.top_k; ++i)
-    if (req.expert_ids[i] < 0 || req.expert_ids[i] >= L.n_expert)
-      fail(ErrorKind::internal, "MoE step layer {}: expert id {} outside [0, {})", req.layer, req.expert_ids[i], L.n_expert);
+  check_step_ids(req, L.n_expert, "cpu moe");
   if (req.n_tokens == 0) return;
+  if (observed()) observers_->routing(req);
   if (req.n_tokens == 1)
     run_decode(req, L);
   else
     run_grouped(req, L);
+  if (observed()) observers_->step_end(req.layer);
 }
 
-void MoeCpuExecutor::run_decode(const MoeRequest& req, const MoeLayerWeights& L) {
+void MoeCpuExecutor::run_decode(const MoeStep& req, const MoeLayerWeights& L) {
   const int32_t K = req.top_k;
   const int64_t E = L.gate.n_in, F = L.gate.n_out;
   // x quantized once for gate and once for up (only when their activation types differ).
@@ -125,13 +121,10 @@ void MoeCpuExecutor::run_decode(const MoeRequest& req, const MoeLayerWeights& L)
                     hq.data() + s * hq_bytes, static_cast<int64_t>(hq_bytes), 1, y.data() + s * E + r0, E, false);
     }
   });
-  // Weighted sum in slot order (as llama.cpp adds the weighted expert outputs one after another).
-  for (int64_t j = 0; j < E; ++j) req.out[j] = y[j] * req.expert_weights[0];
-  for (int32_t s = 1; s < K; ++s)
-    for (int64_t j = 0; j < E; ++j) req.out[j] += y[s * E + j] * req.expert_weights[s];
+  weighted_sum(1, K, E, y.data(), req.expert_weights, req.out);
 }
 
-void MoeCpuExecutor::run_grouped(const MoeRequest& req, const MoeLayerWeights& L) {
+void MoeCpuExecutor::run_grouped(const MoeStep& req, const MoeLayerWeights& L) {
   const int64_t N = req.n_tokens;
   const int32_t K = req.top_k;
   const int64_t E = L.gate.n_in, F = L.gate.n_out;
@@ -154,22 +147,14 @@ void MoeCpuExecutor::run_grouped(const MoeRequest& req, const MoeLayerWeights& L
   }
   const uint8_t* xq_up = shared_q ? xq_gate.data() : xq_up_own.data();
 
-  // Group the (token, slot) pairs by expert: counting sort keeps tokens in order within a group.
-  std::vector<int64_t> start(static_cast<size_t>(L.n_expert) + 1, 0);
-  for (int64_t i = 0; i < N * K; ++i) ++start[static_cast<size_t>(req.expert_ids[i]) + 1];
-  for (int32_t e = 0; e < L.n_expert; ++e) start[e + 1] += start[e];
-  std::vector<int64_t> pairs(static_cast<size_t>(N * K));  // flat index t·K + s, grouped by expert
-  {
-    std::vector<int64_t> fill(start.begin(), start.end() - 1);
-    for (int64_t i = 0; i < N * K; ++i) pairs[static_cast<size_t>(fill[req.expert_ids[i]]++)] = i;
-  }
+  const ExpertGroups groups = group_by_expert(req.expert_ids, N * K, L.n_expert);
 
   std::vector<float> y(static_cast<size_t>(N * K * E));  // (N, K, E): each slot's expert output
   tbb::parallel_for(tbb::blocked_range<int32_t>(0, L.n_expert, 1), [&](auto r) {
     for (int32_t e = r.begin(); e < r.end(); ++e) {
-      const int64_t n_e = start[e + 1] - start[e];
+      const int64_t n_e = groups.size(e);
       if (n_e == 0) continue;
-      const int64_t* idx = pairs.data() + start[e];
+      const int64_t* idx = groups.group(e);
       std::vector<uint8_t> xg(static_cast<size_t>(n_e) * gq_bytes), xu;  // gathered activations
       for (int64_t i = 0; i < n_e; ++i)
         std::memcpy(xg.data() + i * gq_bytes, xq_gate.data() + (idx[i] / K) * gq_bytes, gq_bytes);
@@ -199,16 +184,7 @@ void MoeCpuExecutor::run_grouped(const MoeRequest& req, const MoeLayerWeights& L
     }
   });
 
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, N, 1), [&](auto r) {
-    for (int64_t t = r.begin(); t < r.end(); ++t) {
-      float* out = req.out + t * E;
-      const float* w = req.expert_weights + t * K;
-      const float* yt = y.data() + t * K * E;
-      for (int64_t j = 0; j < E; ++j) out[j] = yt[j] * w[0];
-      for (int32_t s = 1; s < K; ++s)
-        for (int64_t j = 0; j < E; ++j) out[j] += yt[s * E + j] * w[s];
-    }
-  });
+  weighted_sum(N, K, E, y.data(), req.expert_weights, req.out);
 }
 
 }  // namespace ferry

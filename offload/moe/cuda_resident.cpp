@@ -1,4 +1,4 @@
-#include "runtime/backend/cuda_ops_moe.hpp"
+#include "offload/moe/cuda_resident.hpp"
 
 #include "runtime/core/error.hpp"
 
@@ -7,6 +7,8 @@
 
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/moe.cuh"
+#include "offload/moe/routing_log.hpp"
+#include "runtime/backend/cuda_device.hpp"
 #include "runtime/backend/cuda_ops.hpp"
 
 namespace ferry {
@@ -22,47 +24,53 @@ struct ResidentLayer {
 class CudaMoeExecutor final : public MoeExecutor {
  public:
   CudaMoeExecutor(Ops& ops, const std::vector<MoeLayerWeights>& layers)
-      : ops_(ops), dev_(cuda_ops_device(ops)), s_(static_cast<cudaStream_t>(cuda_ops_stream(ops))) {
+      : ops_(ops), dev_(cuda_ops_device(ops)), s_(static_cast<cudaStream_t>(cuda_ops_stream(ops))),
+        stream_(cuda_stream_view(dev_, cuda_ops_stream(ops))), views_(layers) {
     layers_.reserve(layers.size());
     for (size_t l = 0; l < layers.size(); ++l) layers_.push_back(upload(layers[l], static_cast<int32_t>(l)));
   }
 
-  // Resident experts: every step is device work on the ops stream (bridged requests upload the
-  // host routing first, which a graph could not replay: those come through a non-capturable bridge).
+  // Resident experts: every step is device work on the ops stream, the routing log's copies too.
   bool capturable() const override { return true; }
 
-  void run(const MoeRequest& req) override {
-    if (req.layer < 0 || static_cast<size_t>(req.layer) >= layers_.size())
-      fail(ErrorKind::invalid_arg, "cuda moe: layer {} of {}", req.layer, layers_.size());
+  void begin_step(int64_t n_tokens) override {
+    step_tokens_ = n_tokens;
+    if (log_) log_->begin_step(n_tokens, *observers_);
+  }
+  void end_step(int64_t) override {
+    if (log_) log_->end_step();
+  }
+  void drain() override {
+    if (log_ && observers_) log_->flush(*observers_);
+  }
+  void set_observers(const ObserverSet* o) override {
+    MoeExecutor::set_observers(o);
+    log_.reset();
+  }
+
+  void run(const MoeStep& req) override {
+    check_step(req, views_, "cuda moe");
     const ResidentLayer& L = layers_[static_cast<size_t>(req.layer)];
-    if (req.n_embd != L.n_embd)
-      fail(ErrorKind::invalid_arg, "cuda moe: layer {}: n_embd {} but the experts take {}", req.layer, req.n_embd,
-           L.n_embd);
     if (req.n_tokens <= 0) return;
     // h: (n_tokens, top_k, n_ff) — grown when a larger step comes; the stream is drained first
     // because queued kernels may still read the old buffer.
     const size_t h_bytes = static_cast<size_t>(req.n_tokens) * static_cast<size_t>(req.top_k) *
                            static_cast<size_t>(L.n_ff) * sizeof(float);
     cuda_ops_grow(ops_, h_, h_bytes, "moe scratch");
-    const float* x = req.x;
-    const int32_t* ids = req.expert_ids;
-    const float* weights = req.expert_weights;
-    if (req.device) {
-      // Behind the host bridge: decorators may have replaced the routing on the host, so the
-      // host copies are uploaded (a few hundred bytes per token); x is the device original.
-      const size_t nk = static_cast<size_t>(req.n_tokens) * static_cast<size_t>(req.top_k);
-      cuda_ops_grow(ops_, routing_, nk * 8, "moe routing");
-      auto* d_ids = static_cast<int32_t*>(routing_.data());
-      auto* d_w = reinterpret_cast<float*>(d_ids + nk);
-      FERRY_CUDA_CHECK(cudaMemcpyAsync(d_ids, req.expert_ids, nk * 4, cudaMemcpyHostToDevice, s_));
-      FERRY_CUDA_CHECK(cudaMemcpyAsync(d_w, req.expert_weights, nk * 4, cudaMemcpyHostToDevice, s_));
-      x = req.device->x;
-      ids = d_ids;
-      weights = d_w;
+    if (observed()) {
+      if (!log_) {
+        // Made at the first step, whose top_k sizes it (a model's first step always runs eagerly).
+        log_ = std::make_unique<RoutingLog>(dev_, *stream_, static_cast<int32_t>(layers_.size()), req.top_k,
+                                            L.n_embd);
+        log_->begin_step(step_tokens_ > 0 ? step_tokens_ : req.n_tokens, *observers_);
+      }
+      log_->log(req);
     }
     const auto* table = static_cast<const cuda::ExpertPtrs*>(L.table.data());
-    cuda::moe_gate_up_swiglu(L.t_gate_up, table, ids, req.n_tokens, req.top_k, L.n_embd, L.n_ff, x, h_.f32(), s_);
-    cuda::moe_down(L.t_down, table, ids, weights, req.n_tokens, req.top_k, L.n_embd, L.n_ff, h_.f32(), req.out,
+    cuda::moe_gate_up_swiglu(L.t_gate_up, table, req.expert_ids, req.n_tokens, req.top_k, L.n_embd, L.n_ff, req.x,
+                             h_.f32(), s_);
+    cuda::moe_down(L.t_down, table, req.expert_ids, req.expert_weights, req.n_tokens, req.top_k, L.n_embd, L.n_ff,
+                   h_.f32(), req.out,
                    /*accumulate=*/false, s_);
   }
 
@@ -114,13 +122,16 @@ class CudaMoeExecutor final : public MoeExecutor {
   Device& dev_;
   cudaStream_t s_;
   std::vector<ResidentLayer> layers_;
-  DeviceBuffer h_;
-  DeviceBuffer routing_;  // bridged requests: (n_tokens, top_k) ids then weights
+  std::unique_ptr<Stream> stream_;       // a view of the ops stream (the routing log's copies)
+  std::vector<MoeLayerWeights> views_;   // host views of the experts (shapes, step checks)
+  DeviceBuffer h_;                       // (n_tokens, top_k, n_ff) gate/up output
+  std::unique_ptr<RoutingLog> log_;      // with observers
+  int64_t step_tokens_ = 0;               // of the forward step begin_step announced
 };
 
 }  // namespace
 
-std::unique_ptr<MoeExecutor> make_cuda_moe_executor(Ops& ops, const std::vector<MoeLayerWeights>& layers) {
+std::unique_ptr<MoeExecutor> make_cuda_resident_executor(Ops& ops, const std::vector<MoeLayerWeights>& layers) {
   return std::make_unique<CudaMoeExecutor>(ops, layers);
 }
 
@@ -130,7 +141,7 @@ std::unique_ptr<MoeExecutor> make_cuda_moe_executor(Ops& ops, const std::vector<
 
 namespace ferry {
 
-std::unique_ptr<MoeExecutor> make_cuda_moe_executor(Ops&, const std::vector<MoeLayerWeights>&) {
+std::unique_ptr<MoeExecutor> make_cuda_resident_executor(Ops&, const std::vector<MoeLayerWeights>&) {
   fail(ErrorKind::unsupported, "this Ferry was built without CUDA (configure with -DFERRY_CUDA=ON)");
 }
 

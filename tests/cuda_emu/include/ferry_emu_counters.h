@@ -1,0 +1,23 @@
+#pragma once
+// The CUDA emulator's API counters (tests only): what a test may assert about host
+// synchronisation and copies, e.g. "one graph launch and no device→host copy but the logits per
+// decoded token". Counted since the process started; take differences.
+//   stream_syncs    cudaStreamSynchronize calls and synchronous copies (cudaMemcpy, and async
+//                   copies into pageable memory, which return when the data is there)
+//   event_syncs     cudaEventSynchronize calls
+//   device_syncs    cudaDeviceSynchronize calls
+//   d2h_copies      device→host copies executed (inside a launched graph too), and their bytes
+//   graph_launches  cudaGraphLaunch calls
+#include <cstdint>
+
+namespace ferry_emu {
+
+struct ApiCounts {
+  uint64_t stream_syncs = 0, event_syncs = 0, device_syncs = 0;
+  uint64_t d2h_copies = 0, d2h_bytes = 0;
+  uint64_t graph_launches = 0;
+};
+
+ApiCounts api_counts();
+
+}  // namespace ferry_emu

@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""The layer rules of docs/architecture.md, checked on every #include "..." of the sources.
+
+Floors, lowest first; a file may include its own floor and any floor below it, never one above:
+  0 runtime/core
+  1 runtime/gguf, kernels
+  2 runtime/backend, runtime/tokenizer, runtime/sampling
+  3 offload/moe        (the MoE contract: the step, executors, observers' interface)
+  4 offload            (the offload engine, observers, routing overrides)
+  5 runtime/model
+  6 runtime/engine
+  7 runtime/synth, runtime/cli, runtime/server
+Folders on one floor do not include each other (runtime/cli may use runtime/synth: the top floor
+holds the programs' pieces). Prints every upward include as FILE:LINE and exits 1 when any exists.
+
+  check_layers.py SOURCE_DIR [--self-test]
+"""
+import os
+import re
+import sys
+
+FLOORS = {
+    "runtime/core": 0,
+    "runtime/gguf": 1, "kernels": 1,
+    "runtime/backend": 2, "runtime/tokenizer": 2, "runtime/sampling": 2,
+    "offload/moe": 3,
+    "offload": 4,
+    "runtime/model": 5,
+    "runtime/engine": 6,
+    "runtime/synth": 7, "runtime/cli": 7, "runtime/server": 7,
+}
+TOP_SHARED = 7  # folders of this floor may include each other
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
+SOURCES = (".cpp", ".hpp", ".h", ".cu", ".cuh")
+
+
+def folder_of(path):
+    """The longest FLOORS key that is a prefix folder of path (a repo-relative path), or None."""
+    best = None
+    for k in FLOORS:
+        if path == k or path.startswith(k + "/"):
+            if best is None or len(k) > len(best):
+                best = k
+    return best
+
+
+def violations(root):
+    out = []
+    for top in ("runtime", "offload", "kernels"):
+        for dirpath, _, files in os.walk(os.path.join(root, top)):
+            for name in sorted(files):
+                if not name.endswith(SOURCES):
+                    continue
+                full = os.path.join(dirpath, name)
+                rel = os.path.relpath(full, root).replace(os.sep, "/")
+                src = folder_of(rel)
+                if src is None:
+                    continue
+                with open(full, encoding="utf-8", errors="replace") as f:
+                    for lineno, line in enumerate(f, 1):
+                        m = INCLUDE.match(line)
+                        if not m:
+                            continue
+                        inc = m.group(1)
+                        dst = folder_of(inc)
+                        if dst is None:  # relative to the including file
+                            dst = folder_of(os.path.normpath(os.path.join(os.path.dirname(rel), inc)).replace(os.sep, "/"))
+                        if dst is None or dst == src:
+                            continue
+                        a, b = FLOORS[src], FLOORS[dst]
+                        if b > a or (b == a and a != TOP_SHARED):
+                            out.append(f"{rel}:{lineno}: {src} (floor {a}) includes {inc} ({dst}, floor {b})")
+    return out
+
+
+def self_test():
+    """The checker must see an upward include: a scratch tree with one."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        os.makedirs(os.path.join(d, "runtime/backend"))
+        os.makedirs(os.path.join(d, "offload/moe"))
+        with open(os.path.join(d, "runtime/backend/x.cpp"), "w") as f:
+            f.write('#include "runtime/core/error.hpp"\n#include "offload/moe/step.hpp"\n')
+        with open(os.path.join(d, "offload/moe/y.cpp"), "w") as f:
+            f.write('#include "runtime/backend/ops.hpp"\n#include "../routing.hpp"\n')
+        v = violations(d)
+        assert len(v) == 2 and "runtime/backend/x.cpp:2" in v[0] and "offload/moe/y.cpp:2" in v[1], v
+
+
+def main():
+    root = sys.argv[1] if len(sys.argv) > 1 else "."
+    self_test()
+    v = violations(root)
+    for line in v:
+        print(line)
+    print(f"layering: {len(v)} upward include(s)")
+    return 1 if v else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
