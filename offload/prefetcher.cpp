@@ -157,9 +157,4 @@ void Prefetcher::note_evict(int32_t slot) {
   }
 }
 
-void Prefetcher::drop_all() {
-  c_.dropped_stale += queue_.size();
-  queue_.clear();
-}
-
 }  // namespace ferry

@@ -10,7 +10,7 @@
 // wait(slot) blocks on one slot's event. A prefetched slot evicted before any use counts as
 // wasted; its first use counts as used (precision = used / issued).
 //
-// Predictions come from an ExpertPredictor (helper J's router-based predictor implements it).
+// Predictions come from an ExpertPredictor (RouterPredictor, predictor.hpp, implements it).
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -66,7 +66,6 @@ class Prefetcher {
   // Executor hooks for the counters: a use of a slot, and a slot about to be reused.
   void note_use(int32_t slot);
   void note_evict(int32_t slot);
-  void drop_all();  // forgets queued requests (a new prompt)
   const PrefetchCounters& counters() const { return c_; }
   void reset_counters() { c_ = {}; }
   Stream& stream() { return *stream_; }

@@ -68,7 +68,9 @@ PerToken count_decode(const std::string& path, const std::string& vram, bool sta
     // The observers saw every token, read back from the routing log.
     const RoutingStatsObserver* rs = m->moe().routing_stats();
     EXPECT_NE(rs, nullptr);
-    if (rs) EXPECT_EQ(rs->locality().layer(0).tokens, static_cast<int64_t>(prompt.size() + 2 + kTokens));
+    if (rs) {
+      EXPECT_EQ(rs->locality().layer(0).tokens, static_cast<int64_t>(prompt.size() + 2 + kTokens));
+    }
   }
   const auto per = [&](uint64_t after, uint64_t before) { return static_cast<double>(after - before) / kTokens; };
   return {per(b.graph_launches, a.graph_launches), per(b.stream_syncs, a.stream_syncs),

@@ -1,0 +1,81 @@
+#pragma once
+// One host-routed MoE step of the offload engine on its device — the one flow of the sim device
+// and CUDA. The executor has resolved every distinct expert of the step (decide.hpp) to a source:
+//   slot / mapped  its pointers go into the step's table; one grouped launch computes them all
+//   stream         prefill: copied through a staging slot, computed over its own (token, slot)
+//                  pairs when the copy has landed (copy i+2 waits for the kernels that read copy i)
+//   cpu            computed on the host while the device works (cpu_experts.hpp)
+// Every path writes per-slot outputs y (n_tokens, top_k, n_embd), unweighted; then ONE weighted
+// sum adds them in slot order (offload/moe/group.hpp). On the sim device the kernels are the CPU
+// executor's code, so the step is bit-identical to MoeCpuExecutor whatever path each expert
+// took; on CUDA the same enqueues run as kernels and copies, and the host never waits for them.
+//
+// Buffers (device unless noted), sized for max_batch tokens at start and grown for larger steps:
+//   step (device and pinned host alike): table (n_table ExpertPtrs3) | local ids (n·k int32, -1
+//     where not in the table) | streamed pairs (≤ n·k int32, each expert's back to back) | CPU
+//     row indices (≤ n·k int32)
+//   y: (n, k, n_embd) float — the per-slot outputs
+//   cpu rows (pinned host, read by the scatter kernel in place): (≤ n·k, n_embd) float
+// Events: compute_done (refills of slots wait for it), the staging slots' done/free (Residency),
+// and the idle-time probes read back one step later (collect_waits).
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "offload/device_experts.hpp"
+#include "offload/residency.hpp"
+
+namespace ferry {
+
+// Where one distinct expert of a step comes from.
+struct Resolved {
+  int32_t expert = -1;
+  ExpertPtrs3 w;             // slot, mapped host or host store addresses
+  int32_t pinned_slot = -1;  // unpinned after the step
+  bool stream = false;       // prefill: through the staging slots
+  bool mapped = false;       // the device kernels read w (mapped host addresses) in place
+};
+
+class DeviceStep {
+ public:
+  DeviceStep(Device& dev, Stream& compute, DeviceExpertKernels& kernels, Residency& res, const OffloadOptions& o,
+             Event& compute_done);
+  // Device memory of the step buffers for steps of up to max_batch tokens (the plan leaves it).
+  static uint64_t device_bytes(int64_t max_batch, const ExpertShape& s, int32_t top_k, int32_t n_expert);
+
+  // host: the step with x and the routing in host memory; dev: the same step in device memory
+  // (sim: the same pointers). used: one Resolved per distinct expert, in expert order.
+  // routing_ready_ns: when the routing reached the host (0: it was there; the compute stream's
+  // idle time until the first enqueue counts as sync, less the host's copy waits since
+  // wait0_ms = st.wait_ms at the step's start).
+  void run(const MoeStep& host, const MoeStep& dev, const std::vector<Resolved>& used, OffloadStats& st,
+           Tracer* tracer, int64_t routing_ready_ns, double wait0_ms);
+  // The compute stream's idle time measured by the last step's events (cpu_expert) and the
+  // streaming time; call once those events have completed.
+  void collect_waits(OffloadStats& st);
+  // The expert kernels on one token of layer 0's shape over `entries` (device-readable
+  // pointers), timed with events: a warm-up on entries[0], then the best of one launch per further
+  // entry, as weight bytes per second (0 when it cannot be measured).
+  double time_kernels(const ExpertShape& s, const std::vector<ExpertPtrs3>& entries);
+
+ private:
+  void grow(DeviceBuffer& b, size_t bytes, const char* tag);
+  void grow(HostBuffer& b, size_t bytes);
+  // Host-side per-slot outputs of the CPU experts (rows of y_host_), compacted into cpu_rows_.
+  int64_t cpu_part(const MoeStep& host, const std::vector<Resolved>& cpu, int32_t* row_idx, Tracer* tracer);
+
+  Device& dev_;
+  Stream& compute_;
+  DeviceExpertKernels& kernels_;
+  Residency& res_;
+  const OffloadOptions& o_;
+  Event& compute_done_;  // the executor records it after each step
+  HostBuffer step_host_, cpu_rows_;  // pinned
+  DeviceBuffer step_dev_, y_dev_;
+  std::vector<float> y_host_;  // (n, k, n_embd) the CPU experts' rows before compaction
+  std::unique_ptr<Event> kernels_done_, cpu_ready_, stream_begin_, stream_end_;
+  bool pending_cpu_wait_ = false, pending_stream_ = false;
+};
+
+}  // namespace ferry

@@ -1,0 +1,83 @@
+#pragma once
+// Where every routed expert is, and how it moves: the host store (every expert in host RAM, and
+// the view of it the device can read in place when it is mapped), the plan's VRAM slots with
+// their bookkeeping (ExpertCache: which expert a slot holds, pins, eviction), the two staging
+// slots of prefill streaming, and the copies into them — demand copies (copy-now, staging) on
+// their own stream, prefetches and admissions on the prefetcher's.
+//
+// Slot safety: a refill of a slot first waits for `compute_done` (the compute stream's last
+// recorded event), so a slot that queued kernels may still read is never overwritten early.
+//
+// Device memory, in plan order, every allocation charged to the budget: the fixed part as
+// reservations (sim: the forward's own buffers live elsewhere), the staging slots, the slots.
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "offload/moe/cpu_experts.hpp"
+#include "offload/offload_options.hpp"
+
+namespace ferry {
+
+class Residency {
+ public:
+  // layers: the experts as the model sees them (views into the GGUF mapping; the store replaces
+  // them). compute_done: the event slot refills wait for (owned by the caller; outlives this).
+  Residency(Device& dev, std::vector<MoeLayerWeights> layers, const OffloadOptions& o, const Event& compute_done);
+  ~Residency();
+
+  int32_t n_layer() const { return static_cast<int32_t>(layers_.size()); }
+  const ExpertShape& shape(int32_t layer) const { return shapes_[static_cast<size_t>(layer)]; }
+  const std::vector<ExpertShape>& shapes() const { return shapes_; }
+  const MoeLayerWeights& host_layer(int32_t layer) const { return layers_[static_cast<size_t>(layer)]; }
+  ExpertPtrs3 host_ptrs(int32_t layer, int32_t expert) const { return expert_ptrs(host_layer(layer), expert); }
+  ExpertPtrs3 slot_ptrs(int32_t slot, int32_t layer) const;
+  ExpertPtrs3 staging_ptrs(size_t b, int32_t layer) const;  // staging slot b (0 or 1)
+  // The host store as the device reads it in place; empty when it is not mapped.
+  const std::vector<MoeLayerWeights>& mapped() const { return mapped_; }
+
+  ExpertCache& cache() { return *cache_; }
+  const ExpertCache& cache() const { return *cache_; }
+  Prefetcher& prefetcher() { return *prefetcher_; }
+  const Prefetcher& prefetcher() const { return *prefetcher_; }
+  const HostStoreStats& store_stats() const { return store_->stats(); }
+  uint64_t init_bytes() const { return init_bytes_; }
+
+  // Enqueues the copies that fill `slot` with (layer, expert) on `s`, after compute_done.
+  void fill_slot(int32_t slot, int32_t layer, int32_t expert, Stream& s);
+  // Copy-now: fills `slot` on the demand stream and waits for it; returns the host's wait (ms).
+  double fill_now(int32_t slot, int32_t layer, int32_t expert);
+  // Copies a streamed expert from the host store into staging slot b on the demand stream, after
+  // the kernels that last read it (staging_free(b)), and records staging_done(b).
+  void stage(int32_t layer, int32_t expert, size_t b);
+  Event& staging_done(size_t b) { return *staging_done_[b]; }
+  Event& staging_free(size_t b) { return *staging_free_[b]; }
+  Stream& demand() { return *demand_; }
+
+ private:
+  // issue() enqueues a copy of `bytes` on s; with a tracer, brackets it with host_fn markers that
+  // record an "h2d" span on s's track.
+  void traced_copy(Stream& s, int32_t layer, int32_t expert, uint64_t bytes, const std::function<void()>& issue);
+  int32_t track_of(const Stream& s);
+
+  Device& dev_;
+  const OffloadOptions& o_;
+  const Event& compute_done_;
+  std::vector<MoeLayerWeights> layers_;  // (n_layer) views into the host store
+  std::vector<ExpertShape> shapes_;      // (n_layer)
+  std::unique_ptr<HostStore> store_;
+  std::vector<MoeLayerWeights> mapped_;  // (n_layer) or empty
+  std::vector<DeviceBuffer> reserved_;   // dense/KV/state/workspace reservations
+  DeviceBuffer slots_, staging_;
+  std::unique_ptr<ExpertCache> cache_;
+  std::unique_ptr<Prefetcher> prefetcher_;
+  std::unique_ptr<Stream> demand_;  // copy-now and prefill streaming
+  std::unique_ptr<Event> demand_done_;
+  std::array<std::unique_ptr<Event>, 2> staging_done_, staging_free_;
+  std::vector<const Stream*> tracks_;  // --trace: copy streams seen, track = kTrackBase + index
+  uint64_t init_bytes_ = 0;
+};
+
+}  // namespace ferry
