@@ -1,6 +1,7 @@
 #include "offload/device_experts.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 namespace ferry {
@@ -48,6 +49,74 @@ class SimExpertKernels final : public DeviceExpertKernels {
     stream.host_fn([y, b, n] {
       for (int64_t i = 0; i < n; ++i) y[i] += b[i];
     });
+  }
+
+  void experts_per_slot(const ExpertShape& s, const ExpertPtrs3* table, const int32_t* ids,
+                        int64_t n_tokens, int32_t k, const float* x, float* y_slots,
+                        Stream& stream) override {
+    stream.host_fn([s, table, ids, n_tokens, k, x, y_slots] {
+      if (n_tokens == 1) return decode_slots(s, table, ids, k, x, y_slots);
+      // Prefill: the pairs with ids ≥ 0 grouped by table entry, tokens in order (as the CPU
+      // executor groups the step), each group one batch.
+      std::vector<int32_t> entry;  // table entry of each computed pair
+      std::vector<int64_t> pair;   // its t·k + j
+      for (int64_t p = 0; p < n_tokens * k; ++p)
+        if (ids[p] >= 0) {
+          entry.push_back(ids[p]);
+          pair.push_back(p);
+        }
+      if (entry.empty()) return;
+      const int32_t n_entries = *std::max_element(entry.begin(), entry.end()) + 1;
+      const ExpertGroups g =
+          group_by_expert(entry.data(), static_cast<int64_t>(entry.size()), n_entries);
+      std::vector<int64_t> rows;
+      for (int32_t e = 0; e < n_entries; ++e) {
+        rows.resize(static_cast<size_t>(g.size(e)));
+        for (int64_t i = 0; i < g.size(e); ++i)
+          rows[static_cast<size_t>(i)] = pair[static_cast<size_t>(g.group(e)[i])];
+        compute_pairs(s, table[e], x, k, rows.data(), g.size(e), y_slots);
+      }
+    });
+  }
+
+  void expert_pairs_per_slot(const ExpertShape& s, const ExpertPtrs3* expert, const int32_t* pairs,
+                             int64_t n_pairs, int32_t k, const float* x, float* y_slots,
+                             Stream& stream) override {
+    stream.host_fn([s, expert, pairs, n_pairs, k, x, y_slots] {
+      const std::vector<int64_t> rows(pairs, pairs + n_pairs);
+      compute_pairs(s, *expert, x, k, rows.data(), n_pairs, y_slots);
+    });
+  }
+
+  void weighted_sum(const float* y_slots, const float* weights, int64_t n_tokens, int32_t k,
+                    int64_t n_embd, float* out, Stream& stream) override {
+    stream.host_fn([y_slots, weights, n_tokens, k, n_embd, out] {
+      ::ferry::weighted_sum(n_tokens, k, n_embd, y_slots, weights, out);
+    });
+  }
+
+  void scatter_rows(float* y_slots, const float* rows, const int32_t* idx, int64_t n,
+                    int64_t n_embd, Stream& stream) override {
+    stream.host_fn([y_slots, rows, idx, n, n_embd] {
+      for (int64_t i = 0; i < n; ++i)
+        std::memcpy(y_slots + int64_t{idx[i]} * n_embd, rows + i * n_embd,
+                    static_cast<size_t>(n_embd) * sizeof(float));
+    });
+  }
+
+ private:
+  // Decode: the slots with ids ≥ 0 through compute_decode (each slot's expert alone, the CPU
+  // executor's decode rows).
+  static void decode_slots(const ExpertShape& s, const ExpertPtrs3* table, const int32_t* ids,
+                           int32_t k, const float* x, float* y_slots) {
+    std::vector<ExpertPtrs3> w(static_cast<size_t>(k));
+    std::vector<uint8_t> compute(static_cast<size_t>(k), 0);
+    for (int32_t j = 0; j < k; ++j)
+      if (ids[j] >= 0) {
+        w[static_cast<size_t>(j)] = table[ids[j]];
+        compute[static_cast<size_t>(j)] = 1;
+      }
+    compute_decode(s, x, w, compute, y_slots);
   }
 };
 

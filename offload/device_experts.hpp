@@ -31,6 +31,31 @@ class DeviceExpertKernels {
                             const float* weights, int32_t k, const float* x, float* y, Stream& stream) = 0;
   // y[i] += b[i], i < n.
   virtual void add(float* y, const float* b, int64_t n, Stream& stream) = 0;
+
+  // Per-slot outputs: every path (slot experts, streamed experts, CPU experts) writes its rows of
+  //   y_slots: (n_tokens, k, n_embd) float device, y_slots[t][j] = expert_{ids[t][j]}(x_t),
+  //   unweighted
+  // and weighted_sum adds them in slot order, so the step's result does not depend on which path
+  // computed which slot. Sim: each slot bit-identical to MoeCpuExecutor's per-slot output (decode
+  // as compute_decode, prefill grouped by table entry as compute_group).
+  //
+  // y_slots[t][j] = table[ids[t][j]](x_t) where ids[t][j] ≥ 0; rows with ids < 0 untouched.
+  virtual void experts_per_slot(const ExpertShape& s, const ExpertPtrs3* table, const int32_t* ids,
+                                int64_t n_tokens, int32_t k, const float* x, float* y_slots,
+                                Stream& stream) = 0;
+  // One expert over its pairs p = t·k + j (device int32, distinct tokens, in token order):
+  // y_slots[p] = expert(x_t); other rows untouched.
+  virtual void expert_pairs_per_slot(const ExpertShape& s, const ExpertPtrs3* expert,
+                                     const int32_t* pairs, int64_t n_pairs, int32_t k,
+                                     const float* x, float* y_slots, Stream& stream) = 0;
+  // out[t] = Σ_j y_slots[t][j] · weights[t][j], slots in order (group.hpp weighted_sum).
+  // weights: (n_tokens, k) device; out: (n_tokens, n_embd) device.
+  virtual void weighted_sum(const float* y_slots, const float* weights, int64_t n_tokens, int32_t k,
+                            int64_t n_embd, float* out, Stream& stream) = 0;
+  // y_slots[idx[i]] = rows[i], i < n: rows (n, n_embd) device (CPU-computed slots copied up),
+  // idx (n) int32 device, distinct row indices t·k + j.
+  virtual void scatter_rows(float* y_slots, const float* rows, const int32_t* idx, int64_t n,
+                            int64_t n_embd, Stream& stream) = 0;
 };
 
 std::unique_ptr<DeviceExpertKernels> make_sim_expert_kernels();

@@ -41,6 +41,39 @@ class CudaExpertKernels final : public DeviceExpertKernels {
     cuda::add(y, b, y, n, static_cast<cudaStream_t>(stream.native_handle()));
   }
 
+  void experts_per_slot(const ExpertShape& s, const ExpertPtrs3* table, const int32_t* ids,
+                        int64_t n_tokens, int32_t k, const float* x, float* y_slots,
+                        Stream& stream) override {
+    scratch(static_cast<size_t>(n_tokens) * static_cast<size_t>(k), s, stream);
+    auto st = static_cast<cudaStream_t>(stream.native_handle());
+    const auto* t = reinterpret_cast<const cuda::ExpertPtrs*>(table);
+    cuda::moe_gate_up_swiglu(s.gate_type, t, ids, n_tokens, k, s.n_embd, s.n_ff, x, h_.f32(), st);
+    cuda::moe_down_slots(s.down_type, t, ids, n_tokens, k, s.n_embd, s.n_ff, h_.f32(), y_slots, st);
+  }
+
+  void expert_pairs_per_slot(const ExpertShape& s, const ExpertPtrs3* expert, const int32_t* pairs,
+                             int64_t n_pairs, int32_t k, const float* x, float* y_slots,
+                             Stream& stream) override {
+    if (n_pairs == 0) return;
+    scratch(static_cast<size_t>(n_pairs), s, stream);
+    cuda::moe_expert_pairs_slots(s.gate_type, s.down_type,
+                                 reinterpret_cast<const cuda::ExpertPtrs*>(expert), pairs, n_pairs,
+                                 k, s.n_embd, s.n_ff, x, h_.f32(), y_slots,
+                                 static_cast<cudaStream_t>(stream.native_handle()));
+  }
+
+  void weighted_sum(const float* y_slots, const float* weights, int64_t n_tokens, int32_t k,
+                    int64_t n_embd, float* out, Stream& stream) override {
+    cuda::moe_sum(y_slots, weights, n_tokens, k, n_embd, out,
+                  static_cast<cudaStream_t>(stream.native_handle()));
+  }
+
+  void scatter_rows(float* y_slots, const float* rows, const int32_t* idx, int64_t n,
+                    int64_t n_embd, Stream& stream) override {
+    cuda::moe_scatter_rows(rows, idx, n, n_embd, y_slots,
+                           static_cast<cudaStream_t>(stream.native_handle()));
+  }
+
  private:
   // h: rows × n_ff floats; grown with the stream drained (queued kernels may read the old one).
   void scratch(size_t rows, const ExpertShape& s, Stream& stream) {

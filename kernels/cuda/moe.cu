@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <string>
 
 #include "kernels/cuda/check.cuh"
@@ -121,6 +122,69 @@ __global__ void __launch_bounds__(32 * kWarps)
   }
 }
 
+// y_slots[ts] = down_e · h[ts] for ts = token·k + slot with e = ids[ts] ≥ 0 (others untouched).
+// grid.x: row blocks of n_embd; grid.y: token·k + slot.
+template <GgmlType T>
+__global__ void __launch_bounds__(32 * kWarps)
+    down_slots_kernel(const ExpertPtrs* __restrict__ table, const int32_t* __restrict__ ids,
+                      int64_t n_embd, int64_t n_ff, const float* __restrict__ h,
+                      float* __restrict__ y) {
+  const int64_t row = int64_t{blockIdx.x} * kWarps + (threadIdx.x >> 5);
+  const int64_t ts = blockIdx.y;
+  if (row >= n_embd) return;
+  const int32_t e = ids[ts];
+  if (e < 0) return;  // the whole block: ts is the block's
+  const float v = down_row<T>(table[e], row, n_ff, h + ts * n_ff);
+  if ((threadIdx.x & 31) == 0) y[ts * n_embd + row] = v;
+}
+
+// y_slots[pairs[p]] = down · h[p] for one expert; grid.y = pair index, h compact (n_pairs, n_ff).
+template <GgmlType T>
+__global__ void __launch_bounds__(32 * kWarps)
+    down_pairs_slots_kernel(const ExpertPtrs* __restrict__ expert,
+                            const int32_t* __restrict__ pairs, int64_t n_embd, int64_t n_ff,
+                            const float* __restrict__ h, float* __restrict__ y) {
+  const int64_t row = int64_t{blockIdx.x} * kWarps + (threadIdx.x >> 5);
+  if (row >= n_embd) return;
+  const float v = down_row<T>(*expert, row, n_ff, h + int64_t{blockIdx.y} * n_ff);
+  if ((threadIdx.x & 31) == 0) y[int64_t{pairs[blockIdx.y]} * n_embd + row] = v;
+}
+
+constexpr int kElemThreads = 256;
+constexpr int64_t kMaxElemBlocks = int64_t{1} << 20;  // grid-stride beyond this
+
+unsigned elem_grid(int64_t n) {
+  return static_cast<unsigned>(
+      std::min<int64_t>((n + kElemThreads - 1) / kElemThreads, kMaxElemBlocks));
+}
+
+// One thread per out element: the slot-order weighted sum with explicit roundings (no FMA
+// contraction), the CPU executor's operations.
+__global__ void __launch_bounds__(kElemThreads)
+    sum_kernel(const float* __restrict__ y, const float* __restrict__ weights, int64_t n_tokens,
+               int k, int64_t n_embd, float* __restrict__ out) {
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n_tokens * n_embd;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t t = i / n_embd;
+    const float* yt = y + t * k * n_embd + (i - t * n_embd);
+    const float* wt = weights + t * k;
+    float acc = __fmul_rn(yt[0], wt[0]);
+    for (int j = 1; j < k; ++j) acc = __fadd_rn(acc, __fmul_rn(yt[j * n_embd], wt[j]));
+    out[i] = acc;
+  }
+}
+
+// y[idx[r]][c] = rows[r][c], one thread per element of rows.
+__global__ void __launch_bounds__(kElemThreads)
+    scatter_rows_kernel(const float* __restrict__ rows, const int32_t* __restrict__ idx, int64_t n,
+                        int64_t n_embd, float* __restrict__ y) {
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n * n_embd;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t r = i / n_embd;
+    y[int64_t{idx[r]} * n_embd + (i - r * n_embd)] = rows[i];
+  }
+}
+
 void check_moe_args(const char* op, const ExpertPtrs* table, const int32_t* ids, int64_t n_tokens,
                     int k, const float* a, const float* b) {
   require(table && ids && a && b, op, "null pointer argument");
@@ -183,6 +247,73 @@ void moe_expert_pairs(GgmlType t_gate_up, GgmlType t_down, const ExpertPtrs* exp
     launch(down_pairs_kernel<kT>, g2, 32 * kWarps, 0, stream, expert, pairs, weights, n_embd, n_ff, k, h, y);
   });
   FERRY_CUDA_CHECK_LAUNCH("down_pairs_kernel");
+}
+
+void moe_down_slots(GgmlType t_down, const ExpertPtrs* table, const int32_t* ids, int64_t n_tokens,
+                    int k, int64_t n_embd, int64_t n_ff, const float* h, float* y_slots,
+                    cudaStream_t stream) {
+  const char* op = "moe_down_slots";
+  check_moe_args(op, table, ids, n_tokens, k, h, y_slots);
+  check_weight_args(op, t_down, reinterpret_cast<const void*>(16), n_embd, n_ff);
+  const dim3 grid(static_cast<unsigned>((n_embd + kWarps - 1) / kWarps),
+                  static_cast<unsigned>(n_tokens * k));
+  FERRY_DISPATCH_WEIGHT_TYPE(t_down, op, {
+    launch(down_slots_kernel<kT>, grid, 32 * kWarps, 0, stream, table, ids, n_embd, n_ff, h,
+           y_slots);
+  });
+  FERRY_CUDA_CHECK_LAUNCH("down_slots_kernel");
+}
+
+void moe_expert_pairs_slots(GgmlType t_gate_up, GgmlType t_down, const ExpertPtrs* expert,
+                            const int32_t* pairs, int64_t n_pairs, int k, int64_t n_embd,
+                            int64_t n_ff, const float* x, float* h, float* y_slots,
+                            cudaStream_t stream) {
+  const char* op = "moe_expert_pairs_slots";
+  if (n_pairs == 0) return;
+  require(expert && pairs && x && h && y_slots, op, "null pointer argument");
+  require(k >= 1 && k <= kMaxK, op, "k must be in [1, 64], got " + std::to_string(k));
+  require(n_pairs >= 1 && n_pairs <= 65535, op, "n_pairs must be in [1, 65535]");
+  require(aligned(x, 16) && aligned(h, 16) && aligned(y_slots, 16), op,
+          "activations must be 16-byte aligned");
+  check_weight_args(op, t_gate_up, reinterpret_cast<const void*>(16), n_ff, n_embd);
+  check_weight_args(op, t_down, reinterpret_cast<const void*>(16), n_embd, n_ff);
+  require(n_ff % 4 == 0, op, "n_ff must be a multiple of 4 (h rows are read with float4)");
+  const dim3 g1(static_cast<unsigned>((n_ff + kWarps - 1) / kWarps),
+                static_cast<unsigned>(n_pairs));
+  FERRY_DISPATCH_WEIGHT_TYPE(t_gate_up, op, {
+    launch(gate_up_pairs_kernel<kT>, g1, 32 * kWarps, 0, stream, expert, pairs, n_embd, n_ff, k, x,
+           h);
+  });
+  FERRY_CUDA_CHECK_LAUNCH("gate_up_pairs_kernel");
+  const dim3 g2(static_cast<unsigned>((n_embd + kWarps - 1) / kWarps),
+                static_cast<unsigned>(n_pairs));
+  FERRY_DISPATCH_WEIGHT_TYPE(t_down, op, {
+    launch(down_pairs_slots_kernel<kT>, g2, 32 * kWarps, 0, stream, expert, pairs, n_embd, n_ff, h,
+           y_slots);
+  });
+  FERRY_CUDA_CHECK_LAUNCH("down_pairs_slots_kernel");
+}
+
+void moe_sum(const float* y_slots, const float* weights, int64_t n_tokens, int k, int64_t n_embd,
+             float* out, cudaStream_t stream) {
+  const char* op = "moe_sum";
+  require(y_slots && weights && out, op, "null pointer argument");
+  require(k >= 1 && k <= kMaxK, op, "k must be in [1, 64], got " + std::to_string(k));
+  require(n_tokens >= 1 && n_embd >= 1, op, "n_tokens and n_embd must be ≥ 1");
+  launch(sum_kernel, elem_grid(n_tokens * n_embd), kElemThreads, 0, stream, y_slots, weights,
+         n_tokens, k, n_embd, out);
+  FERRY_CUDA_CHECK_LAUNCH("sum_kernel");
+}
+
+void moe_scatter_rows(const float* rows, const int32_t* idx, int64_t n, int64_t n_embd, float* y,
+                      cudaStream_t stream) {
+  const char* op = "moe_scatter_rows";
+  if (n == 0) return;
+  require(rows && idx && y, op, "null pointer argument");
+  require(n >= 1 && n_embd >= 1, op, "n and n_embd must be ≥ 1");
+  launch(scatter_rows_kernel, elem_grid(n * n_embd), kElemThreads, 0, stream, rows, idx, n, n_embd,
+         y);
+  FERRY_CUDA_CHECK_LAUNCH("scatter_rows_kernel");
 }
 
 }  // namespace ferry::cuda

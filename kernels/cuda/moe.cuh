@@ -47,4 +47,37 @@ void moe_expert_pairs(GgmlType t_gate_up, GgmlType t_down, const ExpertPtrs* exp
                       int64_t n_pairs, const float* weights, int k, int64_t n_embd, int64_t n_ff, const float* x,
                       float* h, float* y, cudaStream_t stream);
 
+// The per-slot outputs of the offload engine's device flow: every path (grouped slot experts,
+// streamed experts, CPU experts) writes y_slots (n_tokens, k, n_embd), y_slots[t][j] =
+// expert_{ids[t][j]}(x_t) unweighted, and one moe_sum then weights and adds them in slot order,
+// so the result does not depend on which path computed which slot.
+
+// y_slots[t][j] = down_e · h[t][j] (unweighted) for slots with e = ids[t][j] ≥ 0; rows of slots
+// with e < 0 are left untouched (another path writes them). h: (n_tokens, k, n_ff) from
+// moe_gate_up_swiglu; y_slots: (n_tokens, k, n_embd). One warp per output row, as moe_down.
+void moe_down_slots(GgmlType t_down, const ExpertPtrs* table, const int32_t* ids, int64_t n_tokens,
+                    int k, int64_t n_embd, int64_t n_ff, const float* h, float* y_slots,
+                    cudaStream_t stream);
+
+// The per-slot twin of moe_expert_pairs: one expert over its pairs p = t·k + j,
+//   pairs: (n_pairs) int32 device;  h: (n_pairs, n_ff) scratch;  y_slots: (n_tokens·k, n_embd)
+//   y_slots[p] = down(silu(gate·x_t) ⊙ up·x_t)   (unweighted), other rows untouched.
+void moe_expert_pairs_slots(GgmlType t_gate_up, GgmlType t_down, const ExpertPtrs* expert,
+                            const int32_t* pairs, int64_t n_pairs, int k, int64_t n_embd,
+                            int64_t n_ff, const float* x, float* h, float* y_slots,
+                            cudaStream_t stream);
+
+// out[t] = Σ_j y_slots[t][j] · weights[t][j], slots added in order (out = y[t][0]·w[t][0], then
+// += y[t][j]·w[t][j] for j = 1..k-1, as the CPU executor and llama.cpp add them), every slot
+// included whatever path wrote it. y_slots: (n_tokens, k, n_embd); weights: (n_tokens, k);
+// out: (n_tokens, n_embd). One thread per output element (memory-bound).
+void moe_sum(const float* y_slots, const float* weights, int64_t n_tokens, int k, int64_t n_embd,
+             float* out, cudaStream_t stream);
+
+// y[idx[i]] = rows[i] for i < n: places rows computed elsewhere (the CPU experts' per-slot
+// outputs) into y_slots. rows: (n, n_embd) device; idx: (n) int32 device, row indices of y
+// (t·k + j for y_slots), distinct; y: (·, n_embd). n = 0 is a no-op.
+void moe_scatter_rows(const float* rows, const int32_t* idx, int64_t n, int64_t n_embd, float* y,
+                      cudaStream_t stream);
+
 }  // namespace ferry::cuda

@@ -67,17 +67,19 @@ ExpertBatch::ExpertBatch(const ExpertShape& s, const MoeStep& req, int32_t n_exp
       groups_(group_by_expert(req.expert_ids, int64_t{req.n_tokens} * req.top_k, n_expert)) {}
 
 void ExpertBatch::compute_group(int32_t e, const ExpertPtrs3& w, float* y) const {
-  const int64_t n_e = group_size(e);
-  if (n_e == 0) return;
-  const int64_t K = top_k_, E = s_.n_embd;
-  const int64_t* idx = groups_.group(e);
-  std::vector<float> xg(static_cast<size_t>(n_e * E)),
-      ye(static_cast<size_t>(n_e * E));  // (n_e, E)
-  for (int64_t i = 0; i < n_e; ++i)
-    std::memcpy(xg.data() + i * E, x_ + (idx[i] / K) * E, static_cast<size_t>(E) * sizeof(float));
-  run_one(s_, w, xg.data(), n_e, ye.data());
-  for (int64_t i = 0; i < n_e; ++i)
-    std::memcpy(y + idx[i] * E, ye.data() + i * E, static_cast<size_t>(E) * sizeof(float));
+  compute_pairs(s_, w, x_, top_k_, groups_.group(e), group_size(e), y);
+}
+
+void compute_pairs(const ExpertShape& s, const ExpertPtrs3& w, const float* x, int32_t top_k,
+                   const int64_t* pairs, int64_t n, float* y) {
+  if (n == 0) return;
+  const int64_t K = top_k, E = s.n_embd;
+  std::vector<float> xg(static_cast<size_t>(n * E)), ye(static_cast<size_t>(n * E));  // (n, E)
+  for (int64_t i = 0; i < n; ++i)
+    std::memcpy(xg.data() + i * E, x + (pairs[i] / K) * E, static_cast<size_t>(E) * sizeof(float));
+  run_one(s, w, xg.data(), n, ye.data());
+  for (int64_t i = 0; i < n; ++i)
+    std::memcpy(y + pairs[i] * E, ye.data() + i * E, static_cast<size_t>(E) * sizeof(float));
 }
 
 void compute_decode(const ExpertShape& s, const float* x, std::span<const ExpertPtrs3> w,

@@ -60,6 +60,13 @@ class ExpertBatch {
   ExpertGroups groups_;
 };
 
+// One expert over an explicit list of (token, slot) pairs, pairs[i] = t·top_k + s: y rows
+// pairs[0..n) of (n_tokens, top_k, n_embd) = expert(x_t), computed as one batch of n rows in
+// list order — what compute_group does for a group, so a list in token order holding the pairs
+// the step routes to this expert gives the CPU executor's bits. Other rows untouched.
+void compute_pairs(const ExpertShape& s, const ExpertPtrs3& w, const float* x, int32_t top_k,
+                   const int64_t* pairs, int64_t n, float* y);
+
 // Decode: y (top_k, n_embd) for the slots s where compute[s] is true (others untouched).
 // w[s] are the pointers of slot s's expert.
 void compute_decode(const ExpertShape& s, const float* x, std::span<const ExpertPtrs3> w,

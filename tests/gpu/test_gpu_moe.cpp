@@ -1,11 +1,14 @@
-// Grouped MoE expert kernels (gate/up + SwiGLU, weighted down) vs a double-precision reference.
+// Grouped MoE expert kernels (gate/up + SwiGLU, weighted and per-slot down, moe_sum, row scatter)
+// vs a double-precision reference (and the CPU weighted sum, bit for bit).
 // Experts live at scattered offsets of one pool and are reached through the pointer table.
-#include "tests/gpu/gpu_test_util.hpp"
-
+#include <algorithm>
 #include <cstring>
+#include <random>
 
 #include "kernels/cpu/quants.hpp"
+#include "offload/moe/group.hpp"
 #include "runtime/core/types.hpp"
+#include "tests/gpu/gpu_test_util.hpp"
 
 #if FERRY_HAVE_CUDA
 #include "kernels/cuda/moe.cuh"
@@ -29,6 +32,25 @@ void quantize_into(GgmlType t, const std::vector<float>& src, int64_t rows, int6
     cpu::quantize_row_ref(t, src.data() + r * cols, pool.data() + off + r * rb, cols);
     cpu::dequantize_row_ref(t, pool.data() + off + r * rb, deq.data() + r * cols, cols);
   }
+}
+
+// Fills y_slots before a per-slot kernel: rows it must not write still hold it afterwards.
+constexpr float kSentinel = -12345.5f;
+
+// The rows p (of n_embd values) of v whose ids[p] ≥ 0 (computed = true) or < 0, concatenated.
+template <typename T>
+std::vector<T> rows_where(const std::vector<T>& v, const std::vector<int32_t>& ids, int64_t n_embd,
+                          bool computed) {
+  std::vector<T> out;
+  for (size_t p = 0; p < ids.size(); ++p)
+    if ((ids[p] >= 0) == computed)
+      out.insert(out.end(), v.begin() + p * n_embd, v.begin() + (p + 1) * n_embd);
+  return out;
+}
+
+bool all_sentinel(const std::vector<float>& v) {
+  return std::all_of(v.begin(), v.end(),
+                     [](float f) { return std::memcmp(&f, &kSentinel, sizeof f) == 0; });
 }
 
 void run_case(GgmlType t_gu, GgmlType t_down, int64_t n_embd, int64_t n_ff, int64_t n_tokens, int k) {
@@ -68,11 +90,13 @@ void run_case(GgmlType t_gu, GgmlType t_down, int64_t n_embd, int64_t n_ff, int6
       w[t * k + j] = 0.1f + 0.2f * static_cast<float>(j);
     }
   ids[1] = -1;  // a slot computed elsewhere (e.g. on the CPU)
+  if (n_tokens * k > 3) ids[n_tokens * k - 2] = -1;
   const auto x = random_floats(n_tokens * n_embd, 400, -1.5f, 1.5f);
   const auto y0 = random_floats(n_tokens * n_embd, 401);
 
   // Reference.
   std::vector<double> href(n_tokens * k * n_ff, 0.0), yref(n_tokens * n_embd, 0.0), yacc(n_tokens * n_embd);
+  std::vector<double> yslot(n_tokens * k * n_embd, 0.0);  // (n_tokens, k, n_embd) unweighted
   for (int64_t t = 0; t < n_tokens; ++t)
     for (int j = 0; j < k; ++j) {
       const int e = ids[t * k + j];
@@ -88,6 +112,7 @@ void run_case(GgmlType t_gu, GgmlType t_down, int64_t n_embd, int64_t n_ff, int6
       for (int64_t r = 0; r < n_embd; ++r) {
         double d = 0;
         for (int64_t c = 0; c < n_ff; ++c) d += double(ex[e].down[r * n_ff + c]) * href[(t * k + j) * n_ff + c];
+        yslot[(t * k + j) * n_embd + r] = d;
         yref[t * n_embd + r] += w[t * k + j] * d;
       }
     }
@@ -105,6 +130,17 @@ void run_case(GgmlType t_gu, GgmlType t_down, int64_t n_embd, int64_t n_ff, int6
   report("moe_down(accumulate)", shape, nmse(yacc, dy.download()), 1e-9);
   cuda::moe_down(t_down, tab, dids.get(), dw.get(), n_tokens, k, n_embd, n_ff, dh.get(), dy.get(), false, nullptr);
   report("moe_down", shape, nmse(yref, dy.download()), 1e-9);
+
+  // Per-slot outputs (the offload device flow): unweighted rows; rows of ids < 0 untouched.
+  const std::vector<float> sentinel(n_tokens * k * n_embd, kSentinel);
+  DevBuf<float> dys(sentinel);
+  cuda::moe_down_slots(t_down, tab, dids.get(), n_tokens, k, n_embd, n_ff, dh.get(), dys.get(),
+                       nullptr);
+  const auto ys = dys.download();
+  report("moe_down_slots", shape,
+         nmse(rows_where(yslot, ids, n_embd, true), rows_where(ys, ids, n_embd, true)), 1e-9);
+  report_exact("moe_down_slots ids<0 untouched", shape,
+               all_sentinel(rows_where(ys, ids, n_embd, false)));
 
   // One expert over its own (token, slot) pairs (a streamed prefill expert) must give the bits of
   // the grouped kernels with every other slot masked out, accumulating onto y0.
@@ -129,6 +165,64 @@ void run_case(GgmlType t_gu, GgmlType t_down, int64_t n_embd, int64_t n_ff, int6
   const auto a = dy_ref.download(), b = dy_pairs.download();
   report_exact("moe_expert_pairs == masked grouped", shape + " pairs=" + std::to_string(pairs.size()),
                std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+
+  // The per-slot twin: unweighted rows at the pairs (the grouped per-slot kernel's bits with the
+  // masked ids), every other row untouched. dh holds the masked ids' h from above.
+  DevBuf<float> dys_ref(sentinel), dys_pairs(sentinel);
+  cuda::moe_down_slots(t_down, tab, dmasked.get(), n_tokens, k, n_embd, n_ff, dh.get(),
+                       dys_ref.get(), nullptr);
+  cuda::moe_expert_pairs_slots(t_gu, t_down, tab + e0, dpairs.get(),
+                               static_cast<int64_t>(pairs.size()), k, n_embd, n_ff, dx.get(),
+                               dh_pairs.get(), dys_pairs.get(), nullptr);
+  const auto c = dys_ref.download(), p = dys_pairs.download();
+  const std::string pshape = shape + " pairs=" + std::to_string(pairs.size());
+  report("moe_expert_pairs_slots", pshape,
+         nmse(rows_where(yslot, masked, n_embd, true), rows_where(p, masked, n_embd, true)), 1e-9);
+  report_exact("moe_expert_pairs_slots others untouched", pshape,
+               all_sentinel(rows_where(p, masked, n_embd, false)));
+  report_exact("moe_expert_pairs_slots == masked moe_down_slots", pshape,
+               std::memcmp(c.data(), p.data(), c.size() * sizeof(float)) == 0);
+}
+
+// out = Σ_j y[t][j]·w[t][j] against double, and bit for bit against the CPU executors' sum
+// (offload/moe/group.hpp weighted_sum: slots added in order); then rows scattered through a
+// permuted index, the rest of y untouched.
+void run_sum_scatter(int64_t n_tokens, int k, int64_t n_embd) {
+  const std::string shape = "embd=" + std::to_string(n_embd) +
+                            " tokens=" + std::to_string(n_tokens) + " k=" + std::to_string(k);
+  const auto y = random_floats(n_tokens * k * n_embd, 500, -2.f, 2.f);
+  const auto w = random_floats(n_tokens * k, 501, 0.05f, 1.f);
+  std::vector<double> ref(n_tokens * n_embd, 0.0);
+  for (int64_t t = 0; t < n_tokens; ++t)
+    for (int j = 0; j < k; ++j)
+      for (int64_t d = 0; d < n_embd; ++d)
+        ref[t * n_embd + d] += double(y[(t * k + j) * n_embd + d]) * w[t * k + j];
+  std::vector<float> cpu(n_tokens * n_embd);
+  weighted_sum(n_tokens, k, n_embd, y.data(), w.data(), cpu.data());
+  DevBuf<float> dy(y), dw(w), dout(random_floats(n_tokens * n_embd, 502));
+  cuda::moe_sum(dy.get(), dw.get(), n_tokens, k, n_embd, dout.get(), nullptr);
+  const auto out = dout.download();
+  report("moe_sum", shape, nmse(ref, out), 1e-12);
+  report_exact("moe_sum == cpu weighted_sum", shape,
+               std::memcmp(out.data(), cpu.data(), cpu.size() * sizeof(float)) == 0);
+
+  // Scatter two thirds of the slots' rows, in a shuffled order.
+  const int64_t n_rows = n_tokens * k, n = std::max<int64_t>(1, n_rows * 2 / 3);
+  std::vector<int32_t> perm(n_rows);
+  for (int64_t i = 0; i < n_rows; ++i) perm[i] = static_cast<int32_t>(i);
+  std::shuffle(perm.begin(), perm.end(), std::mt19937(503));
+  const std::vector<int32_t> idx(perm.begin(), perm.begin() + n);
+  const auto rows = random_floats(n * n_embd, 504);
+  std::vector<float> want(n_rows * n_embd, kSentinel);
+  for (int64_t i = 0; i < n; ++i)
+    std::copy(rows.begin() + i * n_embd, rows.begin() + (i + 1) * n_embd,
+              want.begin() + idx[i] * n_embd);
+  DevBuf<float> drows(rows), dys(std::vector<float>(n_rows * n_embd, kSentinel));
+  DevBuf<int32_t> didx(idx);
+  cuda::moe_scatter_rows(drows.get(), didx.get(), n, n_embd, dys.get(), nullptr);
+  const auto got = dys.download();
+  report_exact("moe_scatter_rows", shape + " rows=" + std::to_string(n),
+               std::memcmp(got.data(), want.data(), want.size() * sizeof(float)) == 0);
 }
 
 TEST(GpuMoe, QwenLikeQ4KQ6K) {
@@ -142,6 +236,18 @@ TEST(GpuMoe, OtherTypes) {
   run_case(GgmlType::Q8_0, GgmlType::Q5_K, 512, 256, 2, 4);
   run_case(GgmlType::F16, GgmlType::F32, 256, 96, 2, 3);
   run_case(GgmlType::BF16, GgmlType::Q8_0, 256, 128, 1, 2);
+}
+
+TEST(GpuMoe, PerSlotF32Q4K) {
+  FERRY_REQUIRE_GPU();
+  run_case(GgmlType::F32, GgmlType::Q4_K, 256, 256, 3, 4);
+}
+
+TEST(GpuMoe, SumAndScatter) {
+  FERRY_REQUIRE_GPU();
+  run_sum_scatter(1, 8, 1024);
+  run_sum_scatter(5, 4, 300);
+  run_sum_scatter(3, 1, 256);
 }
 
 #else
