@@ -143,8 +143,9 @@ BenchModel::BenchModel(const BenchLoadSpec& s) : spec_(s) {
                               ftype_name(f.get_u32_opt("general.file_type")));
   }
   cpu_info_ = cpu_model_name();
-  model_ = load_model_verbose(s.model, /*allow_default=*/false, offload_->wrap(tap),
-                              backend_options(s.device == "cuda" ? "cuda" : "cpu", s.vram, offloading));
+  model_ = load_model_verbose(
+      s.model, /*allow_default=*/false, offload_->wrap(tap),
+      backend_options(s.device == "cuda" ? "cuda" : "cpu", s.vram, offloading, s.backend));
 }
 
 BenchModel::~BenchModel() = default;

@@ -58,8 +58,9 @@ int logits_main(int argc, char** argv) {
   const int64_t n = static_cast<int64_t>(tokens.size());
   if (!decode) so.n_batch = static_cast<int32_t>(std::max<int64_t>(n, 1));  // ONE prefill batch
   Offload offload(offa, so.n_ctx, so.type_k, so.type_v, so.n_batch);
-  auto model = LoadedModel::load(ma.model, {}, offload.wrap(obs.wrap(), obs.tracer()),
-                                 backend_options(offload.args().device, offload.args().vram, offload.active()));
+  auto model = LoadedModel::load(
+      ma.model, {}, offload.wrap(obs.wrap(), obs.tracer()),
+      backend_options(offload.args().device, offload.args().vram, offload.active(), ma.backend));
   Session session(*model, so);
   DebugHook dump;
   if (!dump_names.empty()) {

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/backend/cpu_ops.hpp"
+#include "runtime/backend/cuda_ops.hpp"
 #include "runtime/backend/device.hpp"
 #include "runtime/backend/ops.hpp"
 #include "runtime/gguf/gguf.hpp"
@@ -36,6 +38,9 @@ struct BackendOptions {
   // cuda: false when the wrap replaces the executor (offload), so the experts are not uploaded
   // first; the wrap then gets a CPU executor to discard.
   bool resident_experts = true;
+  // The backend's switches (docs/options.md): the cpu ones for kind cpu, the cuda ones for cuda.
+  CpuOpsOptions cpu;
+  CudaOpsOptions cuda;
 };
 
 class LoadedModel {
