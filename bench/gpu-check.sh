@@ -100,12 +100,12 @@ if [[ -x "$bundle/bin/bench_gpu_e2e" ]]; then
             --device cuda --vram "${vrams#none,}" --routing locality --offload-decode table -p 0 -n 64 -r 1 -o md
           offload_summary="$offload_summary"$'\n'"decode from device tables:"$'\n'"$(grep -E '^\|' "$logs/offload-table-$preset.log")"
         fi
-        # The integer (dp4a) matvec end to end (FERRY_CUDA_INT8_DOT=1, opt-in until measured): the
+        # The integer (dp4a) matvec end to end (--int8-dot, opt-in until measured): the
         # resident decode beside the bench_gpu_e2e row above (bench_gpu_kernels has the kernel rows).
         left=$((budget_s - (SECONDS - t_start)))
         if ((left > 90)); then
-          FERRY_CUDA_INT8_DOT=1 run_prog "bench_gpu_e2e-int8-$preset" $((left > 100 ? 100 : left - 20)) \
-            "$bundle/bin/bench_gpu_e2e" "$model" --prompt 64 --decode 128 --reps 2
+          run_prog "bench_gpu_e2e-int8-$preset" $((left > 100 ? 100 : left - 20)) \
+            "$bundle/bin/bench_gpu_e2e" "$model" --prompt 64 --decode 128 --reps 2 --int8-dot
           e2e_summary="$e2e_summary"$'int8 dot:\n'"$(grep -A2 '^| model' "$logs/bench_gpu_e2e-int8-$preset.log")"$'\n'
         fi
         # The in-place alternatives: the mapping page-locked instead of copied (store set-up time),
@@ -122,8 +122,9 @@ if [[ -x "$bundle/bin/bench_gpu_e2e" ]]; then
         left=$((budget_s - (SECONDS - t_start)))
         if ((left > 90)); then
           v16="$(echo "$vrams" | cut -d, -f2)"
-          FERRY_CUDA_GRAPHS=segments run_prog "offload-segments-$preset" $((left > 120 ? 120 : left - 20)) \
-            "$bundle/bin/ferry" bench -m "$model" --device cuda --vram "$v16" --routing locality -p 0 -n 64 -r 1 -o md
+          run_prog "offload-segments-$preset" $((left > 120 ? 120 : left - 20)) \
+            "$bundle/bin/ferry" bench -m "$model" --device cuda --vram "$v16" --routing locality --cuda-graphs segments \
+            -p 0 -n 64 -r 1 -o md
           offload_summary="$offload_summary"$'\n'"graph segments:"$'\n'"$(grep -E '^\|' "$logs/offload-segments-$preset.log")"
         fi
       else

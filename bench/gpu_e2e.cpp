@@ -1,9 +1,9 @@
-// bench_gpu_e2e MODEL.gguf [--prompt N] [--decode N] [--reps N] [--vram SIZE] — the whole model
-// resident on CUDA (CudaOps + the resident MoE executor): prompt processing (ppN, one forward of N
-// tokens) and decode (tgN, single-token steps, logits copied to the host each step as generation
-// needs) in tok/s, with the weight bytes a decoded token reads (dense tensors + top-k experts per
-// layer + one embedding row), the HBM bandwidth measured here (device-to-device copy), and the
-// fraction of that speed of light decode reaches. Prints one markdown table.
+// bench_gpu_e2e MODEL.gguf [--prompt N] [--decode N] [--reps N] [--vram SIZE] [--int8-dot] — the
+// whole model resident on CUDA (CudaOps + the resident MoE executor): prompt processing (ppN, one
+// forward of N tokens) and decode (tgN, single-token steps, logits copied to the host each step as
+// generation needs) in tok/s, with the weight bytes a decoded token reads (dense tensors + top-k
+// experts per layer + one embedding row), the HBM bandwidth measured here (device-to-device copy),
+// and the fraction of that speed of light decode reaches. Prints one markdown table.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -86,7 +86,9 @@ uint64_t bytes_per_token(const ferry::gguf::File& f, const ferry::ModelConfig& c
 #endif
 
 int usage() {
-  std::fprintf(stderr, "usage: bench_gpu_e2e MODEL.gguf [--prompt N=512] [--decode N=128] [--reps N=3] [--vram SIZE]\n");
+  std::fprintf(stderr,
+               "usage: bench_gpu_e2e MODEL.gguf [--prompt N=512] [--decode N=128] [--reps N=3] "
+               "[--vram SIZE] [--int8-dot]\n");
   return 2;
 }
 
@@ -98,9 +100,14 @@ int main(int argc, char** argv) {
   const std::string path = argv[1];
   int n_prompt = 512, n_decode = 128, reps = 3;
   uint64_t vram = 0;
+  CudaOpsOptions cuda_options;
   try {
     for (int i = 2; i < argc; ++i) {
       const std::string a = argv[i];
+      if (a == "--int8-dot") {  // CudaOpsOptions::int8_dot, as `ferry --cuda-int8-dot`
+        cuda_options.int8_dot = true;
+        continue;
+      }
       if (i + 1 >= argc) return usage();
       const char* v = argv[++i];
       if (a == "--prompt") n_prompt = std::stoi(v);
@@ -110,7 +117,8 @@ int main(int argc, char** argv) {
       else return usage();
     }
     if (n_prompt < 1 || n_decode < 1 || reps < 1) return usage();
-    (void)vram;  // read only in a CUDA build
+    (void)vram;  // read only in a CUDA build, as cuda_options
+    (void)cuda_options;
     if (cuda_device_count() == 0) {
       std::printf("bench_gpu_e2e: no CUDA device, nothing measured\n");
       return 0;
@@ -121,7 +129,7 @@ int main(int argc, char** argv) {
     DeviceOptions o;
     o.budget_bytes = vram;
     auto dev = make_device(DeviceKind::cuda, o);
-    auto ops = make_cuda_ops(*dev);
+    auto ops = make_cuda_ops(*dev, cuda_options);
     Ops& g = *ops;
     auto t0 = Clock::now();
     auto m = load_model(f, g, [&g](const std::vector<MoeLayerWeights>& l) { return make_cuda_resident_executor(g, l); });

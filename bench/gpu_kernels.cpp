@@ -143,7 +143,7 @@ int run(bool quick) {
     const double us = time_us([&] { cuda::matvec(t, w.p, mv_rows, mv_cols, x.as<float>(), y.as<float>(), nullptr); }, reps);
     rows.push_back({std::string("matvec ") + std::string(type_name(t)), "32768x8192", us, double(wb), 2.0 * mv_rows * mv_cols});
     if (cuda::matvec_q8_supported(t)) {
-      // The integer path (opt-in, FERRY_CUDA_INT8_DOT=1): activation quantization + __dp4a dots,
+      // The integer path (opt-in, --cuda-int8-dot): activation quantization + __dp4a dots,
       // both launches timed, as decode would pay them.
       const size_t q8b = cuda::matvec_q8_workspace_bytes(mv_cols);
       DeviceMem ws(q8b);

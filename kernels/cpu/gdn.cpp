@@ -2,14 +2,12 @@
 // per-head loops live in gdn_core_impl.hpp), and the small elementwise parts of the layer.
 #include "kernels/cpu/gdn.hpp"
 
-#include <algorithm>
-#include <cmath>
-#include <cstdlib>
-#include <cstring>
-#include <vector>
-
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
 
 #include "kernels/cpu/gdn_internal.hpp"
 #include "kernels/cpu/matmul.hpp"
@@ -113,23 +111,9 @@ void gdn_delta_rule_chunked(const GdnShape& shape, const GdnInputs& in, int64_t 
                     });
 }
 
-std::optional<GdnPrefill> gdn_prefill_env() {
-  static const std::optional<GdnPrefill> form = []() -> std::optional<GdnPrefill> {
-    const char* env = std::getenv("FERRY_GDN_PREFILL");
-    if (env && !std::strcmp(env, "recurrent")) return GdnPrefill::recurrent;
-    if (env && !std::strcmp(env, "chunked")) return GdnPrefill::chunked;
-    if (env && *env)
-      fail(ErrorKind::invalid_arg, "FERRY_GDN_PREFILL={}: expected 'chunked' or 'recurrent'", env);
-    return std::nullopt;
-  }();
-  return form;
-}
-
-GdnPrefill gdn_prefill_form() { return gdn_prefill_env().value_or(GdnPrefill::recurrent); }
-
 void gdn_delta_rule(const GdnShape& shape, const GdnInputs& in, int64_t n_tokens, float scale,
-                    float* state, float* out, int64_t ldo) {
-  if (n_tokens >= kGdnChunkedMinTokens && gdn_prefill_form() == GdnPrefill::chunked)
+                    float* state, float* out, int64_t ldo, GdnPrefill long_batches) {
+  if (n_tokens >= kGdnChunkedMinTokens && long_batches == GdnPrefill::chunked)
     gdn_delta_rule_chunked(shape, in, n_tokens, scale, state, out, ldo);
   else
     gdn_delta_rule_recurrent(shape, in, n_tokens, scale, state, out, ldo);

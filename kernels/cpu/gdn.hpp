@@ -12,7 +12,6 @@
 // Everything is F32 and pointer-based: buffers are owned by the caller (the model / session).
 // Heavy entry points run in parallel over heads with oneTBB and respect the caller's task_arena.
 #include <cstdint>
-#include <optional>
 
 namespace ferry::cpu {
 
@@ -56,25 +55,20 @@ struct GdnInputs {
 //   state: (H_v, S, S), state[h][i][j] = S_h[key i][value j]; in/out. (Key-major so that every
 //          inner loop of both forms is a contiguous axpy over the value dimension.)
 //   out:   (n_tokens, H_v, S), token stride ldo floats; must not alias the inputs.
-// gdn_delta_rule picks the recurrent form for short batches and the chunked form otherwise.
+// gdn_delta_rule takes the recurrence for batches shorter than kGdnChunkedMinTokens and the form
+// `long_batches` from there. The recurrence's float order is llama.cpp's own (its CPU op runs the
+// recurrence for prompts too), so CPU logits with it are bit-identical to llama.cpp's; it costs ~2x
+// the chunked form's time on the delta rule itself (35B-A3B shape: 0.07-0.11 vs 0.04 ms per token
+// and layer), a few percent of a prompt token's work next to the experts; both are linear in the
+// prompt length (docs/qwen35moe.md). The chunked form agrees to float rounding. The caller
+// chooses (CpuOpsOptions / CudaOpsOptions::gdn_prefill, `--gdn-prefill`; docs/options.md).
+enum class GdnPrefill { chunked, recurrent };
 void gdn_delta_rule(const GdnShape& shape, const GdnInputs& in, int64_t n_tokens, float scale,
-                    float* state, float* out, int64_t ldo);
+                    float* state, float* out, int64_t ldo, GdnPrefill long_batches);
 void gdn_delta_rule_recurrent(const GdnShape& shape, const GdnInputs& in, int64_t n_tokens,
                               float scale, float* state, float* out, int64_t ldo);
 void gdn_delta_rule_chunked(const GdnShape& shape, const GdnInputs& in, int64_t n_tokens,
                             float scale, float* state, float* out, int64_t ldo);
-
-// Which form gdn_delta_rule uses for batches of kGdnChunkedMinTokens or more. Default: the
-// recurrence, whose float order is llama.cpp's own (its CPU op runs the recurrence for prompts
-// too), so CPU logits are bit-identical to llama.cpp's. It costs ~2x the chunked form's time on the
-// delta rule itself (35B-A3B shape: 0.07-0.11 vs 0.04 ms per token and layer), a few percent of a
-// prompt token's work next to the experts; both are linear in the prompt length (docs/qwen35moe.md).
-// FERRY_GDN_PREFILL=chunked selects the chunked form (agrees to float rounding).
-enum class GdnPrefill { chunked, recurrent };
-GdnPrefill gdn_prefill_form();
-// FERRY_GDN_PREFILL as set (read once), nullopt when unset or empty; ErrorKind::invalid_arg for
-// another value. The CUDA backend defaults to chunked instead (runtime/backend/gdn_cuda.cpp).
-std::optional<GdnPrefill> gdn_prefill_env();
 
 inline constexpr int kGdnChunk = 64;             // tokens per chunk of the chunked form
 inline constexpr int64_t kGdnChunkedMinTokens = 16;  // gdn_delta_rule: chunked from this many tokens

@@ -1,7 +1,5 @@
 // Run-time ISA detection and the dispatch switch for the CPU kernels.
 #include <atomic>
-#include <cstdlib>
-#include <cstring>
 
 #include "kernels/cpu/matmul.hpp"
 
@@ -23,18 +21,8 @@ Isa detect() {
   return Isa::scalar;
 }
 
-// FERRY_ISA=scalar|avx2|avx512 caps the path (debugging, benchmarks).
-Isa initial() {
-  Isa best = detect();
-  if (const char* env = std::getenv("FERRY_ISA")) {
-    for (Isa i : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512vnni})
-      if (!std::strcmp(env, isa_name(i)) && i < best) best = i;
-  }
-  return best;
-}
-
 std::atomic<int>& active() {
-  static std::atomic<int> a{static_cast<int>(initial())};
+  static std::atomic<int> a{static_cast<int>(detect())};
   return a;
 }
 
@@ -48,6 +36,12 @@ const char* isa_name(Isa isa) {
     case Isa::avx512vnni: return "avx512vnni";
   }
   return "?";
+}
+
+std::optional<Isa> isa_from_name(std::string_view name) {
+  for (Isa i : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512vnni})
+    if (name == isa_name(i)) return i;
+  return std::nullopt;
 }
 
 Isa detected_isa() {

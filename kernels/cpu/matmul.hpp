@@ -2,6 +2,8 @@
 // Quantized matrix-vector and small-batch matrix products on the CPU. Paths: scalar reference,
 // AVX2, AVX-512 (and AVX-512 VNNI where present), chosen at run time; parallel over rows with oneTBB.
 #include <cstdint>
+#include <optional>
+#include <string_view>
 
 #include "runtime/core/types.hpp"
 
@@ -10,8 +12,11 @@ namespace ferry::cpu {
 enum class Isa { scalar = 0, avx2 = 1, avx512 = 2, avx512vnni = 3 };
 Isa detected_isa();            // best the CPU supports
 Isa active_isa();              // what dispatch uses now
-void set_isa(Isa isa);         // tests force a path; clamps to detected_isa()
+void set_isa(
+    Isa isa);  // tests and FERRY_ISA (runtime/cli/main.cpp) cap the path; clamps to detected_isa()
 const char* isa_name(Isa isa);
+std::optional<Isa> isa_from_name(
+    std::string_view name);  // isa_name's inverse; nullopt for another name
 
 // Dot of one weight row (type w, n values) with an activation row already in vec_dot_type(w).
 float vec_dot(GgmlType w, const void* wrow, const void* xq, int64_t n);      // dispatched

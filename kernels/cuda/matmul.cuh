@@ -34,12 +34,11 @@ inline void matvec(GgmlType w, const void* W, int64_t rows, int64_t cols, const 
 // the caller's workspace (int8 (cols), then float2 (d, d·Σq) per block: kernels/cuda/
 // quant_q8_device.cuh), then each warp dots its rows with __dp4a over unpacked weight quants,
 // float scales applied per 16 or 32 values. Results are W·x̃ with x̃ the 8-bit-rounded x (NMSE vs
-// float x ~1e-5…1e-4). Types: Q8_0, Q4_K, Q5_K, Q6_K. Opt-in (FERRY_CUDA_INT8_DOT=1) until a GPU
-// run says it is faster than the float matvec.
+// float x ~1e-5…1e-4). Types: Q8_0, Q4_K, Q5_K, Q6_K. The caller opts in (matmul's int8_dot;
+// CudaOpsOptions::int8_dot, `--cuda-int8-dot`) until a GPU run says it is faster than the float
+// matvec.
 bool matvec_q8_supported(GgmlType w);
 size_t matvec_q8_workspace_bytes(int64_t cols);  // 1.25 bytes per column
-// FERRY_CUDA_INT8_DOT=1 in the environment (read once, at the first call).
-bool int8_dot_from_env();
 // workspace ← x (n floats, n % 32 == 0) quantized; workspace 16-byte aligned.
 void quantize_q8(const float* x, int64_t n, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 // y (rows) ← W · x̃ for activations already quantized by quantize_q8 into x_q8 (cols values).

@@ -1,8 +1,6 @@
 // Integer ("q8") matvec: activation quantization to 8-bit blocks, then __dp4a dots per weight
 // block (kernels/cuda/quant_q8_device.cuh). Opt-in next to the float matvec of matvec.cu.
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 #include <string>
 
 #include "kernels/cuda/check.cuh"
@@ -83,14 +81,6 @@ bool matvec_q8_supported(GgmlType w) {
 
 size_t matvec_q8_workspace_bytes(int64_t cols) {
   return static_cast<size_t>(cols) + static_cast<size_t>(cols / kQ8Block) * sizeof(float2);
-}
-
-bool int8_dot_from_env() {
-  static const bool on = [] {
-    const char* v = std::getenv("FERRY_CUDA_INT8_DOT");
-    return v != nullptr && std::strcmp(v, "1") == 0;
-  }();
-  return on;
 }
 
 void quantize_q8(const float* x, int64_t n, void* workspace, size_t workspace_bytes,

@@ -1,13 +1,22 @@
 #pragma once
 // The CPU implementation of Ops: host memory, oneTBB parallelism (bounded by the caller's
 // tbb::global_control / task_arena), quantized products through kernels/cpu.
+#include "kernels/cpu/gdn.hpp"
 #include "runtime/backend/ops.hpp"
 
 namespace ferry {
 
+struct CpuOpsOptions {
+  // The Gated DeltaNet delta rule's form for prefill batches (kernels/cpu/gdn.hpp): the recurrence
+  // is bit-identical to llama.cpp's CPU op; chunked is faster on the rule and agrees to rounding.
+  cpu::GdnPrefill gdn_prefill = cpu::GdnPrefill::recurrent;
+};
+
 class CpuOps final : public Ops {
  public:
+  explicit CpuOps(const CpuOpsOptions& o = {}) : options_(o) {}
   const char* name() const override { return "cpu"; }
+  std::unique_ptr<GdnOps> make_gdn_ops() override;  // gdn_cpu.cpp
 
   DeviceBuffer alloc(size_t bytes) override;
   void to_device(void* dst, const void* src_host, size_t bytes) override;
@@ -34,6 +43,9 @@ class CpuOps final : public Ops {
   void sigmoid_gated_add(const float* x, const float* gate_logit, int64_t n_tokens, int64_t n,
                          float* dst) override;
   void argmax(const float* x, int64_t n_rows, int64_t n, int32_t* out) override;
+
+ private:
+  CpuOpsOptions options_;
 };
 
 }  // namespace ferry

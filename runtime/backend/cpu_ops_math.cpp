@@ -2,8 +2,8 @@
 
 #include <immintrin.h>
 
+#include <atomic>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -208,15 +208,23 @@ __attribute__((target("avx2,fma"))) void axpy_fma8(float p, const float* v, floa
 
 }  // namespace
 
+namespace {
+std::atomic<int> g_requested_form{0};  // 0: the default; else an ExpForm's chunk width
+}  // namespace
+
+void request_exp_form(std::optional<ExpForm> f) {
+  g_requested_form = f ? static_cast<int>(*f) : 0;
+}
+
+std::optional<ExpForm> exp_form_from_name(std::string_view name) {
+  if (name == "avx512") return ExpForm::avx512;
+  if (name == "avx2") return ExpForm::avx2;
+  if (name == "sse2") return ExpForm::sse2;
+  return std::nullopt;
+}
+
 ExpForm active_exp_form() {
-  static const int requested = [] {
-    const char* env = std::getenv("FERRY_EXP_FORM");
-    if (!env) return 0;
-    if (!std::strcmp(env, "avx512")) return 16;
-    if (!std::strcmp(env, "avx2")) return 8;
-    if (!std::strcmp(env, "sse2")) return 4;
-    return 0;
-  }();
+  const int requested = g_requested_form.load(std::memory_order_relaxed);
   const cpu::Isa isa = cpu::active_isa();
   const bool has512 = isa >= cpu::Isa::avx512 && __builtin_cpu_supports("avx512dq");
   const bool has2 = isa >= cpu::Isa::avx2;

@@ -9,13 +9,21 @@
 // AVX2+FMA → 8-wide, ending in fma(j, k, k); SSE2 → 4-wide without FMA. The bits differ between
 // them. Default here: the AVX2 form when the CPU has AVX2 — what the usual llama.cpp builds use
 // (the pip-built llama-cpp-python oracle has no AVX-512 code even on AVX-512 machines) — else SSE2.
-// FERRY_EXP_FORM=avx512|avx2|sse2 selects one explicitly (to match a native AVX-512 ggml build).
+// request_exp_form() selects one explicitly (to match a native AVX-512 ggml build; the `ferry`
+// binary calls it from FERRY_EXP_FORM=avx512|avx2|sse2, runtime/cli/main.cpp, docs/options.md).
 #include <cstdint>
+#include <optional>
+#include <string_view>
 
 namespace ferry::cpu_math {
 
 enum class ExpForm { sse2 = 4, avx2 = 8, avx512 = 16 };  // value: chunk width
+// The form in use: the requested one where the active ISA (cpu::active_isa()) has it, else AVX2
+// when it has AVX2, else SSE2.
 ExpForm active_exp_form();
+// Process-wide, like cpu::set_isa; nullopt: back to the default.
+void request_exp_form(std::optional<ExpForm> f);
+std::optional<ExpForm> exp_form_from_name(std::string_view name);  // "avx512" | "avx2" | "sse2"
 
 // y[i] = silu(x[i]) · g[i], as ggml_vec_swiglu_f32. Chunks start at x[0]: pass whole rows (or
 // segments starting at a multiple of 16 from the row start) to get ggml's bits.

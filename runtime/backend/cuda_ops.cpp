@@ -5,10 +5,8 @@
 #if FERRY_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
-#include <cstdlib>
 #include <cstring>
 #include <mutex>
-#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -17,6 +15,7 @@
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/matmul.cuh"
 #include "kernels/cuda/ops.cuh"
+#include "runtime/backend/gdn_cuda.hpp"
 #include "runtime/core/log.hpp"
 
 namespace ferry {
@@ -26,10 +25,10 @@ class CudaOps final : public Ops {
  public:
   CudaOps(Device& dev, const CudaOpsOptions& o) : dev_(dev), stream_(dev.create_stream()) {
     s_ = static_cast<cudaStream_t>(stream_->native_handle());
-    const char* env = std::getenv("FERRY_CUDA_GRAPHS");
-    graphs_on_ = o.graphs && !(env && std::string_view(env) == "0");
-    segments_on_ = o.graph_segments || (env && std::string_view(env) == "segments");
-    int8_dot_ = o.int8_dot || cuda::int8_dot_from_env();
+    graphs_on_ = o.graphs;
+    segments_on_ = o.graph_segments;
+    int8_dot_ = o.int8_dot;
+    gdn_prefill_ = o.gdn_prefill;
     if (o.use_cublas) {
       std::string why;
       blas_ = cuda::Blas::try_load(&why);
@@ -45,6 +44,7 @@ class CudaOps final : public Ops {
   }
 
   const char* name() const override { return "cuda"; }
+  std::unique_ptr<GdnOps> make_gdn_ops() override { return make_cuda_gdn_ops(*this, gdn_prefill_); }
   cudaStream_t stream() const { return s_; }
   Device& device() const { return dev_; }
   uint64_t calls() const { return calls_; }
@@ -90,8 +90,10 @@ class CudaOps final : public Ops {
   void pause_graph() override {
     if (!recording_) return;
     if (!finish_segment())
-      fail(ErrorKind::device, "cuda graphs: recording a step segment failed after {} segment(s) ran; "
-           "FERRY_CUDA_GRAPHS=0 runs without graphs", segment_);
+      fail(ErrorKind::device,
+           "cuda graphs: recording a step segment failed after {} segment(s) ran; "
+           "--cuda-graphs off runs without graphs",
+           segment_);
     ++segment_;
     paused_ = true;
   }
@@ -267,6 +269,7 @@ class CudaOps final : public Ops {
   std::unique_ptr<cuda::Blas> blas_;
   DeviceBuffer matmul_ws_, attn_ws_, blas_ws_;
   bool int8_dot_ = false;  // one-token quantized matmuls through cuda::matvec_q8 (matmul_ws_ holds x̃)
+  cpu::GdnPrefill gdn_prefill_;  // what make_gdn_ops() hands the DeltaNet ops
   struct ResidentKey {
     const void* data;
     GgmlType type;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "kernels/cpu/gdn.hpp"
 #include "runtime/backend/device.hpp"
 #include "runtime/backend/ops.hpp"
 
@@ -19,17 +20,20 @@ struct CudaOpsOptions {
   size_t matmul_workspace_bytes = 64ull << 20;
   size_t attention_workspace_bytes = 16ull << 20;
   bool use_cublas = true;  // false: tiled kernel for large batches
-  // One-token steps as CUDA graphs (Ops::begin_graph); the environment variable
-  // FERRY_CUDA_GRAPHS=0 turns them off too.
+  // One-token steps as CUDA graphs (Ops::begin_graph). `--cuda-graphs off` turns them off.
   bool graphs = true;
   // Also steps whose MoE executor synchronises with the host (offload, the host bridge, the
-  // decorators): recorded as one graph per stretch between MoE steps. Off until measured on a GPU;
-  // FERRY_CUDA_GRAPHS=segments turns it on.
+  // decorators): recorded as one graph per stretch between MoE steps. Off until measured on a GPU
+  // (`--cuda-graphs segments`).
   bool graph_segments = false;
   // One-token matmuls of Q8_0/Q4_K/Q5_K/Q6_K weights through the integer matvec (activations
   // quantized to 8 bits, __dp4a; cuda::matvec_q8) using the matmul workspace. Off until a GPU run
-  // shows it is faster; FERRY_CUDA_INT8_DOT=1 turns it on too.
+  // shows it is faster (`--cuda-int8-dot`).
   bool int8_dot = false;
+  // The Gated DeltaNet delta rule's form for prefill batches (runtime/backend/gdn_cuda.hpp):
+  // chunked (tensor-core friendly, needs scratch) unless a GPU run shows the recurrence wins
+  // (`--gdn-prefill recurrent`). Decode always takes the recurrent kernel.
+  cpu::GdnPrefill gdn_prefill = cpu::GdnPrefill::chunked;
 };
 
 // Graph use of a CudaOps: launches, instantiations (an update that cannot reuse the executable

@@ -1,7 +1,6 @@
 #include "runtime/backend/gdn_cuda.hpp"
 
 #include "runtime/core/error.hpp"
-#include "runtime/model/qwen35moe_gdn_ops.hpp"
 
 #if FERRY_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -18,9 +17,8 @@ namespace {
 // checks against kernels/cpu/gdn.
 class CudaGdnOps final : public GdnOps {
  public:
-  explicit CudaGdnOps(Ops& ops)
-      : ops_(ops), s_(static_cast<cudaStream_t>(cuda_ops_stream(ops))),
-        prefill_(cpu::gdn_prefill_env().value_or(cpu::GdnPrefill::chunked)) {}
+  CudaGdnOps(Ops& ops, cpu::GdnPrefill long_batches)
+      : ops_(ops), s_(static_cast<cudaStream_t>(cuda_ops_stream(ops))), prefill_(long_batches) {}
 
   void conv_silu(const float* x, int64_t ldx, const float* w, int32_t kernel, float* state,
                  float* y, int64_t ldy, int64_t n_tokens, int64_t n_ch) override {
@@ -57,7 +55,7 @@ class CudaGdnOps final : public GdnOps {
     a.n_tokens = n_tokens;
     a.scale = scale;
     // Decode (one token, recorded into step graphs) always takes the recurrent kernel, which needs
-    // no scratch; FERRY_GDN_PREFILL=recurrent keeps it for prefill too.
+    // no scratch; CudaOpsOptions::gdn_prefill = recurrent keeps it for prefill too.
     if (n_tokens < cuda::kGdnChunkedMinTokens || prefill_ == cpu::GdnPrefill::recurrent) {
       cuda::gdn_delta_rule(a, s_);
       return;
@@ -82,12 +80,12 @@ class CudaGdnOps final : public GdnOps {
 
 }  // namespace
 
-std::unique_ptr<GdnOps> make_cuda_gdn_ops(Ops& ops) { return std::make_unique<CudaGdnOps>(ops); }
+std::unique_ptr<GdnOps> make_cuda_gdn_ops(Ops& ops, cpu::GdnPrefill long_batches) {
+  return std::make_unique<CudaGdnOps>(ops, long_batches);
+}
 
 uint64_t cuda_gdn_scratch_bytes(int32_t n_k_heads, int32_t n_v_heads, int32_t head_dim, int64_t n_batch) {
-  if (head_dim <= 0 || n_v_heads <= 0 || n_batch < cuda::kGdnChunkedMinTokens ||
-      cpu::gdn_prefill_env().value_or(cpu::GdnPrefill::chunked) == cpu::GdnPrefill::recurrent)
-    return 0;
+  if (head_dim <= 0 || n_v_heads <= 0 || n_batch < cuda::kGdnChunkedMinTokens) return 0;
   cuda::GdnArgs a;
   a.n_k_heads = n_k_heads;
   a.n_v_heads = n_v_heads;
@@ -102,7 +100,7 @@ uint64_t cuda_gdn_scratch_bytes(int32_t n_k_heads, int32_t n_v_heads, int32_t he
 
 namespace ferry {
 
-std::unique_ptr<GdnOps> make_cuda_gdn_ops(Ops&) {
+std::unique_ptr<GdnOps> make_cuda_gdn_ops(Ops&, cpu::GdnPrefill) {
   fail(ErrorKind::unsupported, "this Ferry was built without CUDA (configure with -DFERRY_CUDA=ON)");
 }
 

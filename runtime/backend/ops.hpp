@@ -23,6 +23,8 @@
 
 namespace ferry {
 
+class GdnOps;  // runtime/backend/gdn_ops.hpp
+
 // A weight matrix (rows, cols), row r at data + r·row_bytes(type, cols). In GGUF terms ne = {cols,
 // rows}: a projection {n_in, n_out} is a WeightView with rows = n_out, cols = n_in, and y = W·x.
 // 1-D norm weights are WeightViews with rows = 1 and type F32.
@@ -135,6 +137,11 @@ class Ops {
   virtual bool graph_partially_ran() const { return false; }
   virtual void abort_graph() {}
   virtual void disable_graphs(const char* why) {}
+
+  // The Gated DeltaNet ops of this backend (runtime/backend/gdn_ops.hpp), enqueued in order with
+  // these ops; the result must not outlive them. Default: ErrorKind::unsupported naming the
+  // backend.
+  virtual std::unique_ptr<GdnOps> make_gdn_ops();
 
   // --- ops. In-place use is allowed where marked (dst may equal src).
   // dst[i] = dequantized row ids[i] of table.   ids: (n)   dst: (n, table.cols)

@@ -152,7 +152,7 @@ BenchModel::BenchModel(const BenchLoadSpec& s) : spec_(s) {
     traffic_ = &tap_->counts;
     mo.observers.push_back(tap_.get());
   }
-  model_ = load_model_verbose(s.model, /*allow_default=*/false, mo, backend_options(cuda ? "cuda" : "cpu", s.vram));
+  model_ = load_model_verbose(s.model, /*allow_default=*/false, mo, backend_options(cuda ? "cuda" : "cpu", s.vram, s.backend));
 }
 
 BenchModel::~BenchModel() = default;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/cli/backend_args.hpp"
 #include "runtime/cli/bench_report.hpp"
 #include "runtime/cli/observe_args.hpp"
 #include "runtime/cli/offload_args.hpp"
@@ -24,6 +25,7 @@ struct BenchLoadSpec {
   std::string routing;  // --routing
   OffloadArgs offload;  // the other offload flags (device and vram are overwritten)
   ObserveArgs observe;  // the other observe flags (routing is overwritten)
+  BackendArgs backend;  // --cuda-graphs, --cuda-int8-dot, --gdn-prefill
   // The session the placement plan must hold: the largest test's context and KV types.
   int64_t plan_ctx = 0;
   GgmlType plan_type_k = GgmlType::F16, plan_type_v = GgmlType::F16;

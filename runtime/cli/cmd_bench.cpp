@@ -66,6 +66,7 @@ int bench_main(int argc, char** argv) {
   bool no_warmup = false;
   OffloadArgs offa;
   ObserveArgs oa;
+  BackendArgs backend;
   app.add_option("-m,--model", models, "GGUF model file(s), comma-separated or repeated")->required();
   app.add_option("-p,--n-prompt", prompts, "prompt tokens of the pp tests (0: none)")->capture_default_str();
   app.add_option("-n,--n-gen", gens, "generated tokens of the tg tests (0: none)")->capture_default_str();
@@ -100,6 +101,7 @@ int bench_main(int argc, char** argv) {
       ->check(CLI::IsMember({"uring", "mmap", "registered", "alias"}));
   app.add_option("-o,--output", output, "output format: md, csv, json, jsonl")->capture_default_str();
   app.add_flag("--no-warmup", no_warmup, "skip the warm-up run before each test");
+  add_backend_args(app, backend);
 
   // llama-bench's multi-letter short flags.
   std::vector<std::string> args;
@@ -190,6 +192,7 @@ int bench_main(int argc, char** argv) {
     spec.offload = offa;
     spec.offload.decode = L.decode;
     spec.observe = oa;
+    spec.backend = backend;
     spec.plan_ctx = plan_ctx;
     spec.plan_type_k = any_f32_k ? GgmlType::F32 : GgmlType::F16;
     spec.plan_type_v = any_f32_v ? GgmlType::F32 : GgmlType::F16;

@@ -57,7 +57,7 @@ int logits_main(int argc, char** argv) {
   }
   const int64_t n = static_cast<int64_t>(tokens.size());
   if (!decode) so.n_batch = static_cast<int32_t>(std::max<int64_t>(n, 1));  // ONE prefill batch
-  auto model = LoadedModel::load(ma.model, {}, moe_options(offa, obs, so), backend_options(offa.device, offa.vram));
+  auto model = LoadedModel::load(ma.model, {}, moe_options(offa, obs, so), backend_options(offa.device, offa.vram, ma.backend));
   Session session(*model, so);
   DebugHook dump;
   if (!dump_names.empty()) {

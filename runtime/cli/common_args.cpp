@@ -22,6 +22,7 @@ void add_model_args(CLI::App& app, ModelArgs& a) {
       ->check(CLI::Range(1, 65536));
   app.add_option("--cache-type-k", a.cache_type_k, "KV cache type for K: f16 or f32 (-ctk)");
   app.add_option("--cache-type-v", a.cache_type_v, "KV cache type for V: f16 or f32 (-ctv)");
+  add_backend_args(app, a.backend);
 }
 
 void add_sampling_args(CLI::App& app, SamplingParams& p) {
@@ -102,8 +103,9 @@ std::string default_model_path() {
   return path.string();
 }
 
-BackendOptions backend_options(const std::string& device, const std::string& vram) {
+BackendOptions backend_options(const std::string& device, const std::string& vram, const BackendArgs& switches) {
   BackendOptions b;
+  apply_backend_args(switches, b);
   const DeviceKind k = parse_device_kind(device);
   b.kind = k == DeviceKind::cuda ? DeviceKind::cuda : DeviceKind::cpu;
   if (b.kind == DeviceKind::cuda && !vram.empty()) b.vram_bytes = parse_size(vram);

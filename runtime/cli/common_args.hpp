@@ -2,13 +2,13 @@
 // Flags shared by the commands that run a model (run, chat, logits), with llama.cpp's names where
 // the meaning is the same, and the helpers behind them (loading with progress, the default
 // synthetic model, .npy output).
+#include <CLI/CLI.hpp>
 #include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
-
+#include "runtime/cli/backend_args.hpp"
 #include "runtime/engine/engine.hpp"
 #include "runtime/sampling/sampler.hpp"
 
@@ -21,9 +21,10 @@ struct ModelArgs {
   int32_t batch = 512;        // -b
   std::string cache_type_k = "f16";  // -ctk
   std::string cache_type_v = "f16";  // -ctv
+  BackendArgs backend;               // --cuda-graphs, --cuda-int8-dot, --gdn-prefill
 };
 
-void add_model_args(CLI::App& app, ModelArgs& a);
+void add_model_args(CLI::App& app, ModelArgs& a);  // with the backend switches (backend_args.hpp)
 void add_sampling_args(CLI::App& app, SamplingParams& p);
 
 // CLI11 takes only one-letter short options; llama.cpp's -ctk/-ctv (and -sys) are rewritten to
@@ -43,8 +44,9 @@ std::unique_ptr<LoadedModel> load_model_verbose(std::string path, bool allow_def
 
 // --device / --vram as the engine's backend: "cuda" (or "auto" when a GPU exists) → the forward on
 // CUDA under the budget (empty vram: free memory minus a margin); "cpu" and "sim" → the dense ops
-// on the CPU (sim: the offload engine brings the sim device). ErrorKind::invalid_arg on junk.
-BackendOptions backend_options(const std::string& device, const std::string& vram);
+// on the CPU (sim: the offload engine brings the sim device). switches: the backend's flags.
+// ErrorKind::invalid_arg on junk.
+BackendOptions backend_options(const std::string& device, const std::string& vram, const BackendArgs& switches);
 std::string default_model_path();  // creates it when missing
 
 // "1,2,3" → ids; ErrorKind::invalid_arg on junk.

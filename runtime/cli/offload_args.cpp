@@ -50,7 +50,7 @@ void print_offload_stats(LoadedModel& m) {
                  static_cast<unsigned long long>(g.launches), static_cast<unsigned long long>(g.instantiations),
                  g.launches ? ""
                             : " (offloaded decode is recorded with --offload-decode table, or around its MoE steps "
-                              "with FERRY_CUDA_GRAPHS=segments)");
+                              "with --cuda-graphs segments)");
   }
 }
 

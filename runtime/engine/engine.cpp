@@ -18,9 +18,9 @@ std::unique_ptr<LoadedModel> LoadedModel::load(const std::string& path, const Lo
     DeviceOptions d;
     d.budget_bytes = backend.vram_bytes;
     m->device_ = make_device(DeviceKind::cuda, d);
-    m->ops_ = make_cuda_ops(*m->device_);
+    m->ops_ = make_cuda_ops(*m->device_, backend.cuda);
   } else if (backend.kind == DeviceKind::cpu) {
-    m->ops_ = std::make_unique<CpuOps>();
+    m->ops_ = std::make_unique<CpuOps>(backend.cpu);
   } else {
     fail(ErrorKind::invalid_arg, "the dense ops run on cpu or cuda, not '{}'", device_kind_name(backend.kind));
   }

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/backend/cpu_ops.hpp"
+#include "runtime/backend/cuda_ops.hpp"
 #include "runtime/backend/device.hpp"
 #include "runtime/backend/ops.hpp"
 #include "runtime/engine/moe_setup.hpp"
@@ -25,6 +27,9 @@ namespace ferry {
 struct BackendOptions {
   DeviceKind kind = DeviceKind::cpu;  // cpu or cuda
   uint64_t vram_bytes = 0;            // cuda budget; 0: the card's free memory minus a margin
+  // The backend's switches (docs/options.md): the cpu ones for kind cpu, the cuda ones for cuda.
+  CpuOpsOptions cpu;
+  CudaOpsOptions cuda;
 };
 
 class LoadedModel {

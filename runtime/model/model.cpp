@@ -79,8 +79,9 @@ void Model::record_step(int64_t n_tokens, bool moe_capturable, const std::functi
   // The (last) recording was invalid: graphs are off. Nothing of the step ran, unless earlier
   // segments did — then the step cannot run again.
   if (ops_.graph_partially_ran())
-    fail(ErrorKind::device, "cuda graphs: a step's last segment could not be recorded after its first ran; "
-         "FERRY_CUDA_GRAPHS=0 runs without graphs");
+    fail(ErrorKind::device,
+         "cuda graphs: a step's last segment could not be recorded after its first ran; "
+         "--cuda-graphs off runs without graphs");
   step();
 }
 

@@ -113,7 +113,7 @@ class Hybrid final : public Model {
     const bool has_gdn = c.n_attention_layers() < c.n_layer;
     if (has_gdn) {
       dims_ = gdn_dims(c);
-      gdn_ = make_gdn_ops(ops);
+      gdn_ = ops.make_gdn_ops();
     }
     const WeightLoader w(f);
     const WeightView tok_embd = w.matrix("token_embd.weight", c.n_embd, c.n_vocab);

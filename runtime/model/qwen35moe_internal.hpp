@@ -7,11 +7,11 @@
 #include <string_view>
 #include <vector>
 
+#include "runtime/backend/gdn_ops.hpp"
 #include "runtime/backend/ops.hpp"
 #include "runtime/model/config.hpp"
 #include "runtime/model/kv_cache.hpp"
 #include "runtime/model/model.hpp"
-#include "runtime/model/qwen35moe_gdn_ops.hpp"
 
 namespace ferry::gguf { class File; }
 

@@ -14,28 +14,29 @@
 // logits counts as agreement; strict counts are printed). Also: the device budget covers what the
 // process really takes (cudaMemGetInfo), and a budget too small for the weights fails with
 // ErrorKind::budget.
-#include "tests/gpu/gpu_test_util.hpp"
-
-#include <algorithm>
-#include <map>
-#include <filesystem>
-#include <numeric>
-#include <span>
+#include <fmt/format.h>
 #include <unistd.h>
 
-#include <fmt/format.h>
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <numeric>
+#include <span>
 
 #include "kernels/cpu/quants.hpp"
 #include "offload/moe/cpu_executor.hpp"
 #include "offload/offload_executor.hpp"
 #include "runtime/backend/cpu_ops.hpp"
 #include "runtime/backend/cuda_device.hpp"
+#include "runtime/backend/cuda_moe_bridge.hpp"
 #include "runtime/backend/cuda_ops.hpp"
 #include "offload/moe/cuda_resident.hpp"
 #include "runtime/backend/device.hpp"
+#include "runtime/backend/gdn_ops.hpp"
 #include "runtime/gguf/gguf.hpp"
 #include "runtime/model/model.hpp"
 #include "runtime/synth/synth.hpp"
+#include "tests/gpu/gpu_test_util.hpp"
 
 namespace ferry::gputest {
 namespace {
@@ -81,7 +82,10 @@ std::vector<float> dequantized(const void* data, GgmlType t, int64_t rows, int64
 // GPU's weight values and float activations.
 class DequantizedCpuOps final : public Ops {
  public:
-  const char* name() const override { return "cpu"; }  // the CPU DeltaNet ops apply
+  const char* name() const override { return "cpu"; }
+  std::unique_ptr<GdnOps> make_gdn_ops() override {
+    return cpu_.make_gdn_ops();
+  }  // the CPU DeltaNet ops
   DeviceBuffer alloc(size_t bytes) override { return cpu_.alloc(bytes); }
   void to_device(void* d, const void* s, size_t n) override { cpu_.to_device(d, s, n); }
   void to_host(void* d, const void* s, size_t n) override { cpu_.to_host(d, s, n); }

@@ -1,13 +1,12 @@
 // Gated DeltaNet GPU kernels vs the CPU kernels of kernels/cpu/gdn.hpp (which are themselves tested
 // against double-precision references): delta rule, conv+SiLU with state, gates, norms.
-#include "tests/gpu/gpu_test_util.hpp"
-
 #include <algorithm>
 
 #include "kernels/cpu/gdn.hpp"
 #include "runtime/backend/cuda_ops.hpp"
 #include "runtime/backend/device.hpp"
-#include "runtime/model/qwen35moe_gdn_ops.hpp"
+#include "runtime/backend/gdn_ops.hpp"
+#include "tests/gpu/gpu_test_util.hpp"
 
 #if FERRY_HAVE_CUDA
 #include "kernels/cuda/deltanet.cuh"
@@ -184,51 +183,60 @@ TEST(GpuDeltaNet, DeltaRuleChunkedSeveralPasses) {
 }
 
 // The CUDA GdnOps (what the model calls) picks the recurrent kernel below
-// cuda::kGdnChunkedMinTokens tokens and the chunked one from there, with scratch charged to the
-// device budget. Bit-identical results show which kernel ran (the two forms round differently).
-TEST(GpuDeltaNet, BackendPicksChunkedForLongBatches) {
+// cuda::kGdnChunkedMinTokens tokens and, from there, the form CudaOpsOptions::gdn_prefill names
+// (chunked by default), with scratch charged to the device budget. Bit-identical results show
+// which kernel ran (the two forms round differently).
+TEST(GpuDeltaNet, BackendPicksTheConfiguredFormForLongBatches) {
   FERRY_REQUIRE_GPU();
-  if (cpu::gdn_prefill_env() == cpu::GdnPrefill::recurrent) GTEST_SKIP() << "FERRY_GDN_PREFILL=recurrent";
-  DeviceOptions o;
-  o.budget_bytes = 1ull << 30;
-  const auto device = make_device(DeviceKind::cuda, o);
-  CudaOpsOptions oo;
-  oo.matmul_workspace_bytes = 0;
-  oo.attention_workspace_bytes = 0;
-  oo.use_cublas = false;
-  const auto ops = make_cuda_ops(*device, oo);
-  const auto gdn = make_gdn_ops(*ops);
-  const int hk = 2, hv = 4, S = 32;
-  const bool tiled = true;
-  const int64_t n_short = cuda::kGdnChunkedMinTokens - 1, n_long = cuda::kGdnChunkedMinTokens + 40;
-  const RuleData d = make_rule_data(hk, hv, S, n_long, -0.6f);
-  const RuleDev dev(d);
-  const cpu::GdnShape shape{hk, hv, S, cpu::GdnKeyHeadMap::tiled};
-  const float scale = 1.f / std::sqrt(float(S));
-  const uint64_t used_before = device->memory().used_bytes;
+  for (const cpu::GdnPrefill form : {cpu::GdnPrefill::chunked, cpu::GdnPrefill::recurrent}) {
+    const bool chunked_form = form == cpu::GdnPrefill::chunked;
+    SCOPED_TRACE(chunked_form ? "gdn_prefill = chunked" : "gdn_prefill = recurrent");
+    DeviceOptions o;
+    o.budget_bytes = 1ull << 30;
+    const auto device = make_device(DeviceKind::cuda, o);
+    CudaOpsOptions oo;
+    oo.matmul_workspace_bytes = 0;
+    oo.attention_workspace_bytes = 0;
+    oo.use_cublas = false;
+    oo.gdn_prefill = form;
+    const auto ops = make_cuda_ops(*device, oo);
+    const auto gdn = ops->make_gdn_ops();
+    const int hk = 2, hv = 4, S = 32;
+    const bool tiled = true;
+    const int64_t n_short = cuda::kGdnChunkedMinTokens - 1,
+                  n_long = cuda::kGdnChunkedMinTokens + 40;
+    const RuleData d = make_rule_data(hk, hv, S, n_long, -0.6f);
+    const RuleDev dev(d);
+    const cpu::GdnShape shape{hk, hv, S, cpu::GdnKeyHeadMap::tiled};
+    const float scale = 1.f / std::sqrt(float(S));
+    const uint64_t used_before = device->memory().used_bytes;
 
-  for (int64_t n : {n_short, n_long}) {
-    // Through the backend.
-    DevBuf<float> st_ops(d.state0), out_ops(n * hv * S);
-    const cuda::GdnArgs a = dev.args(d, tiled, 0, n, st_ops.get(), out_ops.get());
-    const cpu::GdnInputs in{a.q, a.ldq, a.k, a.ldk, a.v, a.ldv, a.g, a.beta};
-    gdn->delta_rule(shape, in, n, scale, st_ops.get(), out_ops.get(), a.ldo);
-    ops->sync();
-    // Each kernel directly.
-    DevBuf<float> st_rec(d.state0), out_rec(n * hv * S), st_chk(d.state0), out_chk(n * hv * S);
-    DevBuf<float> scratch(cuda::gdn_chunked_scratch_bytes(a) / sizeof(float));
-    cuda::gdn_delta_rule(dev.args(d, tiled, 0, n, st_rec.get(), out_rec.get()), nullptr);
-    cuda::gdn_delta_rule_chunked(dev.args(d, tiled, 0, n, st_chk.get(), out_chk.get()), scratch.get(), nullptr);
-    const auto o = out_ops.download(), rec = out_rec.download(), chk = out_chk.download();
-    ASSERT_NE(rec, chk) << "the two forms should round differently, or this test shows nothing";
-    const bool want_chunked = n >= cuda::kGdnChunkedMinTokens;
-    EXPECT_EQ(o, want_chunked ? chk : rec) << n << " tokens";
-    EXPECT_EQ(st_ops.download(), want_chunked ? st_chk.download() : st_rec.download()) << n << " tokens";
-    const uint64_t scratch_charged = device->memory().used_bytes - used_before;
-    if (want_chunked)
-      EXPECT_GE(scratch_charged, cuda::gdn_chunked_scratch_bytes(a)) << "scratch not from the device budget";
-    else
-      EXPECT_EQ(scratch_charged, 0u) << "the recurrent path needs no scratch";
+    for (int64_t n : {n_short, n_long}) {
+      // Through the backend.
+      DevBuf<float> st_ops(d.state0), out_ops(n * hv * S);
+      const cuda::GdnArgs a = dev.args(d, tiled, 0, n, st_ops.get(), out_ops.get());
+      const cpu::GdnInputs in{a.q, a.ldq, a.k, a.ldk, a.v, a.ldv, a.g, a.beta};
+      gdn->delta_rule(shape, in, n, scale, st_ops.get(), out_ops.get(), a.ldo);
+      ops->sync();
+      // Each kernel directly.
+      DevBuf<float> st_rec(d.state0), out_rec(n * hv * S), st_chk(d.state0), out_chk(n * hv * S);
+      DevBuf<float> scratch(cuda::gdn_chunked_scratch_bytes(a) / sizeof(float));
+      cuda::gdn_delta_rule(dev.args(d, tiled, 0, n, st_rec.get(), out_rec.get()), nullptr);
+      cuda::gdn_delta_rule_chunked(dev.args(d, tiled, 0, n, st_chk.get(), out_chk.get()),
+                                   scratch.get(), nullptr);
+      const auto out = out_ops.download(), rec = out_rec.download(), chk = out_chk.download();
+      ASSERT_NE(rec, chk) << "the two forms should round differently, or this test shows nothing";
+      const bool want_chunked = chunked_form && n >= cuda::kGdnChunkedMinTokens;
+      EXPECT_EQ(out, want_chunked ? chk : rec) << n << " tokens";
+      EXPECT_EQ(st_ops.download(), want_chunked ? st_chk.download() : st_rec.download())
+          << n << " tokens";
+      const uint64_t scratch_charged = device->memory().used_bytes - used_before;
+      if (want_chunked)
+        EXPECT_GE(scratch_charged, cuda::gdn_chunked_scratch_bytes(a))
+            << "scratch not from the device budget";
+      else
+        EXPECT_EQ(scratch_charged, 0u) << "the recurrent path needs no scratch";
+    }
   }
 }
 

@@ -283,10 +283,11 @@ TEST(DeltaNet, StateCarriedAcrossCallsEqualsOneCall) {
     mixed.state = p.state0;
     const int64_t vw = int64_t(kSmall.n_v_heads) * kSmall.head_dim;
     mixed.out.assign(sz(300 * vw), 0.0f);
-    gdn_delta_rule(p.shape, p.inputs(0), 200, p.scale(), mixed.state.data(), mixed.out.data(), vw);
+    gdn_delta_rule(p.shape, p.inputs(0), 200, p.scale(), mixed.state.data(), mixed.out.data(), vw,
+                   GdnPrefill::chunked);
     for (int64_t t = 200; t < 300; ++t)
       gdn_delta_rule(p.shape, p.inputs(t), 1, p.scale(), mixed.state.data(),
-                     mixed.out.data() + t * vw, vw);
+                     mixed.out.data() + t * vw, vw, GdnPrefill::chunked);
     EXPECT_LT(nmse(mixed.out, rec_once.out), kF32Bound);
     EXPECT_LT(nmse(mixed.state, rec_once.state), kF32Bound);
   }
@@ -296,7 +297,7 @@ TEST(DeltaNet, RejectsBadShapes) {
   const Problem p = make_problem(kSmall, 4, 3);
   std::vector<float> state = p.state0, out(sz(4 * 4 * 128));
   auto call = [&](GdnShape s, int64_t ldo) {
-    gdn_delta_rule(s, p.inputs(), 4, 0.1f, state.data(), out.data(), ldo);
+    gdn_delta_rule(s, p.inputs(), 4, 0.1f, state.data(), out.data(), ldo, GdnPrefill::recurrent);
   };
   EXPECT_THROW(call({2, 5, 128, GdnKeyHeadMap::tiled}, 5 * 128), Error);  // 5 % 2 != 0
   EXPECT_THROW(call({2, 4, 24, GdnKeyHeadMap::tiled}, 4 * 24), Error);    // 24 % 16 != 0

@@ -66,8 +66,9 @@ class HybridSession : public ::testing::TestWithParam<synth::Arch> {
     for (auto& x : t) x = d(rng);
     return t;
   }
-  static std::vector<float> all_logits(const std::vector<int32_t>& toks, SessionOptions o) {
-    Session s(model(), o);
+  static std::vector<float> all_logits(const std::vector<int32_t>& toks, SessionOptions o,
+                                       LoadedModel* m = nullptr) {
+    Session s(m ? *m : model(), o);
     std::vector<float> out(toks.size() * static_cast<size_t>(model().config().n_vocab));
     s.eval_all(toks, out.data());
     return out;
@@ -111,9 +112,14 @@ TEST_P(HybridSession, ChunkedPrefillMatchesRecurrentDecode) {
   const auto toks = random_tokens(300, 2);
   const size_t V = static_cast<size_t>(model().config().n_vocab);
   const auto dec = decode_logits(toks, f32_cache());
+  // The prefill form is the backend's option (CpuOpsOptions::gdn_prefill; the CPU default is the
+  // recurrence, bit-identical to llama.cpp's); decode steps take the recurrence either way.
+  BackendOptions chunked;
+  chunked.cpu.gdn_prefill = cpu::GdnPrefill::chunked;
+  const auto m = LoadedModel::load(model().file().path(), {}, {}, chunked);
   for (size_t n : {1, 63, 64, 65, 300}) {
     const std::vector<int32_t> prefix(toks.begin(), toks.begin() + static_cast<std::ptrdiff_t>(n));
-    const auto pre = all_logits(prefix, f32_cache());  // one batch: the chunked delta rule
+    const auto pre = all_logits(prefix, f32_cache(), m.get());  // one batch: the chunked delta rule
     EXPECT_LT(test::nmse(pre.data(), dec.data(), n * V), 1e-5) << n << " tokens";
   }
 }

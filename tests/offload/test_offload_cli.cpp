@@ -200,9 +200,7 @@ TEST_F(OffloadCli, CudaOffloadIsCloseToCudaResident) {
     const std::string flags = "--device cuda --decode --cold copy --offload-stats --vram " + vram;
     const std::string eager = logits(flags, "cuda-eager-d");
     EXPECT_NE(last_output_.find("cuda graphs on: 0 launched"), std::string::npos) << last_output_;
-    setenv("FERRY_CUDA_GRAPHS", "segments", 1);
-    const std::string segmented = logits(flags, "cuda-segments-d");
-    unsetenv("FERRY_CUDA_GRAPHS");
+    const std::string segmented = logits(flags + " --cuda-graphs segments", "cuda-segments-d");
     // 16 tokens one at a time: the first eagerly, then 5 segments (4 layers + 1) per token.
     EXPECT_NE(last_output_.find("cuda graphs on: 75 launched, 5 instantiated"), std::string::npos) << last_output_;
     ASSERT_FALSE(eager.empty());

@@ -7,7 +7,7 @@ a 160-token sequence (one prefill batch) are compared with llama.cpp's (Llama(lo
   F32: NMSE <= 1e-5, quantized: NMSE <= 5e-4; argmax equal at >= 99% of positions (the issue's
   bounds). With the CPU default — the delta rule's recurrence in llama.cpp's float order, which is
   what llama.cpp's CPU op runs for prompts too — all of them are bit-identical (printed).
-The chunked form (FERRY_GDN_PREFILL=chunked) cannot be bit-identical to a
+The chunked form (--gdn-prefill chunked) cannot be bit-identical to a
 recurrence. It is checked on its own: against llama.cpp at F32 with the same bounds; prefill
 (chunked) vs decode (token by token, recurrent) at lengths 1, 63, 64, 65, 300, NMSE <= 1e-5; and
 on the quantized files its logits are printed for scale (int8 rounding of activations turns its
@@ -46,14 +46,14 @@ def llama_logits(path, tokens):
     return out
 
 
-CHUNKED = dict(os.environ, FERRY_GDN_PREFILL="chunked")
+CHUNKED = ["--gdn-prefill", "chunked"]
 
 
-def ferry_logits(path, tokens, tag, env=None, decode=False):
+def ferry_logits(path, tokens, tag, extra=(), decode=False):
     """One prefill batch (or one token at a time), F16 KV cache (llama.cpp's default)."""
     out = scratch(f"logits-{tag}.npy")
     ferry("logits", "-m", path, "--tokens", ",".join(map(str, tokens)), "-o", out, "-t", "2",
-          *(["--decode"] if decode else []), env=env)
+          *(["--decode"] if decode else []), *extra)
     return np.load(out).astype(np.float64)
 
 
@@ -105,7 +105,7 @@ def run(arch):
         dec = tokens[:48]
         fails += compare(f"{arch} {quant} decode vs llama.cpp decode", ferry_logits(path, dec, f"{arch}-{quant}-dec", decode=True),
                          llama_decode_logits(path, dec), quant != "f32")
-        chunked = ferry_logits(path, tokens, tag=f"{arch}-{quant}-chunked", env=CHUNKED)
+        chunked = ferry_logits(path, tokens, tag=f"{arch}-{quant}-chunked", extra=CHUNKED)
         fails += compare(f"{arch} {quant} chunked prefill vs llama.cpp", chunked, ref, quant != "f32",
                          enforce=quant == "f32")
 
@@ -115,7 +115,7 @@ def run(arch):
         toks = long_tokens[:n]
         out_p, out_d = scratch(f"{arch}-p{n}.npy"), scratch(f"{arch}-d{n}.npy")
         common_args = ["-m", f32, "--tokens", ",".join(map(str, toks)), "-t", "2", "-ctk", "f32", "-ctv", "f32"]
-        ferry("logits", *common_args, "-o", out_p, env=CHUNKED)
+        ferry("logits", *common_args, *CHUNKED, "-o", out_p)
         ferry("logits", *common_args, "--decode", "-o", out_d)
         e = nmse(np.load(out_d), np.load(out_p))
         print(f"{arch} f32 prefill (chunked) vs decode, {n} tokens: NMSE {e:.3e}")

@@ -3,15 +3,14 @@
 // (runtime/backend/ops.hpp): pointer based, buffers in the backend's memory, owned by the caller,
 // executed in call order with the backend's other ops, ggml CPU semantics.
 //
-// They sit next to the model rather than in Ops because they came after it (cpu: below, cuda:
-// runtime/backend/gdn_cuda.cpp); make_gdn_ops() pairs a backend with its implementation and
-// fails clearly for a backend without one. When every backend has them they belong in Ops
-// (docs/qwen35moe.md).
+// A backend hands out its implementation through Ops::make_gdn_ops() (cpu: gdn_cpu.cpp, cuda:
+// gdn_cuda.cpp); a backend without one fails there with ErrorKind::unsupported. They are a
+// separate object rather than more Ops methods because the CUDA one owns scratch (the chunked
+// delta rule's) that only the hybrid models need.
 #include <cstdint>
 #include <memory>
 
 #include "kernels/cpu/gdn.hpp"
-#include "runtime/backend/ops.hpp"
 
 namespace ferry {
 
@@ -22,25 +21,23 @@ class GdnOps {
   // Causal depthwise conv (kernel K, no bias) + SiLU with a rolling state (ggml_ssm_conv, silu).
   //   x: (n_tokens, n_ch) stride ldx;  w: (n_ch, K) F32;  state: (K−1, n_ch) in/out;
   //   y: (n_tokens, n_ch) stride ldy, not aliasing x.
-  virtual void conv_silu(const float* x, int64_t ldx, const float* w, int32_t kernel,
-                         float* state, float* y, int64_t ldy, int64_t n_tokens,
-                         int64_t n_ch) = 0;
+  virtual void conv_silu(const float* x, int64_t ldx, const float* w, int32_t kernel, float* state,
+                         float* y, int64_t ldy, int64_t n_tokens, int64_t n_ch) = 0;
 
   // In place: each head vector of x (n_tokens, n_heads, dim), stride ld, ← x / max(‖x‖, eps).
-  virtual void l2_norm_heads(float* x, int64_t ld, int64_t n_tokens, int32_t n_heads,
-                             int32_t dim, float eps) = 0;
+  virtual void l2_norm_heads(float* x, int64_t ld, int64_t n_tokens, int32_t n_heads, int32_t dim,
+                             float eps) = 0;
 
   // beta = sigmoid(b); g = ssm_a ⊙ softplus(a + dt_bias). b, a: (n_tokens, n_heads) strides
   // ldb, lda; dt_bias, ssm_a: (n_heads); beta, g: (n_tokens, n_heads) stride ld_out.
-  virtual void gates(const float* b, int64_t ldb, const float* a, int64_t lda,
-                     const float* dt_bias, const float* ssm_a, float* beta, float* g,
-                     int64_t ld_out, int64_t n_tokens, int32_t n_heads) = 0;
+  virtual void gates(const float* b, int64_t ldb, const float* a, int64_t lda, const float* dt_bias,
+                     const float* ssm_a, float* beta, float* g, int64_t ld_out, int64_t n_tokens,
+                     int32_t n_heads) = 0;
 
   // The gated delta rule from `state` (H_v, S, S) key-major, left updated; out (n_tokens, H_v, S)
   // stride ldo. Shapes and layouts as kernels/cpu/gdn.hpp gdn_delta_rule.
-  virtual void delta_rule(const cpu::GdnShape& shape, const cpu::GdnInputs& in,
-                          int64_t n_tokens, float scale, float* state, float* out,
-                          int64_t ldo) = 0;
+  virtual void delta_rule(const cpu::GdnShape& shape, const cpu::GdnInputs& in, int64_t n_tokens,
+                          float scale, float* state, float* out, int64_t ldo) = 0;
 
   // out = rmsnorm(o)·w ⊙ silu(z) per head vector of dim. o, z, out: (n_tokens, n_heads, dim)
   // with strides ldo, ldz, ldout; out may alias o. w: (dim) F32.
@@ -49,7 +46,8 @@ class GdnOps {
                               int32_t n_heads, int32_t dim, float eps) = 0;
 };
 
-// The GdnOps of `ops`'s backend (the CPU one for "cpu"). ErrorKind::unsupported otherwise.
-std::unique_ptr<GdnOps> make_gdn_ops(Ops& ops);
+// The CPU implementation (host buffers; SiLU rounded as ggml's): what CpuOps::make_gdn_ops()
+// returns. long_batches: the delta rule's form for prefill batches (kernels/cpu/gdn.hpp).
+std::unique_ptr<GdnOps> make_cpu_gdn_ops(cpu::GdnPrefill long_batches);
 
 }  // namespace ferry

@@ -1,0 +1,44 @@
+#include "runtime/cli/backend_args.hpp"
+
+#include "runtime/core/error.hpp"
+
+namespace ferry::cli {
+
+void add_backend_args(CLI::App& app, BackendArgs& a) {
+  app.add_option(
+         "--cuda-graphs", a.cuda_graphs,
+         "cuda: one-token steps as CUDA graphs: on, off (kernel by kernel), segments (also the "
+         "offloaded steps, recorded around their MoE steps; opt-in until a GPU measurement "
+         "decides)")
+      ->check(CLI::IsMember({"on", "off", "segments"}))
+      ->capture_default_str();
+  app.add_flag(
+      "--cuda-int8-dot", a.cuda_int8_dot,
+      "cuda: integer dp4a matvec for one-token quantized matmuls (Q8_0/Q4_K/Q5_K/Q6_K; activations "
+      "rounded to 8 bits), opt-in until a GPU measurement decides");
+  app.add_option(
+         "--gdn-prefill", a.gdn_prefill,
+         "Gated DeltaNet delta rule for prompt batches of 16+ tokens: auto (cpu: recurrent, "
+         "bit-identical to llama.cpp; cuda: chunked), chunked, recurrent")
+      ->check(CLI::IsMember({"auto", "chunked", "recurrent"}))
+      ->capture_default_str();
+}
+
+void apply_backend_args(const BackendArgs& a, BackendOptions& b) {
+  if (a.cuda_graphs != "on" && a.cuda_graphs != "off" && a.cuda_graphs != "segments")
+    fail(ErrorKind::invalid_arg, "--cuda-graphs {}: expected on, off or segments", a.cuda_graphs);
+  b.cuda.graphs = a.cuda_graphs != "off";
+  b.cuda.graph_segments = a.cuda_graphs == "segments";
+  b.cuda.int8_dot = a.cuda_int8_dot;
+  if (a.gdn_prefill == "chunked" || a.gdn_prefill == "recurrent") {
+    const cpu::GdnPrefill f =
+        a.gdn_prefill == "chunked" ? cpu::GdnPrefill::chunked : cpu::GdnPrefill::recurrent;
+    b.cpu.gdn_prefill = f;
+    b.cuda.gdn_prefill = f;
+  } else if (a.gdn_prefill != "auto") {
+    fail(ErrorKind::invalid_arg, "--gdn-prefill {}: expected auto, chunked or recurrent",
+         a.gdn_prefill);
+  }
+}
+
+}  // namespace ferry::cli
