@@ -91,10 +91,11 @@ void OffloadExecutor::init() {
     const MoeLayerWeights& w = layers_[static_cast<size_t>(l)];
     shapes_.push_back(expert_shape(w));
     const ExpertShape& sh = shapes_.back();
-    if (w.n_expert != plan.in.n_expert || sh.expert_bytes() > plan.slot_bytes)
+    const uint64_t slot_bytes = plan.in.layer_expert_bytes.at(static_cast<size_t>(l));
+    if (w.n_expert != plan.in.n_expert || sh.expert_bytes() != slot_bytes)
       fail(ErrorKind::internal,
            "offload plan: layer {} has {} experts of {} B, plan {} experts in slots of {} B", l,
-           w.n_expert, sh.expert_bytes(), plan.in.n_expert, plan.slot_bytes);
+           w.n_expert, sh.expert_bytes(), plan.in.n_expert, slot_bytes);
     // The device kernels read each matrix of a slot with 16-byte loads and one type for gate/up.
     if (compute_ && (sh.gate_bytes() % 16 || sh.up_bytes() % 16 || sh.down_bytes() % 16))
       fail(ErrorKind::unsupported, "offload: layer {}: expert matrices of {}/{}/{} bytes are not 16-byte multiples",
@@ -158,21 +159,16 @@ void OffloadExecutor::init() {
     for (const auto& [bytes, tag] : fixed)
       if (bytes) reserved_.push_back(device_->alloc(bytes, tag));
   }
-  if (!compute_) table_ = device_->alloc(plan.table_bytes, "expert slot table");  // device flow: per-step tables
   staging_ = device_->alloc(plan.staging_bytes, "prefill staging slots");
   if (plan.n_slots > 0)
-    slots_ = device_->alloc(plan.slot_bytes * static_cast<uint64_t>(plan.n_slots), "expert slots");
-  table_host_.resize(static_cast<size_t>(plan.n_slots));
+    slots_ = device_->alloc(plan.slots_bytes(), "expert slots");
 
-  std::vector<int32_t> per_layer;
-  if (o_.partition == SlotPartition::per_layer)
-    for (const auto& h : plan.hot) per_layer.push_back(static_cast<int32_t>(h.size()));
-  cache_ = std::make_unique<ExpertCache>(plan.n_slots, L, plan.in.n_expert, o_.policy, o_.partition,
-                                         per_layer);
+  cache_ = std::make_unique<ExpertCache>(plan.n_slots, L, plan.in.n_expert, o_.policy,
+                                         plan.slot_partition());
   prefetcher_ = std::make_unique<Prefetcher>(
       *device_, *cache_,
       [this](int32_t slot, int32_t l, int32_t e, Stream& s) { fill_slot(slot, l, e, s); },
-      plan.in.expert_bytes,
+      plan.in.layer_expert_bytes,
       // Table decode admits a whole token's misses at once (before the next step), not one layer
       // at a time: room for one token's worth in flight.
       o_.decode_table ? std::max(o_.prefetch_in_flight, L * plan.in.n_expert_used) : o_.prefetch_in_flight);
@@ -261,12 +257,12 @@ ExpertPtrs3 packed(const uint8_t* base, const ExpertShape& s) {
 }  // namespace
 
 ExpertPtrs3 OffloadExecutor::slot_ptrs(int32_t slot, int32_t layer) const {
-  return packed(static_cast<const uint8_t*>(slots_.data()) + static_cast<uint64_t>(slot) * o_.plan.slot_bytes,
+  return packed(static_cast<const uint8_t*>(slots_.data()) + o_.plan.slot_offset(slot),
                 shapes_[static_cast<size_t>(layer)]);
 }
 
 ExpertPtrs3 OffloadExecutor::staging_ptrs(size_t b, int32_t layer) const {
-  return packed(static_cast<const uint8_t*>(staging_.data()) + b * o_.plan.slot_bytes,
+  return packed(static_cast<const uint8_t*>(staging_.data()) + b * o_.plan.staging_slot_bytes,
                 shapes_[static_cast<size_t>(layer)]);
 }
 
@@ -309,14 +305,6 @@ void OffloadExecutor::fill_slot(int32_t slot, int32_t layer, int32_t expert, Str
     s.copy_h2d(const_cast<uint8_t*>(dst.up), src.up, sh.up_bytes());
     s.copy_h2d(const_cast<uint8_t*>(dst.down), src.down, sh.down_bytes());
   });
-  // The device-side slot table: the slot's three pointers. The mirror entry is stable until the
-  // slot is filled again, which cannot happen before this copy ran. The device flow uploads a
-  // table per step instead (slot pointers do not change; only which expert a slot holds does).
-  if (compute_) return;
-  table_host_[static_cast<size_t>(slot)] = dst;
-  s.copy_h2d(
-      static_cast<uint8_t*>(table_.data()) + static_cast<uint64_t>(slot) * sizeof(ExpertPtrs3),
-      &table_host_[static_cast<size_t>(slot)], sizeof(ExpertPtrs3));
 }
 
 void OffloadExecutor::stage(int32_t layer, const Resolved& r, size_t b) {

@@ -96,7 +96,7 @@ PlacementInput placement_input(const gguf::File& f, const ModelConfig& c, int64_
     uint64_t b = 0;
     for (const char* m : {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"})
       b += f.tensor(layer_tensor(l, m)).nb[2];
-    in.expert_bytes = std::max(in.expert_bytes, b);
+    in.layer_expert_bytes.push_back(b);
   }
   // KV cache, recurrent state and workspace exactly as the session will allocate them.
   StateOptions so;
