@@ -1,5 +1,6 @@
 #include "offload/expert_cache.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -15,13 +16,8 @@ EvictionPolicy parse_eviction_policy(std::string_view s) {
 }
 
 ExpertCache::ExpertCache(int32_t n_slots, int32_t n_layer, int32_t n_expert, EvictionPolicy policy,
-                         SlotPartition partition, std::vector<int32_t> layer_slots,
-                         double half_life_ticks)
-    : policy_(policy),
-      partition_(partition),
-      n_layer_(n_layer),
-      n_expert_(n_expert),
-      half_life_(half_life_ticks) {
+                         const SlotPartition& partition, double half_life_ticks)
+    : policy_(policy), n_layer_(n_layer), n_expert_(n_expert), half_life_(half_life_ticks) {
   if (n_slots < 0 || n_layer <= 0 || n_expert <= 0 || half_life_ticks <= 0)
     fail(ErrorKind::invalid_arg, "expert cache: {} slots, {} layers, {} experts, half-life {}",
          n_slots, n_layer, n_expert, half_life_ticks);
@@ -29,19 +25,33 @@ ExpertCache::ExpertCache(int32_t n_slots, int32_t n_layer, int32_t n_expert, Evi
   key_.assign(n, -1);
   state_.assign(n, SlotState::empty);
   pins_.assign(n, 0);
-  owner_.assign(n, -1);
   last_.assign(n, 0);
   freq_.assign(n, 0.0);
   where_.assign(static_cast<size_t>(n_layer) * static_cast<size_t>(n_expert), -1);
-  if (partition == SlotPartition::per_layer) {
-    if (static_cast<int32_t>(layer_slots.size()) != n_layer ||
-        std::accumulate(layer_slots.begin(), layer_slots.end(), int64_t{0}) != n_slots)
-      fail(ErrorKind::invalid_arg,
-           "expert cache: per-layer slot counts must cover {} layers and sum to {} slots", n_layer,
-           n_slots);
-    size_t s = 0;
-    for (int32_t l = 0; l < n_layer; ++l)
-      for (int32_t i = 0; i < layer_slots[static_cast<size_t>(l)]; ++i) owner_[s++] = l;
+  group_begin_.assign(static_cast<size_t>(n_layer), 0);
+  group_end_.assign(static_cast<size_t>(n_layer), n_slots);
+  if (partition.layer_group.empty() && partition.group_slots.empty()) return;
+  const auto n_group = static_cast<int32_t>(partition.group_slots.size());
+  if (static_cast<int32_t>(partition.layer_group.size()) != n_layer ||
+      std::accumulate(partition.group_slots.begin(), partition.group_slots.end(), int64_t{0}) !=
+          n_slots ||
+      std::any_of(partition.group_slots.begin(), partition.group_slots.end(),
+                  [](int32_t g) { return g < 0; }) ||
+      std::any_of(partition.layer_group.begin(), partition.layer_group.end(),
+                  [&](int32_t g) { return g < 0 || g >= n_group; }))
+    fail(ErrorKind::invalid_arg,
+         "expert cache: a partition needs a group for each of {} layers and group slot counts that "
+         "sum to {} "
+         "(got {} layers, {} groups)",
+         n_layer, n_slots, partition.layer_group.size(), n_group);
+  std::vector<int32_t> begin(static_cast<size_t>(n_group) + 1, 0);
+  for (int32_t g = 0; g < n_group; ++g)
+    begin[static_cast<size_t>(g) + 1] =
+        begin[static_cast<size_t>(g)] + partition.group_slots[static_cast<size_t>(g)];
+  for (int32_t l = 0; l < n_layer; ++l) {
+    const auto g = static_cast<size_t>(partition.layer_group[static_cast<size_t>(l)]);
+    group_begin_[static_cast<size_t>(l)] = begin[g];
+    group_end_[static_cast<size_t>(l)] = begin[g + 1];
   }
 }
 
@@ -83,9 +93,9 @@ int32_t ExpertCache::victim(int32_t layer, uint64_t now) const {
   int32_t best = -1;
   double best_score = std::numeric_limits<double>::infinity();
   uint64_t best_last = std::numeric_limits<uint64_t>::max();
-  for (int32_t slot = 0; slot < n_slots(); ++slot) {
+  const auto [begin, end] = slots_of_layer(layer);
+  for (int32_t slot = begin; slot < end; ++slot) {
     const auto s = static_cast<size_t>(slot);
-    if (partition_ == SlotPartition::per_layer && owner_[s] != layer) continue;
     if (pins_[s] > 0 || state_[s] == SlotState::loading) continue;
     if (state_[s] == SlotState::empty) return slot;
     // LRU: oldest last use. LRFU: lowest decayed score, ties to the oldest.
@@ -149,9 +159,14 @@ void ExpertCache::unpin(int32_t slot) {
   --pins_[static_cast<size_t>(slot)];
 }
 
+std::pair<int32_t, int32_t> ExpertCache::slots_of_layer(int32_t layer) const {
+  return {group_begin_[static_cast<size_t>(layer)], group_end_[static_cast<size_t>(layer)]};
+}
+
 int32_t ExpertCache::resident_in_layer(int32_t layer) const {
   int32_t n = 0;
-  for (int32_t slot = 0; slot < n_slots(); ++slot)
+  const auto [begin, end] = slots_of_layer(layer);
+  for (int32_t slot = begin; slot < end; ++slot)
     if (state_[static_cast<size_t>(slot)] == SlotState::ready && layer_of(slot) == layer) ++n;
   return n;
 }

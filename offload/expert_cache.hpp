@@ -5,7 +5,9 @@
 //
 // Slots are one pool shared by all layers by default (docs/decisions/0004-offload-engine.md gives
 // the measurement): a per-layer split wastes slots on layers whose routing is concentrated while
-// spread-out layers thrash. `per_layer` keeps slot s in layer owner[s] for comparison.
+// spread-out layers thrash. A SlotPartition splits the pool into groups of consecutive slots, each
+// for the experts of some layers only: the plan's size classes (offload/placement.hpp), whose slots
+// are exactly one size. Within a group the victim is chosen as in the pool.
 //
 // Policies:
 //   lru  — evict the least recently used ready slot.
@@ -17,15 +19,22 @@
 // A pinned slot (queued work reads it, or a copy into it is in flight) is never chosen.
 #include <cstdint>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace ferry {
 
 enum class EvictionPolicy { lru, lrfu };
-enum class SlotPartition { pool, per_layer };
 EvictionPolicy parse_eviction_policy(std::string_view s);  // "lru" | "lrfu"
 
 enum class SlotState : uint8_t { empty, loading, ready };
+
+// Group g owns the next group_slots[g] slots (group 0 first); an expert of layer l goes only into
+// a slot of group layer_group[l]. Empty: one pool of every slot for every layer.
+struct SlotPartition {
+  std::vector<int32_t> layer_group;  // (n_layer)
+  std::vector<int32_t> group_slots;  // (n_group), sums to n_slots
+};
 
 struct CacheCounters {
   uint64_t hits = 0, misses = 0, evictions = 0, inserts = 0;
@@ -33,11 +42,9 @@ struct CacheCounters {
 
 class ExpertCache {
  public:
-  // layer_slots: with per_layer, how many slots each layer owns (sums to n_slots); ignored (may be
-  // empty) for pool.
+  // ErrorKind::invalid_arg when a partition does not cover n_layer layers and n_slots slots.
   ExpertCache(int32_t n_slots, int32_t n_layer, int32_t n_expert, EvictionPolicy policy,
-              SlotPartition partition = SlotPartition::pool, std::vector<int32_t> layer_slots = {},
-              double half_life_ticks = 4.0);
+              const SlotPartition& partition = {}, double half_life_ticks = 4.0);
 
   int32_t n_slots() const { return static_cast<int32_t>(key_.size()); }
   // Slot holding (layer, expert), or -1. A loading slot counts as present (its copy is queued).
@@ -49,8 +56,9 @@ class ExpertCache {
   // A use of (layer, expert) at tick `now`: counts a hit when present and updates its score.
   // Returns the slot or -1 (a miss is counted).
   int32_t access(int32_t layer, int32_t expert, uint64_t now);
-  // Takes a slot for (layer, expert) (state loading): a free one, else the policy's victim.
-  // Returns -1 when every candidate slot is pinned (nothing is changed then). The new slot starts
+  // Takes a slot for (layer, expert) (state loading) in the layer's group: a free one, else the
+  // policy's victim. Returns -1 when every candidate slot is pinned, or the group has no slots
+  // (nothing is changed then). The new slot starts
   // with one use at `now` and is NOT pinned.
   int32_t insert(int32_t layer, int32_t expert, uint64_t now);
   void mark_ready(int32_t slot);
@@ -66,23 +74,25 @@ class ExpertCache {
   const CacheCounters& counters() const { return c_; }
   void reset_counters() { c_ = {}; }
   int32_t resident_in_layer(int32_t layer) const;
+  // Slots [begin, end) that may hold experts of `layer`.
+  std::pair<int32_t, int32_t> slots_of_layer(int32_t layer) const;
 
  private:
   double score(int32_t slot, uint64_t now) const;
   int32_t victim(int32_t layer, uint64_t now) const;
 
   EvictionPolicy policy_;
-  SlotPartition partition_;
   int32_t n_layer_, n_expert_;
   double half_life_;
   uint64_t version_ = 1;
-  std::vector<int32_t> key_;      // (n_slots) layer·n_expert + expert, -1 empty
-  std::vector<SlotState> state_;  // (n_slots)
-  std::vector<int32_t> pins_;     // (n_slots)
-  std::vector<int32_t> owner_;    // (n_slots) owning layer with per_layer, else -1
-  std::vector<uint64_t> last_;    // (n_slots) tick of the last use
-  std::vector<double> freq_;      // (n_slots) decayed use count as of last_
-  std::vector<int32_t> where_;    // (n_layer·n_expert) slot or -1
+  std::vector<int32_t> key_;          // (n_slots) layer·n_expert + expert, -1 empty
+  std::vector<SlotState> state_;      // (n_slots)
+  std::vector<int32_t> pins_;         // (n_slots)
+  std::vector<int32_t> group_begin_;  // (n_layer) first slot of the layer's group
+  std::vector<int32_t> group_end_;    // (n_layer) one past its last slot
+  std::vector<uint64_t> last_;        // (n_slots) tick of the last use
+  std::vector<double> freq_;          // (n_slots) decayed use count as of last_
+  std::vector<int32_t> where_;        // (n_layer·n_expert) slot or -1
   CacheCounters c_;
 };
 

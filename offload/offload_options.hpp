@@ -26,7 +26,6 @@ struct OffloadOptions {
   std::vector<std::array<uint64_t, 3>> file_offsets;
   HostLoad host_load = HostLoad::alias;
   EvictionPolicy policy = EvictionPolicy::lrfu;
-  SlotPartition partition = SlotPartition::pool;
   ColdMode cold = ColdMode::auto_;
   std::optional<HardwareRates> rates;  // nullopt: calibrate at start-up
   int32_t prefetch_in_flight = 8;

@@ -16,12 +16,12 @@ double now_us() {
 
 }  // namespace
 
-Prefetcher::Prefetcher(Device& dev, ExpertCache& cache, SlotCopy copy, uint64_t expert_bytes,
-                       int32_t max_in_flight)
+Prefetcher::Prefetcher(Device& dev, ExpertCache& cache, SlotCopy copy,
+                       std::vector<uint64_t> layer_expert_bytes, int32_t max_in_flight)
     : dev_(dev),
       cache_(cache),
       copy_(std::move(copy)),
-      expert_bytes_(expert_bytes),
+      layer_expert_bytes_(std::move(layer_expert_bytes)),
       max_in_flight_(std::max(1, max_in_flight)),
       stream_(dev.create_stream()) {
   slots_.resize(static_cast<size_t>(cache.n_slots()));
@@ -66,10 +66,10 @@ void Prefetcher::issue(int32_t current_layer, uint64_t now) {
     s.issued_at_us = now_us();
     ++n_in_flight_;
     ++c_.issued;
-    c_.bytes += expert_bytes_;
+    c_.bytes += expert_bytes(p.layer);
     if (counters_) {
-      counters_->prefetch_issued(p.layer, expert_bytes_);
-      counters_->h2d(p.layer, expert_bytes_);
+      counters_->prefetch_issued(p.layer, expert_bytes(p.layer));
+      counters_->h2d(p.layer, expert_bytes(p.layer));
     }
   }
   queue_ = std::move(keep);
@@ -97,8 +97,8 @@ void Prefetcher::admit(int32_t layer, int32_t expert, uint64_t now) {
   s.issued_at_us = now_us();
   ++n_in_flight_;
   ++c_.admitted;
-  c_.bytes += expert_bytes_;
-  if (counters_) counters_->h2d(layer, expert_bytes_);
+  c_.bytes += expert_bytes(layer);
+  if (counters_) counters_->h2d(layer, expert_bytes(layer));
 }
 
 void Prefetcher::complete(int32_t slot) {
@@ -153,7 +153,7 @@ void Prefetcher::note_evict(int32_t slot) {
   if (s.unused) {
     s.unused = false;
     ++c_.wasted;
-    if (counters_) counters_->prefetch_wasted(s.layer, expert_bytes_);
+    if (counters_) counters_->prefetch_wasted(s.layer, expert_bytes(s.layer));
   }
 }
 

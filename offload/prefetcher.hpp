@@ -47,8 +47,9 @@ class Prefetcher {
  public:
   // copy(slot, layer, expert, stream): enqueue the copies that fill `slot` on `stream`.
   using SlotCopy = std::function<void(int32_t slot, int32_t layer, int32_t expert, Stream& stream)>;
-  Prefetcher(Device& dev, ExpertCache& cache, SlotCopy copy, uint64_t expert_bytes,
-             int32_t max_in_flight);
+  // layer_expert_bytes: (n_layer) one expert's bytes per layer, for the byte counters.
+  Prefetcher(Device& dev, ExpertCache& cache, SlotCopy copy,
+             std::vector<uint64_t> layer_expert_bytes, int32_t max_in_flight);
 
   void request(const PredictedExpert& p);
   // Drops stale requests (layer ≤ current_layer) and issues the best ones. now: the cache tick.
@@ -84,7 +85,10 @@ class Prefetcher {
   Device& dev_;
   ExpertCache& cache_;
   SlotCopy copy_;
-  uint64_t expert_bytes_;
+  uint64_t expert_bytes(int32_t layer) const {
+    return layer_expert_bytes_[static_cast<size_t>(layer)];
+  }
+  std::vector<uint64_t> layer_expert_bytes_;  // (n_layer)
   int32_t max_in_flight_;
   int32_t n_in_flight_ = 0;
   std::unique_ptr<Stream> stream_;

@@ -25,9 +25,10 @@ Residency::Residency(Device& dev, std::vector<MoeLayerWeights> layers, const Off
     const MoeLayerWeights& w = layers_[static_cast<size_t>(l)];
     shapes_.push_back(expert_shape(w));
     const ExpertShape& sh = shapes_.back();
-    if (w.n_expert != plan.in.n_expert || sh.expert_bytes() > plan.slot_bytes)
+    const uint64_t slot_bytes = plan.in.layer_expert_bytes.at(static_cast<size_t>(l));
+    if (w.n_expert != plan.in.n_expert || sh.expert_bytes() != slot_bytes)
       fail(ErrorKind::internal, "offload plan: layer {} has {} experts of {} B, plan {} experts in slots of {} B", l,
-           w.n_expert, sh.expert_bytes(), plan.in.n_expert, plan.slot_bytes);
+           w.n_expert, sh.expert_bytes(), plan.in.n_expert, slot_bytes);
     // The device kernels read each matrix of a slot with 16-byte loads and one type for gate/up.
     if (sh.gate_bytes() % 16 || sh.up_bytes() % 16 || sh.down_bytes() % 16)
       fail(ErrorKind::unsupported, "offload: layer {}: expert matrices of {}/{}/{} bytes are not 16-byte multiples",
@@ -82,15 +83,12 @@ Residency::Residency(Device& dev, std::vector<MoeLayerWeights> layers, const Off
       if (bytes) reserved_.push_back(dev_.alloc(bytes, tag));
   }
   staging_ = dev_.alloc(plan.staging_bytes, "prefill staging slots");
-  if (plan.n_slots > 0) slots_ = dev_.alloc(plan.slot_bytes * static_cast<uint64_t>(plan.n_slots), "expert slots");
-
-  std::vector<int32_t> per_layer;
-  if (o_.partition == SlotPartition::per_layer)
-    for (const auto& h : plan.hot) per_layer.push_back(static_cast<int32_t>(h.size()));
-  cache_ = std::make_unique<ExpertCache>(plan.n_slots, L, plan.in.n_expert, o_.policy, o_.partition, per_layer);
+  // One region per size class, each class's slots exactly its experts' size (placement.hpp).
+  if (plan.n_slots > 0) slots_ = dev_.alloc(plan.slots_bytes(), "expert slots");
+  cache_ = std::make_unique<ExpertCache>(plan.n_slots, L, plan.in.n_expert, o_.policy, plan.slot_partition());
   prefetcher_ = std::make_unique<Prefetcher>(
       dev_, *cache_, [this](int32_t slot, int32_t l, int32_t e, Stream& s) { fill_slot(slot, l, e, s); },
-      plan.in.expert_bytes,
+      plan.in.layer_expert_bytes,
       // Table decode admits a whole token's misses at once (before the next step), not one layer
       // at a time: room for one token's worth in flight.
       o_.decode_table ? std::max(o_.prefetch_in_flight, L * plan.in.n_expert_used) : o_.prefetch_in_flight);
@@ -122,12 +120,12 @@ Residency::~Residency() {
 }
 
 ExpertPtrs3 Residency::slot_ptrs(int32_t slot, int32_t layer) const {
-  return packed(static_cast<const uint8_t*>(slots_.data()) + static_cast<uint64_t>(slot) * o_.plan.slot_bytes,
+  return packed(static_cast<const uint8_t*>(slots_.data()) + o_.plan.slot_offset(slot),
                 shapes_[static_cast<size_t>(layer)]);
 }
 
 ExpertPtrs3 Residency::staging_ptrs(size_t b, int32_t layer) const {
-  return packed(static_cast<const uint8_t*>(staging_.data()) + b * o_.plan.slot_bytes,
+  return packed(static_cast<const uint8_t*>(staging_.data()) + b * o_.plan.staging_slot_bytes,
                 shapes_[static_cast<size_t>(layer)]);
 }
 

@@ -1,5 +1,7 @@
 #include "offload/table_decode.hpp"
 
+#include <algorithm>
+
 #include "runtime/core/error.hpp"
 
 namespace ferry {
@@ -22,8 +24,10 @@ class LogSink final : public MoeObserver {
 
 uint64_t TableDecoder::device_bytes(int32_t n_layer, int32_t n_expert, int32_t top_k) {
   const auto L = static_cast<size_t>(n_layer);
-  // The tables, and a one-token routing log (ids + weights + x when observed, per layer).
-  return pad256(L * static_cast<size_t>(n_expert) * sizeof(ExpertPtrs3)) + L * pad256(static_cast<size_t>(top_k) * 8);
+  // The tables, the per-slot outputs (for an n_embd of up to 8192), and a one-token routing log
+  // (ids + weights per layer; x too when an observer wants it).
+  return pad256(L * static_cast<size_t>(n_expert) * sizeof(ExpertPtrs3)) + pad256(static_cast<size_t>(top_k) * 8192 * 4) +
+         L * pad256(static_cast<size_t>(top_k) * 8);
 }
 
 TableDecoder::TableDecoder(Device& dev, Stream& compute, DeviceExpertKernels& kernels, std::vector<ExpertShape> shapes,
@@ -33,6 +37,10 @@ TableDecoder::TableDecoder(Device& dev, Stream& compute, DeviceExpertKernels& ke
       log_(dev, compute, static_cast<int32_t>(mapped.size()), top_k, shapes_.empty() ? 0 : shapes_[0].n_embd) {
   const size_t n = mapped.size() * static_cast<size_t>(n_expert_);
   tables_dev_ = dev_.alloc(n * sizeof(ExpertPtrs3), "expert tables (decode)");
+  int64_t max_embd = 0;
+  for (const ExpertShape& sh : shapes_) max_embd = std::max(max_embd, sh.n_embd);
+  y_dev_ = dev_.alloc(static_cast<size_t>(top_k) * static_cast<size_t>(max_embd) * sizeof(float),
+                      "per-slot outputs (decode)");
   tables_host_ = dev_.alloc_host(n * sizeof(ExpertPtrs3), true);
   if (!tables_host_.pinned())
     fail(ErrorKind::device, "--offload-decode table: pinned host memory for the tables could not be allocated");
@@ -48,8 +56,8 @@ void TableDecoder::run(const MoeStep& s) {
     fail(ErrorKind::internal, "offload: top-{} step, the tables were made for top-{}", s.top_k, top_k_);
   const auto l = static_cast<size_t>(s.layer);
   const auto* table = static_cast<const ExpertPtrs3*>(tables_dev_.data()) + l * static_cast<size_t>(n_expert_);
-  kernels_.experts(shapes_[l], table, s.expert_ids, s.expert_weights, 1, s.top_k, s.x, s.out, /*accumulate=*/false,
-                   compute_);
+  kernels_.experts_per_slot(shapes_[l], table, s.expert_ids, 1, s.top_k, s.x, y_dev_.f32(), compute_);
+  kernels_.weighted_sum(y_dev_.f32(), s.expert_weights, 1, s.top_k, s.n_embd, s.out, compute_);
   log_.log(s);
   pending_ = true;
 }

@@ -13,7 +13,11 @@
 // is no longer ready, so its entries point back at host memory before the refill, and the refill
 // waits for every kernel queued before it (the executor records compute_done at end_step).
 //
-// Device memory: tables (n_layer · n_expert · 24 bytes) and the routing log (device_bytes()).
+// A step computes per-slot outputs and one ordered weighted sum, as every offload step does
+// (device_step.hpp): on the sim device it is bit-identical to the CPU executor.
+//
+// Device memory: tables (n_layer · n_expert · 24 bytes), the per-slot outputs and the routing log
+// (device_bytes()).
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -56,6 +60,7 @@ class TableDecoder {
   std::vector<ExpertShape> shapes_;  // (n_layer)
   int32_t n_expert_, top_k_;
   DeviceBuffer tables_dev_;          // (n_layer, n_expert) ExpertPtrs3
+  DeviceBuffer y_dev_;               // (top_k, n_embd) the step's per-slot outputs (one layer at a time)
   HostBuffer tables_host_;           // pinned: as last queued
   std::vector<ExpertPtrs3> mapped_;  // (n_layer · n_expert) the in-place entries
   std::vector<ExpertPtrs3> want_;    // (n_layer · n_expert) scratch of sync()

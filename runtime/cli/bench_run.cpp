@@ -172,7 +172,7 @@ void BenchModel::fill_identity(BenchResult& r) const {
   r.routing = spec_.routing;
   // The decode flow of an offload executor's device flow (a budget that holds every expert on
   // cuda has none).
-  if (const OffloadExecutor* ox = model_->moe().offload(); ox && ox->device_flow()) r.offload_decode = spec_.offload.decode;
+  if (const OffloadExecutor* ox = model_->moe().offload(); ox) r.offload_decode = spec_.offload.decode;
 }
 
 double BenchModel::weight_bytes(const WeightTraffic& w) const {

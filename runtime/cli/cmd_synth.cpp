@@ -60,6 +60,13 @@ int run_synth(int argc, char** argv) {
   app.add_option("--layers", layers, "override the preset's layer count");
   app.add_option("--experts", experts, "override the preset's expert count");
   app.add_option("--expert-used", experts_used, "override the experts used per token");
+  app.add_option(
+      "--expert-types", o.expert_types,
+      "routed expert types per layer over the --quant mix: RULE[,RULE...], RULE = "
+      "[LAYERS:][gate_up=|down=]TYPE, LAYERS = N | N-M | * (omitted: the previous rule's "
+      "layers, all for the first), TYPE = f32 | f16 | q8_0 | q4_k | q5_k | q6_k; later rules "
+      "win; gate and up share a type. E.g. 0-4:q6_k,5-34:q4_k,35-39:q6_k or "
+      "gate_up=q4_k,down=q5_k");
   app.add_flag("--plan", plan_only, "print the tensor table and size instead of writing");
   app.add_flag("-q,--quiet", quiet, "no progress output");
   try {

@@ -101,11 +101,11 @@ StatsSnapshot snapshot_of(const OffloadStats& s) {
   r.total.h2d_bytes = s.h2d_bytes + s.prefetch.bytes;
   r.tokens = s.tokens;
   r.wait_ns[static_cast<size_t>(WaitCause::copy)] = static_cast<uint64_t>(s.wait_ms * 1e6);
-  // Exact flow: every CPU expert holds the step up. Device flow: only the time the device sat idle
-  // for them, and for the host's synchronisation and decisions (measured by the executor).
+  // The time the device sat idle for CPU experts, and for the host's synchronisation and decisions
+  // (measured by the executor with events).
   const auto cpu = static_cast<size_t>(WaitCause::cpu_expert), sync = static_cast<size_t>(WaitCause::sync);
-  r.wait_ns[cpu] = static_cast<uint64_t>((s.device_flow ? s.device_wait_ms[cpu] : s.cpu_ms) * 1e6);
-  if (s.device_flow) r.wait_ns[sync] = static_cast<uint64_t>(s.device_wait_ms[sync] * 1e6);
+  r.wait_ns[cpu] = static_cast<uint64_t>(s.device_wait_ms[cpu] * 1e6);
+  r.wait_ns[sync] = static_cast<uint64_t>(s.device_wait_ms[sync] * 1e6);
   r.vram_peak_bytes = s.memory.peak_bytes;
   return r;
 }

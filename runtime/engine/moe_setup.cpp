@@ -166,12 +166,8 @@ std::unique_ptr<MoeExecutor> MoeSetup::build_offload(const std::vector<MoeLayerW
   // card had free).
   const uint64_t budget = cuda ? cuda_dev->memory().budget_bytes : a.vram.empty() ? 0 : parse_size(a.vram);
   PlacementInput in = placement_input(f, c, n_ctx, o_.type_k, o_.type_v, o_.n_batch, budget);
-  // sim: the exact flow (bit-identical to the CPU executor), or the device flow where table decode
-  // needs its compute stream.
-  const bool device_flow = cuda || a.decode == "table";
   const int64_t max_batch = std::min<int64_t>(o_.n_batch, n_ctx);
-  if (device_flow)
-    in.step_bytes = device_flow_step_bytes(max_batch, expert_shape(layers[0]), c.n_expert_used, c.n_expert);
+  in.step_bytes = device_step_bytes(max_batch, expert_shape(layers[0]), c.n_expert_used, c.n_expert);
   if (a.decode == "table")
     in.step_bytes += decode_table_bytes(c.n_layer, c.n_expert, c.n_expert_used);
   if (cuda) {
@@ -208,7 +204,6 @@ std::unique_ptr<MoeExecutor> MoeSetup::build_offload(const std::vector<MoeLayerW
     last = pct;
     std::fprintf(stderr, "%sferry: host expert store %3d%%%s", tty ? "\r" : "", pct, pct == 100 ? "\n" : "");
   };
-  o.device_flow = device_flow;
   o.max_batch = max_batch;
   o.decode_table = a.decode == "table";
   std::unique_ptr<OffloadExecutor> e;
@@ -261,7 +256,7 @@ PlacementInput placement_input(const gguf::File& f, const ModelConfig& c, int64_
   for (int32_t l = 0; l < c.n_layer; ++l) {
     uint64_t b = 0;
     for (const char* m : {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"}) b += f.tensor(layer_tensor(l, m)).nb[2];
-    in.expert_bytes = std::max(in.expert_bytes, b);
+    in.layer_expert_bytes.push_back(b);
   }
   // KV cache, recurrent state and workspace exactly as the session will allocate them.
   StateOptions so;

@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include "runtime/core/error.hpp"
+#include "runtime/synth/expert_types.hpp"
 #include "runtime/synth/quant_mix.hpp"
 #include "runtime/synth/tensors.hpp"
 
@@ -105,6 +106,8 @@ std::vector<std::pair<std::string, gguf::Value>> build_metadata(const Options& o
   kv.emplace_back("ferry.synth.router_skew", Value::f32(o.router_skew));
   kv.emplace_back("ferry.synth.skew_channel", Value::u32(kSkewChannel));
   kv.emplace_back("ferry.synth.skew_channel_value", Value::f32(kSkewChannelValue));
+  if (!o.expert_types.empty())
+    kv.emplace_back("ferry.synth.expert_types", Value::str(o.expert_types));
   return kv;
 }
 
@@ -122,6 +125,8 @@ ModelPlan make_plan(const Options& o) {
   for (size_t i = 0; i < vocab.token_types.size(); ++i) plan.token_unused[i] = vocab.token_types[i] == kTokenUnused;
   plan.tensors = build_tensors(plan.hp);
   assign_types(plan.tensors, plan.hp, o.quant);
+  if (!o.expert_types.empty())
+    apply_expert_types(plan.tensors, parse_expert_types(o.expert_types, plan.hp.n_layer));
   for (auto& t : plan.tensors) t.n_bytes = row_bytes(t.type, t.ne[0]) * t.n_rows();
   return plan;
 }

@@ -41,6 +41,9 @@ struct Options {
   float router_skew = 0.0f;
   // Overrides of the preset (for tests and benches); nullopt keeps the preset's value.
   std::optional<uint32_t> n_layer, n_expert, n_expert_used;
+  // Per-layer routed expert types over the mix's, e.g. "0-4:q6_k,5-35:q4_k,36-39:down=q6_k"
+  // (syntax in expert_types.hpp and docs/synth.md). Empty: the mix's types.
+  std::string expert_types;
 };
 
 // Hyperparameters, named as in llama.cpp's hparams.

@@ -14,8 +14,6 @@ import sys
 
 # Flags another branch is removing (merged into --prefetch); not documented on purpose. Delete
 # this list once that branch is in.
-PENDING_REMOVAL = {"--sim-flow", "--predict-depth"}
-
 FLAG = re.compile(r"(?<![\w-])(--?[A-Za-z][\w-]*)")
 
 
@@ -95,7 +93,7 @@ def main():
                 missing.append(f"ferry {cmd}: 'Also takes' names `{group}`, which has no '## Shared: {group}'")
                 continue
             allowed |= documented(shared[group])
-        for flag in sorted(help_flags(ferry, cmd) - PENDING_REMOVAL):
+        for flag in sorted(help_flags(ferry, cmd)):
             if flag in allowed or (flag in ("-h", "--help") and flag in any_shared):
                 continue
             missing.append(f"ferry {cmd}: {flag} is not documented in {doc_path}")

@@ -541,14 +541,14 @@ TEST_P(GpuOffload, LogitsMatchResidentInsideTheBudget) {
     in.n_layer = static_cast<int32_t>(probe.size());
     in.n_expert = probe[0].n_expert;
     in.n_expert_used = static_cast<int32_t>(f.get_u32(f.architecture() + ".expert_used_count"));
-    for (const auto& L : probe) in.expert_bytes = std::max(in.expert_bytes, expert_shape(L).expert_bytes());
+    for (const auto& L : probe) in.layer_expert_bytes.push_back(expert_shape(L).expert_bytes());
     in.dense_bytes = at_factory;
     in.workspace_bytes = runtime_bytes;
     in.step_bytes = device_flow_step_bytes(16, expert_shape(probe[0]), in.n_expert_used, in.n_expert);
     if (c.table) in.step_bytes += decode_table_bytes(in.n_layer, in.n_expert, in.n_expert_used);
     in.kv_types = "f16/f16";
     const Plan full = make_plan(in);  // no budget: every expert
-    const uint64_t slot = full.slot_bytes;
+    const uint64_t slot = full.staging_slot_bytes;  // the largest expert: at least half resident
     const int64_t half = full.total_experts() / 2;
     budget = full.fixed_bytes() + static_cast<uint64_t>(half) * slot;
     in.budget_bytes = budget;

@@ -60,8 +60,10 @@ inline std::vector<std::array<uint64_t, 3>> expert_file_offsets(const gguf::File
   return off;
 }
 
-// A placement input with a fixed part of `fixed_bytes` and a budget for `slots` expert slots.
-// step_bytes: the device flow's step buffers (device_flow_step_bytes), 0 for the exact flow.
+// A placement input with a fixed part of `fixed_bytes` and a budget for `slots` expert slots,
+// placed uniformly (slots / n_layer per layer, one more for the first slots % n_layer layers; each
+// in its layer's size class). step_bytes: the device flow's step buffers (device_flow_step_bytes),
+// 0 for the exact flow.
 inline PlacementInput input_for_slots(const std::vector<MoeLayerWeights>& layers, int32_t top_k,
                                       int64_t slots, uint64_t fixed_bytes = 1 << 20, uint64_t step_bytes = 0) {
   PlacementInput in;
@@ -69,16 +71,21 @@ inline PlacementInput input_for_slots(const std::vector<MoeLayerWeights>& layers
   in.n_layer = static_cast<int32_t>(layers.size());
   in.n_expert = layers[0].n_expert;
   in.n_expert_used = top_k;
-  for (const auto& L : layers)
-    in.expert_bytes = std::max(in.expert_bytes, expert_shape(L).expert_bytes());
+  uint64_t largest = 0, slot_bytes = 0;
+  for (size_t l = 0; l < layers.size(); ++l) {
+    const uint64_t b = expert_shape(layers[l]).expert_bytes();
+    in.layer_expert_bytes.push_back(b);
+    largest = std::max(largest, b);
+    slot_bytes += b * static_cast<uint64_t>(slots / in.n_layer +
+                                            (static_cast<int64_t>(l) < slots % in.n_layer));
+  }
   in.dense_bytes = fixed_bytes;
   in.kv_types = "f16/f16";
-  const uint64_t slot = (in.expert_bytes + 255) / 256 * 256;
-  // fixed part of the plan: dense + staging (2 slots) + slot table (see make_plan)
-  const uint64_t total = static_cast<uint64_t>(in.n_layer) * static_cast<uint64_t>(in.n_expert);
-  const uint64_t table = (total * 24 + 255) / 256 * 256 + (total * 4 + 255) / 256 * 256;
+  // fixed part of the plan: dense + step buffers + staging (2 slots of the largest expert)
+  const uint64_t staging = 2 * ((largest + 255) / 256 * 256);
   in.step_bytes = step_bytes;
-  in.budget_bytes = fixed_bytes + step_bytes + 2 * slot + table + static_cast<uint64_t>(slots) * slot;
+  in.budget_bytes =
+      fixed_bytes + (step_bytes + 255) / 256 * 256 + staging + (slot_bytes + 255) / 256 * 256;
   return in;
 }
 

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "offload_test_util.hpp"
@@ -83,7 +84,17 @@ std::string OffloadCli::vram_for(const std::string& flags, uint64_t slots) {
   const auto all = nlohmann::json::parse(slurp(plan_path));
   EXPECT_EQ(all["n_slots"].get<uint64_t>(), 4u * 32u);
   const uint64_t fixed = all["total_bytes"].get<uint64_t>() - all["slots_bytes"].get<uint64_t>();
-  return std::to_string(fixed + all["slot_bytes"].get<uint64_t>() * slots);
+  // Uniform placement: slots / n_layer per layer, one more for the first slots % n_layer layers,
+  // each slot its layer's expert bytes (the Q4_K_M model has two size classes).
+  std::map<uint64_t, uint64_t> layer_bytes;
+  for (const auto& c : all["classes"])
+    for (const auto& l : c["layers"])
+      layer_bytes[l.get<uint64_t>()] = c["expert_bytes"].get<uint64_t>();
+  const uint64_t n_layer = layer_bytes.size();
+  uint64_t bytes = 0;
+  for (const auto& [l, b] : layer_bytes)
+    bytes += b * (slots / n_layer + (l < slots % n_layer ? 1 : 0));
+  return std::to_string(fixed + (bytes + 255) / 256 * 256);
 }
 
 TEST_F(OffloadCli, SimWithHalfTheExpertsGivesTheCpuBytes) {
@@ -298,7 +309,7 @@ TEST_F(OffloadCli, ErrorsAndProfiles) {
     for (const auto& c : row) sum += c.get<uint64_t>();
   EXPECT_EQ(sum, 16u * 4u * 4u);  // tokens × layers × top_k
   const std::string cpu = logits("", "cpu");
-  EXPECT_EQ(logits("--device sim --vram 16M --print-plan --profile " + prof, "prof"), cpu);
+  EXPECT_EQ(logits("--device sim --vram 12M --print-plan --profile " + prof, "prof"), cpu);
   EXPECT_NE(last_output_.find("initial set: profile"), std::string::npos) << last_output_;
 }
 

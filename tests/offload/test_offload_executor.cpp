@@ -151,8 +151,14 @@ class OffloadExecutorTest : public ::testing::Test {
     stats = ex->stats();
     if (recorder) *v.record = recorder->profile();
     EXPECT_LE(stats.memory.peak_bytes, stats.memory.budget_bytes);
-    for (int32_t s = 0; s < ex->cache().n_slots(); ++s)
+    for (int32_t s = 0; s < ex->cache().n_slots(); ++s) {
       EXPECT_EQ(ex->cache().pins(s), 0) << "slot " << s;
+      // A slot only ever holds an expert of its size class.
+      if (const int32_t l = ex->cache().layer_of(s); l >= 0) {
+        EXPECT_EQ(ex->plan().class_of_slot(s), ex->plan().class_of_layer[static_cast<size_t>(l)])
+            << "slot " << s;
+      }
+    }
     return out;
   }
 
@@ -439,6 +445,49 @@ TEST_F(OffloadExecutorTest, DeviceFlowDecodesFromTables) {
   }
 }
 
+// Mixed expert types, three sizes (layer 0 all Q6_K, layers 1-2 Q4_K, layer 3 Q4_K gate/up with a
+// Q8_0 down): the slots come in three size classes with no padding, and with half of the experts
+// resident every cold path gives the CPU executor's logits bit for bit (prefill and decode).
+TEST_F(OffloadExecutorTest, MixedExpertSizesUseSlotClasses) {
+  synth::Options model = tiny(synth::QuantMix::q4_k_m);
+  model.arch = synth::Arch::qwen35moe;
+  model.expert_types = "0:q6_k,1-2:q4_k,3:gate_up=q4_k,down=q8_0";
+  const std::string path = test::write_model(model, "tiny-qwen35moe-mixed");
+  {
+    const gguf::File f = gguf::File::open(path);
+    CpuOps ops;
+    std::vector<MoeLayerWeights> layers;
+    auto m = load_model(f, ops, [&](const std::vector<MoeLayerWeights>& l) {
+      layers = l;
+      return std::make_unique<MoeCpuExecutor>(l);
+    });
+    const Plan p = make_plan(test::input_for_slots(layers, 2, 16));
+    ASSERT_EQ(p.classes.size(), 3u);
+    EXPECT_EQ(p.n_slots, 16);
+    uint64_t exact = 0;
+    for (size_t l = 0; l < layers.size(); ++l)
+      exact += p.hot[l].size() * expert_shape(layers[l]).expert_bytes();
+    EXPECT_EQ(p.slots_bytes(), exact);  // no padding
+    EXPECT_EQ(p.classes[0].layers, std::vector<int32_t>{0});
+    EXPECT_EQ(p.classes[2].layers, (std::vector<int32_t>{1, 2}));
+  }
+  const auto toks = test::random_tokens(16, 512, 37);
+  const auto ref = reference(path, toks, 6);
+  for (ColdMode cold : {ColdMode::cpu, ColdMode::copy, ColdMode::auto_}) {
+    for (bool pred : {false, true}) {
+      OffloadStats st;
+      const auto got = offloaded(path, toks, 6, Variant{HostLoad::alias, cold, pred, 0.5}, st);
+      expect_identical(got, ref, "mixed sizes");
+      EXPECT_GT(st.hits, 0u);
+      EXPECT_GT(st.misses, 0u);
+      if (cold == ColdMode::copy) {
+        EXPECT_GT(st.streamed, 0u);  // prefill through the staging slots (sized for layer 0)
+        EXPECT_GT(st.cache.evictions, 0u);
+      }
+    }
+  }
+}
+
 TEST_F(OffloadExecutorTest, BudgetIsChargedAndEnforced) {
   const std::string path = test::write_model(tiny(synth::QuantMix::f32), "tiny-f32");
   const gguf::File f = gguf::File::open(path);
@@ -456,7 +505,7 @@ TEST_F(OffloadExecutorTest, BudgetIsChargedAndEnforced) {
   const uint64_t budget = d.budget_bytes;
   OffloadExecutor ex(make_sim_device(d), layers, o);
   const MemoryStats mem = ex.device().memory();
-  EXPECT_EQ(mem.used_bytes, o.plan.total_bytes());  // dense reservation + staging + table + slots
+  EXPECT_EQ(mem.used_bytes, o.plan.total_bytes());  // dense reservation + staging + slots
   EXPECT_LE(mem.used_bytes, budget);
   // The budget is full: any further device allocation is refused.
   EXPECT_THROW((void)ex.device().alloc(budget - mem.used_bytes + 256, "extra"), Error);
@@ -472,7 +521,7 @@ TEST_F(OffloadExecutorTest, BudgetIsChargedAndEnforced) {
     EXPECT_EQ(e.kind(), ErrorKind::invalid_arg) << e.what();
   }
   DeviceOptions small;
-  small.budget_bytes = budget - o.plan.slot_bytes;
+  small.budget_bytes = budget - o.plan.classes.back().expert_bytes;
   try {
     OffloadExecutor bad(make_sim_device(small), layers, o);
     FAIL() << "expected a budget error";

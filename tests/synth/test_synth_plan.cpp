@@ -316,5 +316,85 @@ TEST(SynthPlan, OverridesAndErrors) {
   EXPECT_FALSE(quant_mix_from_name("q3_k_m"));
 }
 
+// --expert-types: per-layer / per-projection expert types over the mix.
+GgmlType type_of(const ModelPlan& p, int layer, const char* proj) {
+  return tensor(p, "blk." + std::to_string(layer) + ".ffn_" + proj + "_exps.weight").type;
+}
+
+TEST(SynthPlan, ExpertTypesByLayerAndProjection) {
+  Options o;
+  o.arch = Arch::qwen35moe;
+  o.preset = Preset::real;
+  o.quant = QuantMix::q4_k_m;
+  o.expert_types = "0-4:q6_k,5-9:q5_k,10-29:q4_k,30-34:q5_k,35-39:q6_k";  // APEX-like
+  const ModelPlan apex = make_plan(o);
+  for (const auto& [l, t] : std::vector<std::pair<int, GgmlType>>{{0, GgmlType::Q6_K},
+                                                                  {4, GgmlType::Q6_K},
+                                                                  {5, GgmlType::Q5_K},
+                                                                  {10, GgmlType::Q4_K},
+                                                                  {29, GgmlType::Q4_K},
+                                                                  {30, GgmlType::Q5_K},
+                                                                  {39, GgmlType::Q6_K}})
+    for (const char* proj : {"gate", "up", "down"})
+      EXPECT_EQ(type_of(apex, l, proj), t) << l << " " << proj;
+  EXPECT_EQ(meta_s(apex, "ferry.synth.expert_types"), o.expert_types);
+  // Only the routed experts change.
+  const ModelPlan base = make_plan([&] {
+    Options x = o;
+    x.expert_types.clear();
+    return x;
+  }());
+  EXPECT_FALSE(has_meta(base, "ferry.synth.expert_types"));
+  EXPECT_EQ(tensor(apex, "blk.0.ffn_down_shexp.weight").type,
+            tensor(base, "blk.0.ffn_down_shexp.weight").type);
+  EXPECT_EQ(type_of(base, 10, "down"), GgmlType::Q6_K);  // llama.cpp's use_more_bits layer
+  EXPECT_EQ(type_of(base, 11, "down"), GgmlType::Q4_K);
+  for (const TensorPlan& t : apex.tensors)
+    EXPECT_EQ(t.n_bytes, row_bytes(t.type, t.ne[0]) * t.n_rows()) << t.name;
+
+  // Per projection (Unsloth UD-like), all layers; a rule without layers takes the previous rule's.
+  Options tiny_o;
+  tiny_o.quant = QuantMix::f32;
+  tiny_o.expert_types = "gate_up=q4_k,down=q5_k,3:q8_0,1-2:down=q6_k,gate_up=f16";
+  const ModelPlan p = make_plan(tiny_o);
+  EXPECT_EQ(type_of(p, 0, "gate"), GgmlType::Q4_K);
+  EXPECT_EQ(type_of(p, 0, "up"), GgmlType::Q4_K);
+  EXPECT_EQ(type_of(p, 0, "down"), GgmlType::Q5_K);
+  for (const char* proj : {"gate", "up", "down"}) EXPECT_EQ(type_of(p, 3, proj), GgmlType::Q8_0);
+  EXPECT_EQ(type_of(p, 1, "down"), GgmlType::Q6_K);
+  EXPECT_EQ(type_of(p, 2, "gate"), GgmlType::F16);
+  EXPECT_EQ(type_of(p, 2, "up"), GgmlType::F16);
+  EXPECT_EQ(tensor(p, "blk.0.attn_q.weight").type, GgmlType::F32);  // the mix's
+}
+
+TEST(SynthPlan, ExpertTypesErrorsNameTheProblem) {
+  const auto error_of = [](const std::string& spec) -> std::string {
+    Options o;
+    o.expert_types = spec;
+    try {
+      (void)make_plan(o);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::invalid_arg) << spec;
+      return e.what();
+    }
+    return "no error";
+  };
+  for (const auto& [spec, says] : std::vector<std::pair<std::string, std::string>>{
+           {"gate=q4_k", "gate and up must share a type"},
+           {"0-1:up=q6_k", "gate and up must share a type"},
+           {"0-9:q4_k", "layer 9 is out of range: the model has layers 0-3"},
+           {"3-1:q4_k", "runs backwards"},
+           {"x:q4_k", "are not N, N-M or *"},
+           {"q3_k", "type 'q3_k' is not one the synthesizer writes"},
+           {"iq4_xs", "f32, f16, q8_0, q4_k, q5_k, q6_k"},
+           {"ffn=q4_k", "unknown projection 'ffn'"},
+           {"q4_k,,q6_k", "empty rule"},
+           {"q4_k,", "empty rule"}}) {
+    const std::string m = error_of(spec);
+    EXPECT_NE(m.find(says), std::string::npos) << spec << ": " << m;
+    EXPECT_NE(m.find(spec), std::string::npos) << "names the spec: " << m;
+  }
+}
+
 }  // namespace
 }  // namespace ferry::synth
