@@ -14,12 +14,18 @@ ColdMode parse_cold_mode(std::string_view s) {
 
 const char* decision_name(Decision d) {
   switch (d) {
-    case Decision::slot: return "slot";
-    case Decision::wait: return "wait";
-    case Decision::mapped: return "mapped";
-    case Decision::cpu: return "cpu";
-    case Decision::stream: return "stream";
-    case Decision::copy_now: return "copy_now";
+    case Decision::slot:
+      return "slot";
+    case Decision::wait:
+      return "wait";
+    case Decision::mapped:
+      return "mapped";
+    case Decision::cpu:
+      return "cpu";
+    case Decision::stream:
+      return "stream";
+    case Decision::copy_now:
+      return "copy_now";
   }
   return "?";
 }
@@ -33,18 +39,25 @@ Decision decide(const ExpertState& s, const CostModel& cost, const DecideContext
     if (c.cold == ColdMode::cpu) return Decision::cpu;
     if (c.cold == ColdMode::copy) return Decision::wait;
     switch (cost.choose(s.bytes, c.n_tokens, s.copy_remaining_us, 0, map_ok)) {
-      case ColdChoice::mapped: return Decision::mapped;
-      case ColdChoice::cpu: return Decision::cpu;
-      default: return Decision::wait;
+      case ColdChoice::mapped:
+        return Decision::mapped;
+      case ColdChoice::cpu:
+        return Decision::cpu;
+      default:
+        return Decision::wait;
     }
   }
-  const ColdChoice choice = c.cold == ColdMode::cpu    ? ColdChoice::cpu
-                            : c.cold == ColdMode::copy ? ColdChoice::copy_now
-                                                       : cost.choose(s.bytes, c.n_tokens, -1, 0, map_ok);
+  const ColdChoice choice = c.cold == ColdMode::cpu ? ColdChoice::cpu
+                            : c.cold == ColdMode::copy
+                                ? ColdChoice::copy_now
+                                : cost.choose(s.bytes, c.n_tokens, -1, 0, map_ok);
   switch (choice) {
-    case ColdChoice::mapped: return Decision::mapped;
-    case ColdChoice::copy_now: return c.n_tokens > 1 ? Decision::stream : Decision::copy_now;
-    default: return Decision::cpu;
+    case ColdChoice::mapped:
+      return Decision::mapped;
+    case ColdChoice::copy_now:
+      return c.n_tokens > 1 ? Decision::stream : Decision::copy_now;
+    default:
+      return Decision::cpu;
   }
 }
 

@@ -30,15 +30,15 @@ enum class Residence { ready, in_flight, absent };
 
 struct ExpertState {
   Residence where = Residence::absent;
-  uint64_t bytes = 0;               // gate + up + down
-  double copy_remaining_us = 0.0;   // in_flight: what is left of the prefetch's copy (estimated)
+  uint64_t bytes = 0;              // gate + up + down
+  double copy_remaining_us = 0.0;  // in_flight: what is left of the prefetch's copy (estimated)
 };
 
 struct DecideContext {
   ColdMode cold = ColdMode::auto_;
-  int64_t n_tokens = 1;        // the expert's tokens in this step (the cost model's batch)
-  bool decode = true;          // a one-token step
-  bool mapped_store = false;   // the device can read the host store in place
+  int64_t n_tokens = 1;       // the expert's tokens in this step (the cost model's batch)
+  bool decode = true;         // a one-token step
+  bool mapped_store = false;  // the device can read the host store in place
 };
 
 enum class Decision { slot, wait, mapped, cpu, stream, copy_now };

@@ -1,12 +1,11 @@
 #pragma once
 // The device side of an offloaded MoE step: the expert products that run on the compute stream
-// from device memory (cache slots, prefill staging slots), in kernels/cuda/moe.cuh's terms.
+// from device memory (cache slots, prefill staging slots, mapped host memory), in
+// kernels/cuda/moe.cuh's terms.
 //
 //   table:   device array of ExpertPtrs3 (device pointers), indexed by ids
-//   ids:     (n_tokens, k) int32 device; < 0: this (token, slot) is computed elsewhere (CPU)
-//   weights: (n_tokens, k) float device, routing weights
-//   x:       (n_tokens, n_embd) float device      y: (n_tokens, n_embd) float device
-//   y[t] (+)= Σ_{j: ids[t][j] ≥ 0} weights[t][j] · down(silu(gate·x_t) ⊙ up·x_t)
+//   ids:     (n_tokens, k) int32 device; < 0: this (token, slot) is computed elsewhere
+//   x:       (n_tokens, n_embd) float device
 //
 // Two implementations: CUDA (the grouped kernels of kernels/cuda/moe.cuh) and sim (the CPU
 // kernels run in a host_fn on the sim stream, reading the sim arena), so the offload executor's
@@ -22,16 +21,6 @@ namespace ferry {
 class DeviceExpertKernels {
  public:
   virtual ~DeviceExpertKernels() = default;
-  virtual void experts(const ExpertShape& s, const ExpertPtrs3* table, const int32_t* ids, const float* weights,
-                       int64_t n_tokens, int32_t k, const float* x, float* y, bool accumulate, Stream& stream) = 0;
-  // One expert (`expert`: a single device ExpertPtrs3) over its (token, slot) pairs (t·k + j,
-  // device int32, distinct tokens): y[t] += weights[t·k + j] · expert(x_t). Reads only those
-  // tokens (a streamed prefill expert), where experts() would scan all n_tokens·k pairs.
-  virtual void expert_pairs(const ExpertShape& s, const ExpertPtrs3* expert, const int32_t* pairs, int64_t n_pairs,
-                            const float* weights, int32_t k, const float* x, float* y, Stream& stream) = 0;
-  // y[i] += b[i], i < n.
-  virtual void add(float* y, const float* b, int64_t n, Stream& stream) = 0;
-
   // Per-slot outputs: every path (slot experts, streamed experts, CPU experts) writes its rows of
   //   y_slots: (n_tokens, k, n_embd) float device, y_slots[t][j] = expert_{ids[t][j]}(x_t),
   //   unweighted

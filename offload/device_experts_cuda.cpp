@@ -19,27 +19,8 @@ class CudaExpertKernels final : public DeviceExpertKernels {
  public:
   explicit CudaExpertKernels(Device& dev) : dev_(dev) {}
 
-  void experts(const ExpertShape& s, const ExpertPtrs3* table, const int32_t* ids, const float* weights,
-               int64_t n_tokens, int32_t k, const float* x, float* y, bool accumulate, Stream& stream) override {
-    scratch(static_cast<size_t>(n_tokens) * static_cast<size_t>(k), s, stream);
-    auto st = static_cast<cudaStream_t>(stream.native_handle());
-    const auto* t = reinterpret_cast<const cuda::ExpertPtrs*>(table);
-    cuda::moe_gate_up_swiglu(s.gate_type, t, ids, n_tokens, k, s.n_embd, s.n_ff, x, h_.f32(), st);
-    cuda::moe_down(s.down_type, t, ids, weights, n_tokens, k, s.n_embd, s.n_ff, h_.f32(), y, accumulate, st);
-  }
 
-  void expert_pairs(const ExpertShape& s, const ExpertPtrs3* expert, const int32_t* pairs, int64_t n_pairs,
-                    const float* weights, int32_t k, const float* x, float* y, Stream& stream) override {
-    if (n_pairs == 0) return;
-    scratch(static_cast<size_t>(n_pairs), s, stream);
-    cuda::moe_expert_pairs(s.gate_type, s.down_type, reinterpret_cast<const cuda::ExpertPtrs*>(expert), pairs, n_pairs,
-                           weights, k, s.n_embd, s.n_ff, x, h_.f32(), y,
-                           static_cast<cudaStream_t>(stream.native_handle()));
-  }
 
-  void add(float* y, const float* b, int64_t n, Stream& stream) override {
-    cuda::add(y, b, y, n, static_cast<cudaStream_t>(stream.native_handle()));
-  }
 
   void experts_per_slot(const ExpertShape& s, const ExpertPtrs3* table, const int32_t* ids,
                         int64_t n_tokens, int32_t k, const float* x, float* y_slots,

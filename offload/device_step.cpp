@@ -14,8 +14,12 @@ namespace ferry {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
-size_t pad256(size_t n) { return (n + 255) / 256 * 256; }
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+size_t pad256(size_t n) {
+  return (n + 255) / 256 * 256;
+}
 
 // Byte offsets of the step buffer: table | local ids | streamed pairs | CPU row indices.
 struct StepLayout {
@@ -32,21 +36,31 @@ struct StepLayout {
 };
 
 size_t y_bytes(int64_t n, int32_t top_k, int64_t n_embd) {
-  return static_cast<size_t>(n) * static_cast<size_t>(top_k) * static_cast<size_t>(n_embd) * sizeof(float);
+  return static_cast<size_t>(n) * static_cast<size_t>(top_k) * static_cast<size_t>(n_embd) *
+         sizeof(float);
 }
 
 }  // namespace
 
-uint64_t DeviceStep::device_bytes(int64_t max_batch, const ExpertShape& s, int32_t top_k, int32_t n_expert) {
+uint64_t DeviceStep::device_bytes(int64_t max_batch, const ExpertShape& s, int32_t top_k,
+                                  int32_t n_expert) {
   // The step buffer, y, and the expert kernels' scratch (max_batch · top_k · n_ff floats).
-  return StepLayout::worst(max_batch, top_k, n_expert).total + pad256(y_bytes(max_batch, top_k, s.n_embd)) +
-         pad256(static_cast<size_t>(max_batch) * static_cast<size_t>(top_k) * static_cast<size_t>(s.n_ff) * 4);
+  return StepLayout::worst(max_batch, top_k, n_expert).total +
+         pad256(y_bytes(max_batch, top_k, s.n_embd)) +
+         pad256(static_cast<size_t>(max_batch) * static_cast<size_t>(top_k) *
+                static_cast<size_t>(s.n_ff) * 4);
 }
 
 DeviceStep::DeviceStep(Device& dev, Stream& compute, DeviceExpertKernels& kernels, Residency& res,
                        const OffloadOptions& o, Event& compute_done)
-    : dev_(dev), compute_(compute), kernels_(kernels), res_(res), o_(o), compute_done_(compute_done) {
-  for (auto* e : {&kernels_done_, &cpu_ready_, &stream_begin_, &stream_end_}) *e = dev_.create_event();
+    : dev_(dev),
+      compute_(compute),
+      kernels_(kernels),
+      res_(res),
+      o_(o),
+      compute_done_(compute_done) {
+  for (auto* e : {&kernels_done_, &cpu_ready_, &stream_begin_, &stream_end_})
+    *e = dev_.create_event();
   // Buffers for max_batch tokens now, so the plan's step bytes cover them.
   const int32_t K = o_.plan.in.n_expert_used;
   int64_t max_embd = 0;
@@ -91,13 +105,16 @@ int64_t DeviceStep::cpu_part(const MoeStep& req, const std::vector<Resolved>& cp
     compute_decode(shape, req.x, w, mask, y_host_.data());
   } else {
     const ExpertBatch batch(shape, req, n_expert);
-    tbb::parallel_for(tbb::blocked_range<size_t>(0, cpu.size(), 1), [&](const tbb::blocked_range<size_t>& rg) {
-      for (size_t i = rg.begin(); i < rg.end(); ++i) {
-        Tracer::Span span(tracer, "cpu expert", "compute",
-                          {{"layer", req.layer}, {"expert", cpu[i].expert}, {"tokens", batch.group_size(cpu[i].expert)}});
-        batch.compute_group(cpu[i].expert, cpu[i].w, y_host_.data());
-      }
-    });
+    tbb::parallel_for(tbb::blocked_range<size_t>(0, cpu.size(), 1),
+                      [&](const tbb::blocked_range<size_t>& rg) {
+                        for (size_t i = rg.begin(); i < rg.end(); ++i) {
+                          Tracer::Span span(tracer, "cpu expert", "compute",
+                                            {{"layer", req.layer},
+                                             {"expert", cpu[i].expert},
+                                             {"tokens", batch.group_size(cpu[i].expert)}});
+                          batch.compute_group(cpu[i].expert, cpu[i].w, y_host_.data());
+                        }
+                      });
   }
   // The CPU slots' rows, compacted (in pair order) for the scatter on the device.
   auto* rows = static_cast<float*>(cpu_rows_.data());
@@ -110,8 +127,8 @@ int64_t DeviceStep::cpu_part(const MoeStep& req, const std::vector<Resolved>& cp
   return n_rows;
 }
 
-void DeviceStep::run(const MoeStep& req, const MoeStep& dev, const std::vector<Resolved>& used, OffloadStats& st,
-                     Tracer* tracer, int64_t routing_ready_ns, double wait0_ms) {
+void DeviceStep::run(const MoeStep& req, const MoeStep& dev, const std::vector<Resolved>& used,
+                     OffloadStats& st, Tracer* tracer, int64_t routing_ready_ns, double wait0_ms) {
   const ExpertShape& shape = res_.shape(req.layer);
   const int32_t n_expert = res_.host_layer(req.layer).n_expert;
   const int64_t n = req.n_tokens, K = req.top_k, E = req.n_embd, nk = n * K;
@@ -121,7 +138,8 @@ void DeviceStep::run(const MoeStep& req, const MoeStep& dev, const std::vector<R
   compute_done_.synchronize();
   collect_waits(st);
 
-  // The step's table: slot and mapped experts first, then the two staging slots; local ids per pair.
+  // The step's table: slot and mapped experts first, then the two staging slots; local ids per
+  // pair.
   std::vector<ExpertPtrs3> table;
   std::vector<int32_t> index(static_cast<size_t>(n_expert), -1);
   std::vector<Resolved> cpu, streamed;
@@ -161,7 +179,9 @@ void DeviceStep::run(const MoeStep& req, const MoeStep& dev, const std::vector<R
   if (const int64_t ready = routing_ready_ns; ready > 0) {
     // The compute stream idled from the routing's arrival until this first enqueue, less what the
     // host spent waiting on copies (counted as copy).
-    const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+    const int64_t now =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+            .count();
     st.device_wait_ms[static_cast<int>(WaitCause::sync)] +=
         std::max(0.0, static_cast<double>(now - ready) / 1e6 - (st.wait_ms - wait0_ms));
   }
@@ -191,9 +211,10 @@ void DeviceStep::run(const MoeStep& req, const MoeStep& dev, const std::vector<R
     res_.stage(req.layer, streamed[i].expert, b);
     st.h2d_bytes += shape.expert_bytes();
     compute_.wait(res_.staging_done(b));
-    kernels_.expert_pairs_per_slot(shape, d_table + n_direct + b,
-                                   reinterpret_cast<const int32_t*>(d + lay.off_pairs) + pair_start[i],
-                                   pair_start[i + 1] - pair_start[i], static_cast<int32_t>(K), dev.x, y, compute_);
+    kernels_.expert_pairs_per_slot(
+        shape, d_table + n_direct + b,
+        reinterpret_cast<const int32_t*>(d + lay.off_pairs) + pair_start[i],
+        pair_start[i + 1] - pair_start[i], static_cast<int32_t>(K), dev.x, y, compute_);
     compute_.record(res_.staging_free(b));
   }
   if (!streamed.empty()) {
@@ -206,13 +227,17 @@ void DeviceStep::run(const MoeStep& req, const MoeStep& dev, const std::vector<R
     const auto tc = Clock::now();
     auto* row_idx = reinterpret_cast<int32_t*>(h + lay.off_rows);
     const int64_t n_rows = cpu_part(req, cpu, row_idx, tracer);
-    compute_.record(*cpu_ready_);  // the device idled from kernels_done_ to here if it finished first
+    compute_.record(
+        *cpu_ready_);  // the device idled from kernels_done_ to here if it finished first
     pending_cpu_wait_ = true;
     compute_.copy_h2d(d + lay.off_rows, row_idx, static_cast<size_t>(n_rows) * 4);
     // The rows are read in place from pinned host memory (no device copy of them).
     const auto* rows = static_cast<const float*>(dev_.mapped_view(cpu_rows_.data()));
-    if (!rows) fail(ErrorKind::device, "offload: the CPU experts' pinned rows are not readable by the device");
-    kernels_.scatter_rows(y, rows, reinterpret_cast<const int32_t*>(d + lay.off_rows), n_rows, E, compute_);
+    if (!rows)
+      fail(ErrorKind::device,
+           "offload: the CPU experts' pinned rows are not readable by the device");
+    kernels_.scatter_rows(y, rows, reinterpret_cast<const int32_t*>(d + lay.off_rows), n_rows, E,
+                          compute_);
     st.cpu_ms += ms_since(tc);
   }
   kernels_.weighted_sum(y, dev.expert_weights, n, static_cast<int32_t>(K), E, dev.out, compute_);
@@ -236,19 +261,21 @@ double DeviceStep::time_kernels(const ExpertShape& s, const std::vector<ExpertPt
   const size_t x_bytes = static_cast<size_t>(s.n_embd) * sizeof(float);
   constexpr size_t kMax = 8;  // entries the layout below holds
   const size_t off_id = 256, off_x = 512, total = off_x + x_bytes;
-  if (entries.empty() || entries.size() > kMax || total > step_dev_.bytes() || total > step_host_.bytes() ||
-      x_bytes > y_dev_.bytes())
+  if (entries.empty() || entries.size() > kMax || total > step_dev_.bytes() ||
+      total > step_host_.bytes() || x_bytes > y_dev_.bytes())
     return 0.0;
   auto* h = static_cast<uint8_t*>(step_host_.data());
   std::copy(entries.begin(), entries.end(), reinterpret_cast<ExpertPtrs3*>(h));
-  for (size_t i = 0; i < entries.size(); ++i) reinterpret_cast<int32_t*>(h + off_id)[i] = static_cast<int32_t>(i);
+  for (size_t i = 0; i < entries.size(); ++i)
+    reinterpret_cast<int32_t*>(h + off_id)[i] = static_cast<int32_t>(i);
   auto* x = reinterpret_cast<float*>(h + off_x);
   for (int64_t i = 0; i < s.n_embd; ++i) x[i] = static_cast<float>((i * 7919) % 13) / 13.0f - 0.5f;
   compute_.copy_h2d(step_dev_.data(), h, total);
   auto* d = static_cast<uint8_t*>(step_dev_.data());
   const auto run = [&](size_t i) {
-    kernels_.experts_per_slot(s, reinterpret_cast<const ExpertPtrs3*>(d), reinterpret_cast<const int32_t*>(d + off_id) + i,
-                              1, 1, reinterpret_cast<const float*>(d + off_x), y_dev_.f32(), compute_);
+    kernels_.experts_per_slot(s, reinterpret_cast<const ExpertPtrs3*>(d),
+                              reinterpret_cast<const int32_t*>(d + off_id) + i, 1, 1,
+                              reinterpret_cast<const float*>(d + off_x), y_dev_.f32(), compute_);
   };
   run(0);
   const auto e0 = dev_.create_event(), e1 = dev_.create_event();
@@ -260,7 +287,8 @@ double DeviceStep::time_kernels(const ExpertShape& s, const std::vector<ExpertPt
     e1->synchronize();
     best_ms = std::min(best_ms, e1->elapsed_ms_since(*e0));
   }
-  return best_ms > 0 && best_ms < 1e30 ? static_cast<double>(s.expert_bytes()) / (best_ms * 1e6) : 0.0;
+  return best_ms > 0 && best_ms < 1e30 ? static_cast<double>(s.expert_bytes()) / (best_ms * 1e6)
+                                       : 0.0;
 }
 
 }  // namespace ferry

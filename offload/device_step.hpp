@@ -39,18 +39,19 @@ struct Resolved {
 
 class DeviceStep {
  public:
-  DeviceStep(Device& dev, Stream& compute, DeviceExpertKernels& kernels, Residency& res, const OffloadOptions& o,
-             Event& compute_done);
+  DeviceStep(Device& dev, Stream& compute, DeviceExpertKernels& kernels, Residency& res,
+             const OffloadOptions& o, Event& compute_done);
   // Device memory of the step buffers for steps of up to max_batch tokens (the plan leaves it).
-  static uint64_t device_bytes(int64_t max_batch, const ExpertShape& s, int32_t top_k, int32_t n_expert);
+  static uint64_t device_bytes(int64_t max_batch, const ExpertShape& s, int32_t top_k,
+                               int32_t n_expert);
 
   // host: the step with x and the routing in host memory; dev: the same step in device memory
   // (sim: the same pointers). used: one Resolved per distinct expert, in expert order.
   // routing_ready_ns: when the routing reached the host (0: it was there; the compute stream's
   // idle time until the first enqueue counts as sync, less the host's copy waits since
   // wait0_ms = st.wait_ms at the step's start).
-  void run(const MoeStep& host, const MoeStep& dev, const std::vector<Resolved>& used, OffloadStats& st,
-           Tracer* tracer, int64_t routing_ready_ns, double wait0_ms);
+  void run(const MoeStep& host, const MoeStep& dev, const std::vector<Resolved>& used,
+           OffloadStats& st, Tracer* tracer, int64_t routing_ready_ns, double wait0_ms);
   // The compute stream's idle time measured by the last step's events (cpu_expert) and the
   // streaming time; call once those events have completed.
   void collect_waits(OffloadStats& st);
@@ -63,14 +64,15 @@ class DeviceStep {
   void grow(DeviceBuffer& b, size_t bytes, const char* tag);
   void grow(HostBuffer& b, size_t bytes);
   // Host-side per-slot outputs of the CPU experts (rows of y_host_), compacted into cpu_rows_.
-  int64_t cpu_part(const MoeStep& host, const std::vector<Resolved>& cpu, int32_t* row_idx, Tracer* tracer);
+  int64_t cpu_part(const MoeStep& host, const std::vector<Resolved>& cpu, int32_t* row_idx,
+                   Tracer* tracer);
 
   Device& dev_;
   Stream& compute_;
   DeviceExpertKernels& kernels_;
   Residency& res_;
   const OffloadOptions& o_;
-  Event& compute_done_;  // the executor records it after each step
+  Event& compute_done_;              // the executor records it after each step
   HostBuffer step_host_, cpu_rows_;  // pinned
   DeviceBuffer step_dev_, y_dev_;
   std::vector<float> y_host_;  // (n, k, n_embd) the CPU experts' rows before compaction

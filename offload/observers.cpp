@@ -13,12 +13,13 @@ void TraceObserver::on_routing(const RoutingView& r) {
 
 void TraceObserver::on_step_end(int32_t layer) {
   if (layer != layer_) return;
-  t_.complete("moe", "moe", t0_ns_, t_.now_ns() - t0_ns_, {{"layer", layer_}, {"tokens", n_tokens_}});
+  t_.complete("moe", "moe", t0_ns_, t_.now_ns() - t0_ns_,
+              {{"layer", layer_}, {"tokens", n_tokens_}});
   layer_ = -1;
 }
 
-RoutingStatsObserver::RoutingStatsObserver(int32_t n_layer, int32_t n_expert, RouterPredictor* measure,
-                                           StatsCounters& counters)
+RoutingStatsObserver::RoutingStatsObserver(int32_t n_layer, int32_t n_expert,
+                                           RouterPredictor* measure, StatsCounters& counters)
     : locality_(n_layer, n_expert), measure_(measure), counters_(counters) {}
 
 void RoutingStatsObserver::on_routing(const RoutingView& r) {

@@ -37,7 +37,8 @@ class TraceObserver final : public MoeObserver {
 class RoutingStatsObserver final : public MoeObserver {
  public:
   // measure: a predictor only measured here (null when the executor drives the run's predictor).
-  RoutingStatsObserver(int32_t n_layer, int32_t n_expert, RouterPredictor* measure, StatsCounters& counters);
+  RoutingStatsObserver(int32_t n_layer, int32_t n_expert, RouterPredictor* measure,
+                       StatsCounters& counters);
   void on_routing(const RoutingView& r) override;
   bool wants_x() const override { return measure_ != nullptr; }
   const RoutingLocalityStats& locality() const { return locality_; }
@@ -52,7 +53,9 @@ class RoutingStatsObserver final : public MoeObserver {
 class ProfileRecorder final : public MoeObserver {
  public:
   ProfileRecorder(int32_t n_layer, int32_t n_expert) : profile_(n_layer, n_expert) {}
-  void on_routing(const RoutingView& r) override { profile_.add(r.layer, r.ids, r.n_tokens, r.top_k); }
+  void on_routing(const RoutingView& r) override {
+    profile_.add(r.layer, r.ids, r.n_tokens, r.top_k);
+  }
   const ExpertProfile& profile() const { return profile_; }
 
  private:
@@ -62,7 +65,9 @@ class ProfileRecorder final : public MoeObserver {
 class RoutingRecorder final : public MoeObserver {
  public:
   RoutingRecorder(std::string path, const RoutingTraceHeader& h) : writer_(std::move(path), h) {}
-  void on_routing(const RoutingView& r) override { writer_.append(r.layer, r.n_tokens, r.ids, r.weights); }
+  void on_routing(const RoutingView& r) override {
+    writer_.append(r.layer, r.n_tokens, r.ids, r.weights);
+  }
   // Renames the trace into place (ErrorKind::io on failure); once, at the end of a run.
   void finish();
 

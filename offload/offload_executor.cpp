@@ -9,17 +9,20 @@ namespace ferry {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
 
 }  // namespace
 
-OffloadExecutor::OffloadExecutor(std::unique_ptr<Device> device, std::vector<MoeLayerWeights> layers,
-                                 OffloadOptions options)
+OffloadExecutor::OffloadExecutor(std::unique_ptr<Device> device,
+                                 std::vector<MoeLayerWeights> layers, OffloadOptions options)
     : o_(std::move(options)), owned_device_(std::move(device)) {
   device_ = owned_device_.get();
   if (!device_) fail(ErrorKind::internal, "offload executor without a device");
   if (device_->kind() != DeviceKind::sim)
-    fail(ErrorKind::invalid_arg, "the offload executor owns only sim devices; a {} device comes with its compute stream",
+    fail(ErrorKind::invalid_arg,
+         "the offload executor owns only sim devices; a {} device comes with its compute stream",
          device_kind_name(device_->kind()));
   compute_ = device_->create_stream();
   kernels_ = make_sim_expert_kernels();
@@ -27,10 +30,14 @@ OffloadExecutor::OffloadExecutor(std::unique_ptr<Device> device, std::vector<Moe
 }
 
 OffloadExecutor::OffloadExecutor(Device& device, std::unique_ptr<Stream> compute,
-                                 std::unique_ptr<DeviceExpertKernels> kernels, std::vector<MoeLayerWeights> layers,
-                                 OffloadOptions options)
-    : o_(std::move(options)), device_(&device), compute_(std::move(compute)), kernels_(std::move(kernels)) {
-  if (!compute_ || !kernels_) fail(ErrorKind::internal, "offload executor without a compute stream or kernels");
+                                 std::unique_ptr<DeviceExpertKernels> kernels,
+                                 std::vector<MoeLayerWeights> layers, OffloadOptions options)
+    : o_(std::move(options)),
+      device_(&device),
+      compute_(std::move(compute)),
+      kernels_(std::move(kernels)) {
+  if (!compute_ || !kernels_)
+    fail(ErrorKind::internal, "offload executor without a compute stream or kernels");
   init(std::move(layers));
 }
 
@@ -39,8 +46,8 @@ void OffloadExecutor::init(std::vector<MoeLayerWeights> layers) {
   res_ = std::make_unique<Residency>(*device_, std::move(layers), o_, *compute_done_);
   step_ = std::make_unique<DeviceStep>(*device_, *compute_, *kernels_, *res_, o_, *compute_done_);
   if (o_.decode_table)
-    tables_ = std::make_unique<TableDecoder>(*device_, *compute_, *kernels_, res_->shapes(), res_->mapped(),
-                                             o_.plan.in.n_expert_used);
+    tables_ = std::make_unique<TableDecoder>(*device_, *compute_, *kernels_, res_->shapes(),
+                                             res_->mapped(), o_.plan.in.n_expert_used);
   st_.init_bytes = res_->init_bytes();
   calibrate();
   st_.layer_uses.assign(static_cast<size_t>(res_->n_layer()), 0);
@@ -54,13 +61,16 @@ void OffloadExecutor::calibrate() {
   }
   // Expert 0 of layer 0 copied into staging slot 0, then the expert kernels reading it there.
   const ExpertPtrs3 staged = res_->staging_ptrs(0, 0);
-  HardwareRates r = calibrate_rates(*device_, res_->shape(0), res_->host_ptrs(0, 0), const_cast<uint8_t*>(staged.gate));
-  if (const double g = step_->time_kernels(res_->shape(0), {staged, staged, staged, staged}); g > 0) r.device_gbps = g;
+  HardwareRates r = calibrate_rates(*device_, res_->shape(0), res_->host_ptrs(0, 0),
+                                    const_cast<uint8_t*>(staged.gate));
+  if (const double g = step_->time_kernels(res_->shape(0), {staged, staged, staged, staged}); g > 0)
+    r.device_gbps = g;
   // The same kernels reading experts in place, each once (a repeated one could be served from the
   // device's L2 instead of the link); 0 when it cannot be measured: never chosen.
   if (!res_->mapped().empty() && device_->kind() == DeviceKind::cuda) {
     std::vector<ExpertPtrs3> entries;
-    for (int32_t e = 0; e < std::min(4, o_.plan.in.n_expert); ++e) entries.push_back(expert_ptrs(res_->mapped()[0], e));
+    for (int32_t e = 0; e < std::min(4, o_.plan.in.n_expert); ++e)
+      entries.push_back(expert_ptrs(res_->mapped()[0], e));
     if (entries.size() >= 2) r.mapped_gbps = step_->time_kernels(res_->shape(0), entries);
   }
   cost_ = CostModel(r);
@@ -89,7 +99,8 @@ Resolved OffloadExecutor::resolve(int32_t layer, int32_t expert, int64_t n_token
                     bytes, 0.0};
   if (state.where == Residence::in_flight)
     state.copy_remaining_us = std::max(0.0, cost_.copy_us(bytes) - prefetcher.age_us(slot));
-  const Decision d = decide(state, cost_, DecideContext{o_.cold, n_tokens, decode, !res_->mapped().empty()});
+  const Decision d =
+      decide(state, cost_, DecideContext{o_.cold, n_tokens, decode, !res_->mapped().empty()});
   if (state.where == Residence::ready) {
     ++st_.hits;
     ++st_.layer_hits[static_cast<size_t>(layer)];
@@ -118,7 +129,8 @@ Resolved OffloadExecutor::resolve(int32_t layer, int32_t expert, int64_t n_token
     case Decision::wait: {
       const auto t0 = Clock::now();
       {
-        Tracer::Span span(o_.tracer, "wait prefetch", "wait", {{"layer", layer}, {"expert", expert}});
+        Tracer::Span span(o_.tracer, "wait prefetch", "wait",
+                          {{"layer", layer}, {"expert", expert}});
         prefetcher.wait(slot);
       }
       st_.wait_ms += ms_since(t0);
@@ -165,7 +177,8 @@ void OffloadExecutor::predict_and_prefetch(const MoeStep& req) {
   o_.predictor->predict(req.layer, req.x, req.n_tokens, req.expert_ids, req.top_k, predicted_);
   for (const PredictedExpert& p : predicted_)
     if (p.layer < o_.plan.in.n_layer && p.expert >= 0 && p.expert < o_.plan.in.n_expert)
-      res_->prefetcher().request(p);  // stale ones (p.layer <= req.layer) are dropped and counted by issue()
+      res_->prefetcher().request(
+          p);  // stale ones (p.layer <= req.layer) are dropped and counted by issue()
   res_->prefetcher().issue(req.layer, tick_);
 }
 
@@ -187,7 +200,8 @@ MoeStep OffloadExecutor::host_routing(const MoeStep& s) {
   compute_->copy_d2h(ids, s.expert_ids, nk * 4);
   compute_->copy_d2h(w, s.expert_weights, nk * 4);
   compute_->synchronize();
-  routing_ready_ns_ = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+  routing_ready_ns_ =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
   MoeStep h = s;
   h.x = x;
   h.expert_ids = ids;
@@ -196,10 +210,7 @@ MoeStep OffloadExecutor::host_routing(const MoeStep& s) {
 }
 
 void OffloadExecutor::run(const MoeStep& step) {
-  check_step(step, {res_->host_layer(std::clamp(step.layer, 0, res_->n_layer() - 1))}, "offload");
-  if (step.layer < 0 || step.layer >= res_->n_layer())
-    fail(ErrorKind::internal, "offload: MoE step for layer {}, the executor has {} layers", step.layer,
-         res_->n_layer());
+  check_step(step, res_->host_layers(), "offload");
   if (step.n_tokens == 0) return;
   if (tables_ && step.n_tokens == 1) {
     // From the device tables, on the forward's device routing: nothing is read on the host.
@@ -247,7 +258,8 @@ void OffloadExecutor::run_host_routed(const MoeStep& req, const MoeStep& dev) {
       const int32_t e = req.expert_ids[t * req.top_k + j];
       for (int32_t i = 0; i < j; ++i)
         if (req.expert_ids[t * req.top_k + i] == e)
-          fail(ErrorKind::internal, "MoE step layer {}: token {} routes to expert {} twice", req.layer, t, e);
+          fail(ErrorKind::internal, "MoE step layer {}: token {} routes to expert {} twice",
+               req.layer, t, e);
       ++count[static_cast<size_t>(e)];
     }
   std::vector<int32_t> missing;
@@ -262,11 +274,14 @@ void OffloadExecutor::run_host_routed(const MoeStep& req, const MoeStep& dev) {
   }
   predict_and_prefetch(req);
   for (int32_t e : missing) used.push_back(resolve(req.layer, e, 1, true));
-  std::sort(used.begin(), used.end(), [](const Resolved& a, const Resolved& b) { return a.expert < b.expert; });
+  std::sort(used.begin(), used.end(),
+            [](const Resolved& a, const Resolved& b) { return a.expert < b.expert; });
+  const double sync0_ms = st_.device_wait_ms[static_cast<int>(WaitCause::sync)];
   step_->run(req, dev, used, st_, o_.tracer, routing_ready_ns_, wait0_ms);
-  if (counters_ && routing_ready_ns_ > 0) {
-    // The sync wait DeviceStep just added, in the --stats counters too.
-  }
+  if (counters_)  // the idle time before the step's first enqueue, in the --stats counters too
+    counters_->wait(WaitCause::sync,
+                    static_cast<uint64_t>(
+                        (st_.device_wait_ms[static_cast<int>(WaitCause::sync)] - sync0_ms) * 1e6));
   // The CPU forward reads `out` as soon as run() returns; the CUDA forward's next ops are queued
   // behind the kernels on the same stream.
   if (device_->kind() != DeviceKind::cuda) compute_->synchronize();
@@ -287,7 +302,8 @@ void OffloadExecutor::begin_step(int64_t n_tokens) {
   if (n_tokens == 1) {
     ++st_.table_tokens;
     st_.table_updates += tables_->begin_step(
-        res_->cache(), [this](int32_t slot, int32_t layer) { return res_->slot_ptrs(slot, layer); }, observers_);
+        res_->cache(), [this](int32_t slot, int32_t layer) { return res_->slot_ptrs(slot, layer); },
+        observers_);
   }
 }
 
@@ -308,7 +324,9 @@ void OffloadExecutor::read_routing_log() {
   std::vector<std::pair<int32_t, int32_t>> admit;
   int32_t last_layer = -1;
   tables_->read_log(observers_, [&](int32_t l, int32_t e) {
-    if (e < 0 || e >= E) fail(ErrorKind::internal, "offload: routing log layer {}: expert id {} outside [0, {})", l, e, E);
+    if (e < 0 || e >= E)
+      fail(ErrorKind::internal, "offload: routing log layer {}: expert id {} outside [0, {})", l, e,
+           E);
     if (l != last_layer) ++st_.steps;
     last_layer = l;
     ++st_.uses;

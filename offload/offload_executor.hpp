@@ -31,7 +31,8 @@ inline uint64_t decode_table_bytes(int32_t n_layer, int32_t n_expert, int32_t to
   return TableDecoder::device_bytes(n_layer, n_expert, top_k);
 }
 // Device memory of the step buffers for steps of up to max_batch tokens.
-inline uint64_t device_step_bytes(int64_t max_batch, const ExpertShape& s, int32_t top_k, int32_t n_expert) {
+inline uint64_t device_step_bytes(int64_t max_batch, const ExpertShape& s, int32_t top_k,
+                                  int32_t n_expert) {
   return DeviceStep::device_bytes(max_batch, s, top_k, n_expert);
 }
 
@@ -40,11 +41,13 @@ std::string offload_stats_text(const OffloadStats& s);
 class OffloadExecutor final : public MoeExecutor {
  public:
   // The sim device (owned), its compute stream and the sim expert kernels made here.
-  OffloadExecutor(std::unique_ptr<Device> device, std::vector<MoeLayerWeights> layers, OffloadOptions options);
+  OffloadExecutor(std::unique_ptr<Device> device, std::vector<MoeLayerWeights> layers,
+                  OffloadOptions options);
   // A device owned elsewhere (cuda: the CudaOps's device and a view of its stream, so the expert
   // kernels are ordered with the forward's own ops and share its budget).
-  OffloadExecutor(Device& device, std::unique_ptr<Stream> compute, std::unique_ptr<DeviceExpertKernels> kernels,
-                  std::vector<MoeLayerWeights> layers, OffloadOptions options);
+  OffloadExecutor(Device& device, std::unique_ptr<Stream> compute,
+                  std::unique_ptr<DeviceExpertKernels> kernels, std::vector<MoeLayerWeights> layers,
+                  OffloadOptions options);
   ~OffloadExecutor() override;
   void run(const MoeStep& step) override;
   // decode_table: one-token steps run from the device tables on the forward's device routing and
@@ -84,17 +87,17 @@ class OffloadExecutor final : public MoeExecutor {
   Device* device_ = nullptr;
   std::unique_ptr<Stream> compute_;
   std::unique_ptr<DeviceExpertKernels> kernels_;
-  std::unique_ptr<Event> compute_done_;   // after each step's kernels: slot refills wait for it
+  std::unique_ptr<Event> compute_done_;  // after each step's kernels: slot refills wait for it
   std::unique_ptr<Residency> res_;
   std::unique_ptr<DeviceStep> step_;
   std::unique_ptr<TableDecoder> tables_;  // decode_table
   CostModel cost_;
-  uint64_t tick_ = 0;                     // forward steps: the cache's and prefetcher's clock
+  uint64_t tick_ = 0;  // forward steps: the cache's and prefetcher's clock
   std::vector<PredictedExpert> predicted_;
   OffloadStats st_;
   StatsCounters* counters_ = nullptr;
-  HostBuffer routing_host_;               // cuda: the host copy of a step's x, ids and weights
-  int64_t routing_ready_ns_ = 0;          // steady_clock ns when that copy arrived
+  HostBuffer routing_host_;       // cuda: the host copy of a step's x, ids and weights
+  int64_t routing_ready_ns_ = 0;  // steady_clock ns when that copy arrived
 };
 
 }  // namespace ferry

@@ -45,15 +45,16 @@ struct OffloadOptions {
   int64_t max_batch = 512;
   // Decode steps from device tables, without a host synchronisation (--offload-decode
   // table; on sim the same tables and log, the CPU forward waiting for each step — for hit rates
-  // and link bytes: sim "kernels" read the mapped store at CPU speed, the link is not modelled). Per layer a device table of n_expert expert pointers, each at the expert's slot when a
-  // ready slot holds it and at its mapped pinned host copy otherwise; a one-token step runs the
-  // grouped kernels on the router's device ids over that table (misses are read in place over
-  // the link, as ColdMode::mapped) and logs the ids, so the step can be recorded as a CUDA graph.
-  // begin_step() reads the previous step's log (hits, misses, recency; misses are admitted
-  // behind) and rewrites the table entries that changed; the plan leaves decode_table_bytes.
-  // Prefill steps stay host-routed. No CPU experts and no predictor prefetch in
-  // decode (both need the routing on the host). Needs a host store the device can map (uring).
-  // Observers get the routing from the log, one step late (table_decode.hpp).
+  // and link bytes: sim "kernels" read the mapped store at CPU speed, the link is not modelled).
+  // Per layer a device table of n_expert expert pointers, each at the expert's slot when a ready
+  // slot holds it and at its mapped pinned host copy otherwise; a one-token step runs the grouped
+  // kernels on the router's device ids over that table (misses are read in place over the link, as
+  // ColdMode::mapped) and logs the ids, so the step can be recorded as a CUDA graph. begin_step()
+  // reads the previous step's log (hits, misses, recency; misses are admitted behind) and rewrites
+  // the table entries that changed; the plan leaves decode_table_bytes. Prefill steps stay
+  // host-routed. No CPU experts and no predictor prefetch in decode (both need the routing on the
+  // host). Needs a host store the device can map (uring). Observers get the routing from the log,
+  // one step late (table_decode.hpp).
   bool decode_table = false;
 };
 

@@ -15,7 +15,8 @@ std::string offload_stats_text(const OffloadStats& s) {
       "flight {} (waited {}), "
       "misses {} → cpu {}, copy-now {}, streamed {}, read in place {} ({:.1f} MB)\n",
       s.n_slots, s.steps, s.tokens, s.uses, s.hits, pct(s.hits, s.uses), s.inflight, s.waited,
-      s.misses, s.cpu_experts, s.copy_now, s.streamed, s.mapped, static_cast<double>(s.mapped_bytes) / 1e6);
+      s.misses, s.cpu_experts, s.copy_now, s.streamed, s.mapped,
+      static_cast<double>(s.mapped_bytes) / 1e6);
   t += fmt::format(
       "offload: prefetch issued {} used {} ({:.1f}% precision) wasted {} stale {} no-slot {}; "
       "admitted {} (dropped {})\n",
@@ -39,19 +40,25 @@ std::string offload_stats_text(const OffloadStats& s) {
       s.rates.source, s.rates.h2d_gbps, s.rates.cpu_gbps, s.rates.device_gbps, s.rates.mapped_gbps);
   {
     t += fmt::format(
-        "offload: device idle {:.3f} ms/token waiting for copies, {:.3f} for CPU experts, {:.3f} for the host "
+        "offload: device idle {:.3f} ms/token waiting for copies, {:.3f} for CPU experts, {:.3f} "
+        "for the host "
         "(sync + decisions)",
         s.wait_ms / tok, s.device_wait_ms[static_cast<int>(WaitCause::cpu_expert)] / tok,
         s.device_wait_ms[static_cast<int>(WaitCause::sync)] / tok);
     if (s.stream_bytes)
-      t += fmt::format("; prefill streaming {:.1f} MB in {:.1f} ms of device time, its kernels included ({:.2f} GB/s)",
-                       static_cast<double>(s.stream_bytes) / 1e6, s.stream_gpu_ms,
-                       s.stream_gpu_ms > 0 ? static_cast<double>(s.stream_bytes) / (s.stream_gpu_ms * 1e6) : 0.0);
+      t += fmt::format(
+          "; prefill streaming {:.1f} MB in {:.1f} ms of device time, its kernels included ({:.2f} "
+          "GB/s)",
+          static_cast<double>(s.stream_bytes) / 1e6, s.stream_gpu_ms,
+          s.stream_gpu_ms > 0 ? static_cast<double>(s.stream_bytes) / (s.stream_gpu_ms * 1e6)
+                              : 0.0);
     t += "\n";
   }
   if (s.table_tokens)
-    t += fmt::format("offload: {} decode tokens from the device tables (no host sync), {} table entries rewritten\n",
-                     s.table_tokens, s.table_updates);
+    t += fmt::format(
+        "offload: {} decode tokens from the device tables (no host sync), {} table entries "
+        "rewritten\n",
+        s.table_tokens, s.table_updates);
   t += fmt::format("offload: host store {} ({}{}), {:.1f} MB", host_load_name(s.store.mode),
                    s.store.pinned ? "pinned" : "pageable", s.store.direct_io ? ", O_DIRECT" : "",
                    static_cast<double>(s.store.bytes) / 1e6);

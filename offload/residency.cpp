@@ -20,21 +20,25 @@ Residency::Residency(Device& dev, std::vector<MoeLayerWeights> layers, const Off
     : dev_(dev), o_(o), compute_done_(compute_done), layers_(std::move(layers)) {
   const Plan& plan = o_.plan;
   const auto L = static_cast<int32_t>(layers_.size());
-  if (L != plan.in.n_layer) fail(ErrorKind::internal, "offload plan for {} layers, model has {}", plan.in.n_layer, L);
+  if (L != plan.in.n_layer)
+    fail(ErrorKind::internal, "offload plan for {} layers, model has {}", plan.in.n_layer, L);
   for (int32_t l = 0; l < L; ++l) {
     const MoeLayerWeights& w = layers_[static_cast<size_t>(l)];
     shapes_.push_back(expert_shape(w));
     const ExpertShape& sh = shapes_.back();
     const uint64_t slot_bytes = plan.in.layer_expert_bytes.at(static_cast<size_t>(l));
     if (w.n_expert != plan.in.n_expert || sh.expert_bytes() != slot_bytes)
-      fail(ErrorKind::internal, "offload plan: layer {} has {} experts of {} B, plan {} experts in slots of {} B", l,
+      fail(ErrorKind::internal,
+           "offload plan: layer {} has {} experts of {} B, plan {} experts in slots of {} B", l,
            w.n_expert, sh.expert_bytes(), plan.in.n_expert, slot_bytes);
     // The device kernels read each matrix of a slot with 16-byte loads and one type for gate/up.
     if (sh.gate_bytes() % 16 || sh.up_bytes() % 16 || sh.down_bytes() % 16)
-      fail(ErrorKind::unsupported, "offload: layer {}: expert matrices of {}/{}/{} bytes are not 16-byte multiples",
-           l, sh.gate_bytes(), sh.up_bytes(), sh.down_bytes());
+      fail(ErrorKind::unsupported,
+           "offload: layer {}: expert matrices of {}/{}/{} bytes are not 16-byte multiples", l,
+           sh.gate_bytes(), sh.up_bytes(), sh.down_bytes());
     if (sh.gate_type != sh.up_type)
-      fail(ErrorKind::unsupported, "offload: layer {}: gate ({}) and up ({}) experts of different types", l,
+      fail(ErrorKind::unsupported,
+           "offload: layer {}: gate ({}) and up ({}) experts of different types", l,
            type_name(sh.gate_type), type_name(sh.up_type));
   }
 
@@ -44,11 +48,14 @@ Residency::Residency(Device& dev, std::vector<MoeLayerWeights> layers, const Off
     const MoeLayerWeights& w = layers_[static_cast<size_t>(l)];
     const ExpertTensor* t[3] = {&w.gate, &w.up, &w.down};
     for (int i = 0; i < 3; ++i) {
-      const uint64_t off = o_.host_load == HostLoad::alias ? 0 : o_.file_offsets.at(static_cast<size_t>(l))[i];
-      regions.push_back({off, t[i]->expert_stride_bytes * static_cast<uint64_t>(w.n_expert), t[i]->base});
+      const uint64_t off =
+          o_.host_load == HostLoad::alias ? 0 : o_.file_offsets.at(static_cast<size_t>(l))[i];
+      regions.push_back(
+          {off, t[i]->expert_stride_bytes * static_cast<uint64_t>(w.n_expert), t[i]->base});
     }
   }
-  store_ = std::make_unique<HostStore>(&dev_, o_.gguf_path, std::move(regions), o_.host_load, o_.progress);
+  store_ = std::make_unique<HostStore>(&dev_, o_.gguf_path, std::move(regions), o_.host_load,
+                                       o_.progress);
   for (int32_t l = 0; l < L; ++l) {
     MoeLayerWeights& w = layers_[static_cast<size_t>(l)];
     w.gate.base = store_->data(static_cast<size_t>(3 * l));
@@ -68,30 +75,36 @@ Residency::Residency(Device& dev, std::vector<MoeLayerWeights> layers, const Off
         unmapped = unmapped || !t->base;
         if (!t->base && need_mapped)
           fail(ErrorKind::unsupported,
-               "{}: the {} host store is not readable by the device in place (use --host-load uring, which pins it)",
-               o_.decode_table ? "--offload-decode table" : "--cold mapped", host_load_name(o_.host_load));
+               "{}: the {} host store is not readable by the device in place (use --host-load "
+               "uring, which pins it)",
+               o_.decode_table ? "--offload-decode table" : "--cold mapped",
+               host_load_name(o_.host_load));
       }
     if (unmapped) mapped_.clear();  // auto: reading in place is simply not a choice
   }
 
   if (o_.reserve_fixed) {
-    const std::pair<uint64_t, const char*> fixed[] = {{plan.in.dense_bytes, "dense weights (reserved)"},
-                                                      {plan.in.kv_bytes, "KV cache (reserved)"},
-                                                      {plan.in.state_bytes, "recurrent state (reserved)"},
-                                                      {plan.in.workspace_bytes, "workspace (reserved)"}};
+    const std::pair<uint64_t, const char*> fixed[] = {
+        {plan.in.dense_bytes, "dense weights (reserved)"},
+        {plan.in.kv_bytes, "KV cache (reserved)"},
+        {plan.in.state_bytes, "recurrent state (reserved)"},
+        {plan.in.workspace_bytes, "workspace (reserved)"}};
     for (const auto& [bytes, tag] : fixed)
       if (bytes) reserved_.push_back(dev_.alloc(bytes, tag));
   }
   staging_ = dev_.alloc(plan.staging_bytes, "prefill staging slots");
   // One region per size class, each class's slots exactly its experts' size (placement.hpp).
   if (plan.n_slots > 0) slots_ = dev_.alloc(plan.slots_bytes(), "expert slots");
-  cache_ = std::make_unique<ExpertCache>(plan.n_slots, L, plan.in.n_expert, o_.policy, plan.slot_partition());
+  cache_ = std::make_unique<ExpertCache>(plan.n_slots, L, plan.in.n_expert, o_.policy,
+                                         plan.slot_partition());
   prefetcher_ = std::make_unique<Prefetcher>(
-      dev_, *cache_, [this](int32_t slot, int32_t l, int32_t e, Stream& s) { fill_slot(slot, l, e, s); },
+      dev_, *cache_,
+      [this](int32_t slot, int32_t l, int32_t e, Stream& s) { fill_slot(slot, l, e, s); },
       plan.in.layer_expert_bytes,
       // Table decode admits a whole token's misses at once (before the next step), not one layer
       // at a time: room for one token's worth in flight.
-      o_.decode_table ? std::max(o_.prefetch_in_flight, L * plan.in.n_expert_used) : o_.prefetch_in_flight);
+      o_.decode_table ? std::max(o_.prefetch_in_flight, L * plan.in.n_expert_used)
+                      : o_.prefetch_in_flight);
   demand_ = dev_.create_stream();
   demand_done_ = dev_.create_event();
   for (auto& e : staging_done_) e = dev_.create_event();
@@ -101,7 +114,9 @@ Residency::Residency(Device& dev, std::vector<MoeLayerWeights> layers, const Off
   for (int32_t l = 0; l < L; ++l)
     for (int32_t e : plan.hot[static_cast<size_t>(l)]) {
       const int32_t slot = cache_->insert(l, e, 0);
-      if (slot < 0) fail(ErrorKind::internal, "offload: no slot for the initial hot set (layer {} expert {})", l, e);
+      if (slot < 0)
+        fail(ErrorKind::internal, "offload: no slot for the initial hot set (layer {} expert {})",
+             l, e);
       fill_slot(slot, l, e, *demand_);
       init_bytes_ += shapes_[static_cast<size_t>(l)].expert_bytes();
     }
@@ -134,8 +149,9 @@ int32_t Residency::track_of(const Stream& s) {
     if (tracks_[i] == &s) return Tracer::kTrackBase + static_cast<int32_t>(i);
   tracks_.push_back(&s);
   const auto id = Tracer::kTrackBase + static_cast<int32_t>(tracks_.size() - 1);
-  o_.tracer->set_track_name(id, &s == demand_.get() ? "copies: demand / staging"
-                                                    : "copies: prefetch " + std::to_string(tracks_.size() - 1));
+  o_.tracer->set_track_name(id, &s == demand_.get()
+                                    ? "copies: demand / staging"
+                                    : "copies: prefetch " + std::to_string(tracks_.size() - 1));
   return id;
 }
 
@@ -149,14 +165,16 @@ void Residency::traced_copy(Stream& s, int32_t layer, int32_t expert, uint64_t b
   issue();
   s.host_fn([t, t0, track, layer, expert, bytes] {
     t->complete("h2d", "copy", *t0, t->now_ns() - *t0,
-                {{"layer", layer}, {"expert", expert}, {"bytes", static_cast<int64_t>(bytes)}}, track);
+                {{"layer", layer}, {"expert", expert}, {"bytes", static_cast<int64_t>(bytes)}},
+                track);
   });
 }
 
 void Residency::fill_slot(int32_t slot, int32_t layer, int32_t expert, Stream& s) {
   const ExpertShape& sh = shapes_[static_cast<size_t>(layer)];
   const ExpertPtrs3 src = host_ptrs(layer, expert), dst = slot_ptrs(slot, layer);
-  s.wait(compute_done_);  // kernels queued on the compute stream may still read the slot's old expert
+  s.wait(
+      compute_done_);  // kernels queued on the compute stream may still read the slot's old expert
   traced_copy(s, layer, expert, sh.expert_bytes(), [&] {
     s.copy_h2d(const_cast<uint8_t*>(dst.gate), src.gate, sh.gate_bytes());
     s.copy_h2d(const_cast<uint8_t*>(dst.up), src.up, sh.up_bytes());

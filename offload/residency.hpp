@@ -25,14 +25,20 @@ class Residency {
  public:
   // layers: the experts as the model sees them (views into the GGUF mapping; the store replaces
   // them). compute_done: the event slot refills wait for (owned by the caller; outlives this).
-  Residency(Device& dev, std::vector<MoeLayerWeights> layers, const OffloadOptions& o, const Event& compute_done);
+  Residency(Device& dev, std::vector<MoeLayerWeights> layers, const OffloadOptions& o,
+            const Event& compute_done);
   ~Residency();
 
   int32_t n_layer() const { return static_cast<int32_t>(layers_.size()); }
   const ExpertShape& shape(int32_t layer) const { return shapes_[static_cast<size_t>(layer)]; }
   const std::vector<ExpertShape>& shapes() const { return shapes_; }
-  const MoeLayerWeights& host_layer(int32_t layer) const { return layers_[static_cast<size_t>(layer)]; }
-  ExpertPtrs3 host_ptrs(int32_t layer, int32_t expert) const { return expert_ptrs(host_layer(layer), expert); }
+  const MoeLayerWeights& host_layer(int32_t layer) const {
+    return layers_[static_cast<size_t>(layer)];
+  }
+  const std::vector<MoeLayerWeights>& host_layers() const { return layers_; }
+  ExpertPtrs3 host_ptrs(int32_t layer, int32_t expert) const {
+    return expert_ptrs(host_layer(layer), expert);
+  }
   ExpertPtrs3 slot_ptrs(int32_t slot, int32_t layer) const;
   ExpertPtrs3 staging_ptrs(size_t b, int32_t layer) const;  // staging slot b (0 or 1)
   // The host store as the device reads it in place; empty when it is not mapped.
@@ -59,7 +65,8 @@ class Residency {
  private:
   // issue() enqueues a copy of `bytes` on s; with a tracer, brackets it with host_fn markers that
   // record an "h2d" span on s's track.
-  void traced_copy(Stream& s, int32_t layer, int32_t expert, uint64_t bytes, const std::function<void()>& issue);
+  void traced_copy(Stream& s, int32_t layer, int32_t expert, uint64_t bytes,
+                   const std::function<void()>& issue);
   int32_t track_of(const Stream& s);
 
   Device& dev_;

@@ -7,7 +7,9 @@
 namespace ferry {
 namespace {
 
-size_t pad256(size_t n) { return (n + 255) / 256 * 256; }
+size_t pad256(size_t n) {
+  return (n + 255) / 256 * 256;
+}
 
 // Forwards the log's layers to the executor's counting, then to the observers.
 class LogSink final : public MoeObserver {
@@ -26,15 +28,21 @@ uint64_t TableDecoder::device_bytes(int32_t n_layer, int32_t n_expert, int32_t t
   const auto L = static_cast<size_t>(n_layer);
   // The tables, the per-slot outputs (for an n_embd of up to 8192), and a one-token routing log
   // (ids + weights per layer; x too when an observer wants it).
-  return pad256(L * static_cast<size_t>(n_expert) * sizeof(ExpertPtrs3)) + pad256(static_cast<size_t>(top_k) * 8192 * 4) +
-         L * pad256(static_cast<size_t>(top_k) * 8);
+  return pad256(L * static_cast<size_t>(n_expert) * sizeof(ExpertPtrs3)) +
+         pad256(static_cast<size_t>(top_k) * 8192 * 4) + L * pad256(static_cast<size_t>(top_k) * 8);
 }
 
-TableDecoder::TableDecoder(Device& dev, Stream& compute, DeviceExpertKernels& kernels, std::vector<ExpertShape> shapes,
+TableDecoder::TableDecoder(Device& dev, Stream& compute, DeviceExpertKernels& kernels,
+                           std::vector<ExpertShape> shapes,
                            const std::vector<MoeLayerWeights>& mapped, int32_t top_k)
-    : dev_(dev), compute_(compute), kernels_(kernels), shapes_(std::move(shapes)),
-      n_expert_(mapped.empty() ? 0 : mapped[0].n_expert), top_k_(top_k),
-      log_(dev, compute, static_cast<int32_t>(mapped.size()), top_k, shapes_.empty() ? 0 : shapes_[0].n_embd) {
+    : dev_(dev),
+      compute_(compute),
+      kernels_(kernels),
+      shapes_(std::move(shapes)),
+      n_expert_(mapped.empty() ? 0 : mapped[0].n_expert),
+      top_k_(top_k),
+      log_(dev, compute, static_cast<int32_t>(mapped.size()), top_k,
+           shapes_.empty() ? 0 : shapes_[0].n_embd) {
   const size_t n = mapped.size() * static_cast<size_t>(n_expert_);
   tables_dev_ = dev_.alloc(n * sizeof(ExpertPtrs3), "expert tables (decode)");
   int64_t max_embd = 0;
@@ -43,26 +51,34 @@ TableDecoder::TableDecoder(Device& dev, Stream& compute, DeviceExpertKernels& ke
                       "per-slot outputs (decode)");
   tables_host_ = dev_.alloc_host(n * sizeof(ExpertPtrs3), true);
   if (!tables_host_.pinned())
-    fail(ErrorKind::device, "--offload-decode table: pinned host memory for the tables could not be allocated");
-  std::fill_n(static_cast<ExpertPtrs3*>(tables_host_.data()), n, ExpertPtrs3{});  // nothing copied yet
+    fail(ErrorKind::device,
+         "--offload-decode table: pinned host memory for the tables could not be allocated");
+  std::fill_n(static_cast<ExpertPtrs3*>(tables_host_.data()), n,
+              ExpertPtrs3{});  // nothing copied yet
   for (const MoeLayerWeights& w : mapped)
     for (int32_t e = 0; e < n_expert_; ++e) mapped_.push_back(expert_ptrs(w, e));
   tables_copied_ = dev_.create_event();
 }
 
 void TableDecoder::run(const MoeStep& s) {
-  if (!synced_) fail(ErrorKind::internal, "offload: a decode step from the device tables without begin_step(1)");
+  if (!synced_)
+    fail(ErrorKind::internal,
+         "offload: a decode step from the device tables without begin_step(1)");
   if (s.top_k != top_k_)
-    fail(ErrorKind::internal, "offload: top-{} step, the tables were made for top-{}", s.top_k, top_k_);
+    fail(ErrorKind::internal, "offload: top-{} step, the tables were made for top-{}", s.top_k,
+         top_k_);
   const auto l = static_cast<size_t>(s.layer);
-  const auto* table = static_cast<const ExpertPtrs3*>(tables_dev_.data()) + l * static_cast<size_t>(n_expert_);
-  kernels_.experts_per_slot(shapes_[l], table, s.expert_ids, 1, s.top_k, s.x, y_dev_.f32(), compute_);
+  const auto* table =
+      static_cast<const ExpertPtrs3*>(tables_dev_.data()) + l * static_cast<size_t>(n_expert_);
+  kernels_.experts_per_slot(shapes_[l], table, s.expert_ids, 1, s.top_k, s.x, y_dev_.f32(),
+                            compute_);
   kernels_.weighted_sum(y_dev_.f32(), s.expert_weights, 1, s.top_k, s.n_embd, s.out, compute_);
   log_.log(s);
   pending_ = true;
 }
 
-void TableDecoder::read_log(const ObserverSet* observers, const std::function<void(int32_t, int32_t)>& use) {
+void TableDecoder::read_log(const ObserverSet* observers,
+                            const std::function<void(int32_t, int32_t)>& use) {
   if (!pending_) return;
   pending_ = false;
   LogSink sink;
@@ -73,7 +89,8 @@ void TableDecoder::read_log(const ObserverSet* observers, const std::function<vo
   log_.flush(set);
 }
 
-uint64_t TableDecoder::begin_step(const ExpertCache& cache, const std::function<ExpertPtrs3(int32_t, int32_t)>& slot,
+uint64_t TableDecoder::begin_step(const ExpertCache& cache,
+                                  const std::function<ExpertPtrs3(int32_t, int32_t)>& slot,
                                   const ObserverSet* observers) {
   // Callers read the log first (read_log), so this reports nothing; it sizes the log and decides
   // whether x is logged.
@@ -82,7 +99,8 @@ uint64_t TableDecoder::begin_step(const ExpertCache& cache, const std::function<
   return sync(cache, slot);
 }
 
-uint64_t TableDecoder::sync(const ExpertCache& cache, const std::function<ExpertPtrs3(int32_t, int32_t)>& slot) {
+uint64_t TableDecoder::sync(const ExpertCache& cache,
+                            const std::function<ExpertPtrs3(int32_t, int32_t)>& slot) {
   // The pinned mirror is rewritten below: its last copy must have run (it normally has).
   if (tables_pending_) {
     tables_copied_->synchronize();
@@ -106,8 +124,8 @@ uint64_t TableDecoder::sync(const ExpertCache& cache, const std::function<Expert
   uint64_t updates = 0;
   const auto flush = [&](size_t end) {
     if (run_begin == L) return;
-    compute_.copy_h2d(static_cast<ExpertPtrs3*>(tables_dev_.data()) + run_begin * E, host + run_begin * E,
-                      (end - run_begin) * E * sizeof(ExpertPtrs3));
+    compute_.copy_h2d(static_cast<ExpertPtrs3*>(tables_dev_.data()) + run_begin * E,
+                      host + run_begin * E, (end - run_begin) * E * sizeof(ExpertPtrs3));
     tables_pending_ = true;
     run_begin = L;
   };

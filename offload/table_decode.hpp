@@ -32,19 +32,22 @@ namespace ferry {
 class TableDecoder {
  public:
   // mapped: the experts as the device reads them in place (the mapped host store), per layer.
-  TableDecoder(Device& dev, Stream& compute, DeviceExpertKernels& kernels, std::vector<ExpertShape> shapes,
-               const std::vector<MoeLayerWeights>& mapped, int32_t top_k);
+  TableDecoder(Device& dev, Stream& compute, DeviceExpertKernels& kernels,
+               std::vector<ExpertShape> shapes, const std::vector<MoeLayerWeights>& mapped,
+               int32_t top_k);
   // Device memory the tables take (the routing log grows with the steps and is charged then).
   static uint64_t device_bytes(int32_t n_layer, int32_t n_expert, int32_t top_k);
 
   // The layer's kernels from its table on the step's device routing, and the routing logged.
   void run(const MoeStep& s);
-  // Routing of the last table step: `use(layer, expert)` for every (layer, slot) pair in layer order,
-  // and the step's routing reported to `observers` (may be null). Then nothing is pending.
-  void read_log(const ObserverSet* observers, const std::function<void(int32_t layer, int32_t expert)>& use);
+  // Routing of the last table step: `use(layer, expert)` for every (layer, slot) pair in layer
+  // order, and the step's routing reported to `observers` (may be null). Then nothing is pending.
+  void read_log(const ObserverSet* observers,
+                const std::function<void(int32_t layer, int32_t expert)>& use);
   // A table step is about to run: the log is ready for it, and the entries follow the cache.
   // Returns the number of entries rewritten.
-  uint64_t begin_step(const ExpertCache& cache, const std::function<ExpertPtrs3(int32_t slot, int32_t layer)>& slot,
+  uint64_t begin_step(const ExpertCache& cache,
+                      const std::function<ExpertPtrs3(int32_t slot, int32_t layer)>& slot,
                       const ObserverSet* observers);
   // End of a table step: the log's copy to the host.
   void end_step() { log_.end_step(); }
@@ -59,17 +62,17 @@ class TableDecoder {
   DeviceExpertKernels& kernels_;
   std::vector<ExpertShape> shapes_;  // (n_layer)
   int32_t n_expert_, top_k_;
-  DeviceBuffer tables_dev_;          // (n_layer, n_expert) ExpertPtrs3
-  DeviceBuffer y_dev_;               // (top_k, n_embd) the step's per-slot outputs (one layer at a time)
-  HostBuffer tables_host_;           // pinned: as last queued
+  DeviceBuffer tables_dev_;  // (n_layer, n_expert) ExpertPtrs3
+  DeviceBuffer y_dev_;       // (top_k, n_embd) the step's per-slot outputs (one layer at a time)
+  HostBuffer tables_host_;   // pinned: as last queued
   std::vector<ExpertPtrs3> mapped_;  // (n_layer · n_expert) the in-place entries
   std::vector<ExpertPtrs3> want_;    // (n_layer · n_expert) scratch of sync()
   std::unique_ptr<Event> tables_copied_;
   bool tables_pending_ = false, synced_ = false;
   uint64_t version_ = UINT64_MAX;  // ExpertCache::version() the tables were last synced with
   RoutingLog log_;
-  ObserverSet log_sink_;           // what read_log hands the log to
-  bool pending_ = false;           // a table step ran since the last read_log
+  ObserverSet log_sink_;  // what read_log hands the log to
+  bool pending_ = false;  // a table step ran since the last read_log
 };
 
 }  // namespace ferry

@@ -1,15 +1,15 @@
 #include "offload/moe/cpu_executor.hpp"
 
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
-#include <tbb/blocked_range.h>
-#include <tbb/parallel_for.h>
-
 #include "kernels/cpu/matmul.hpp"
-#include "offload/moe/group.hpp"
 #include "kernels/cpu/quants.hpp"
+#include "offload/moe/group.hpp"
 #include "runtime/backend/cpu_ops_math.hpp"
 #include "runtime/core/error.hpp"
 
@@ -27,8 +27,8 @@ const uint8_t* expert_matrix(const ExpertTensor& t, int32_t e) {
 // Y = X·Wᵀ with X already in vec_dot_type(w). F32/F16 experts are dotted in the order of
 // ggml_vec_dot_f32/f16 (what ggml's expert product uses for them), so F32 test models match the
 // oracle bit for bit; quantized experts go through the kernels' matmul_q.
-void expert_matmul(GgmlType w, const uint8_t* W, int64_t rows, int64_t cols, const uint8_t* Xq, int64_t ldxq,
-                   int64_t n, float* Y, int64_t ldy, bool parallel) {
+void expert_matmul(GgmlType w, const uint8_t* W, int64_t rows, int64_t cols, const uint8_t* Xq,
+                   int64_t ldxq, int64_t n, float* Y, int64_t ldy, bool parallel) {
   if (w != GgmlType::F32 && w != GgmlType::F16) {
     cpu::matmul_q(w, W, rows, cols, Xq, ldxq, n, Y, ldy, parallel);
     return;
@@ -37,10 +37,12 @@ void expert_matmul(GgmlType w, const uint8_t* W, int64_t rows, int64_t cols, con
   auto body = [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r)
       for (int64_t t = 0; t < n; ++t)
-        Y[t * ldy + r] = cpu_math::dot_vecdot(W + r * rb, Xq + t * ldxq, w == GgmlType::F16, static_cast<int32_t>(cols));
+        Y[t * ldy + r] = cpu_math::dot_vecdot(W + r * rb, Xq + t * ldxq, w == GgmlType::F16,
+                                              static_cast<int32_t>(cols));
   };
   if (!parallel) return body(0, rows);
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, rows, 16), [&](auto r) { body(r.begin(), r.end()); });
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, rows, 16),
+                    [&](auto r) { body(r.begin(), r.end()); });
 }
 
 uint64_t act_row_bytes(GgmlType weight, int64_t n) {
@@ -53,10 +55,13 @@ MoeCpuExecutor::MoeCpuExecutor(std::vector<MoeLayerWeights> layers) : layers_(st
   for (size_t il = 0; il < layers_.size(); ++il) {
     const MoeLayerWeights& L = layers_[il];
     if (L.gate.n_in != L.up.n_in || L.gate.n_out != L.up.n_out || L.down.n_in != L.gate.n_out ||
-        L.down.n_out != L.gate.n_in || L.n_expert <= 0 || !L.gate.base || !L.up.base || !L.down.base)
+        L.down.n_out != L.gate.n_in || L.n_expert <= 0 || !L.gate.base || !L.up.base ||
+        !L.down.base)
       fail(ErrorKind::format,
-           "layer {}: expert tensors disagree (gate {{{}, {}}}, up {{{}, {}}}, down {{{}, {}}}, {} experts)",
-           il, L.gate.n_in, L.gate.n_out, L.up.n_in, L.up.n_out, L.down.n_in, L.down.n_out, L.n_expert);
+           "layer {}: expert tensors disagree (gate {{{}, {}}}, up {{{}, {}}}, down {{{}, {}}}, {} "
+           "experts)",
+           il, L.gate.n_in, L.gate.n_out, L.up.n_in, L.up.n_out, L.down.n_in, L.down.n_out,
+           L.n_expert);
   }
 }
 
@@ -95,7 +100,8 @@ void MoeCpuExecutor::run_decode(const MoeStep& req, const MoeLayerWeights& L) {
   tbb::parallel_for(tbb::blocked_range<int64_t>(0, K * f_blocks, 1), [&](auto r) {
     for (int64_t task = r.begin(); task < r.end(); ++task) {
       const int32_t s = static_cast<int32_t>(task / f_blocks);
-      const int64_t r0 = (task % f_blocks) * kDecodeRowBlock, nr = std::min(kDecodeRowBlock, F - r0);
+      const int64_t r0 = (task % f_blocks) * kDecodeRowBlock,
+                    nr = std::min(kDecodeRowBlock, F - r0);
       const int32_t e = req.expert_ids[s];
       expert_matmul(L.gate.type, expert_matrix(L.gate, e) + r0 * gate_row, nr, E, xq_gate.data(),
                     static_cast<int64_t>(gq_bytes), 1, g.data() + s * F + r0, F, false);
@@ -116,9 +122,11 @@ void MoeCpuExecutor::run_decode(const MoeStep& req, const MoeLayerWeights& L) {
   tbb::parallel_for(tbb::blocked_range<int64_t>(0, K * e_blocks, 1), [&](auto r) {
     for (int64_t task = r.begin(); task < r.end(); ++task) {
       const int32_t s = static_cast<int32_t>(task / e_blocks);
-      const int64_t r0 = (task % e_blocks) * kDecodeRowBlock, nr = std::min(kDecodeRowBlock, E - r0);
+      const int64_t r0 = (task % e_blocks) * kDecodeRowBlock,
+                    nr = std::min(kDecodeRowBlock, E - r0);
       expert_matmul(L.down.type, expert_matrix(L.down, req.expert_ids[s]) + r0 * down_row, nr, F,
-                    hq.data() + s * hq_bytes, static_cast<int64_t>(hq_bytes), 1, y.data() + s * E + r0, E, false);
+                    hq.data() + s * hq_bytes, static_cast<int64_t>(hq_bytes), 1,
+                    y.data() + s * E + r0, E, false);
     }
   });
   weighted_sum(1, K, E, y.data(), req.expert_weights, req.out);
@@ -165,11 +173,12 @@ void MoeCpuExecutor::run_grouped(const MoeStep& req, const MoeLayerWeights& L) {
           std::memcpy(xu.data() + i * uq_bytes, xq_up + (idx[i] / K) * uq_bytes, uq_bytes);
         xup = xu.data();
       }
-      std::vector<float> g(static_cast<size_t>(n_e * F)), u(static_cast<size_t>(n_e * F));  // (n_e, F)
-      expert_matmul(L.gate.type, expert_matrix(L.gate, e), F, E, xg.data(), static_cast<int64_t>(gq_bytes),
-                    n_e, g.data(), F, true);
-      expert_matmul(L.up.type, expert_matrix(L.up, e), F, E, xup, static_cast<int64_t>(uq_bytes), n_e,
-                    u.data(), F, true);
+      std::vector<float> g(static_cast<size_t>(n_e * F)),
+          u(static_cast<size_t>(n_e * F));  // (n_e, F)
+      expert_matmul(L.gate.type, expert_matrix(L.gate, e), F, E, xg.data(),
+                    static_cast<int64_t>(gq_bytes), n_e, g.data(), F, true);
+      expert_matmul(L.up.type, expert_matrix(L.up, e), F, E, xup, static_cast<int64_t>(uq_bytes),
+                    n_e, u.data(), F, true);
       std::vector<uint8_t> hq(static_cast<size_t>(n_e) * hq_bytes);
       for (int64_t i = 0; i < n_e; ++i) {
         float* gi = g.data() + i * F;
@@ -177,10 +186,11 @@ void MoeCpuExecutor::run_grouped(const MoeStep& req, const MoeLayerWeights& L) {
         cpu::quantize_activation(L.down.type, gi, hq.data() + i * hq_bytes, F);
       }
       std::vector<float> ye(static_cast<size_t>(n_e * E));  // (n_e, E)
-      expert_matmul(L.down.type, expert_matrix(L.down, e), E, F, hq.data(), static_cast<int64_t>(hq_bytes),
-                    n_e, ye.data(), E, true);
+      expert_matmul(L.down.type, expert_matrix(L.down, e), E, F, hq.data(),
+                    static_cast<int64_t>(hq_bytes), n_e, ye.data(), E, true);
       for (int64_t i = 0; i < n_e; ++i)
-        std::memcpy(y.data() + idx[i] * E, ye.data() + i * E, static_cast<size_t>(E) * sizeof(float));
+        std::memcpy(y.data() + idx[i] * E, ye.data() + i * E,
+                    static_cast<size_t>(E) * sizeof(float));
     }
   });
 

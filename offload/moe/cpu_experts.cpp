@@ -63,7 +63,9 @@ ExpertPtrs3 expert_ptrs(const MoeLayerWeights& L, int32_t e) {
 }
 
 ExpertBatch::ExpertBatch(const ExpertShape& s, const MoeStep& req, int32_t n_expert)
-    : s_(s), x_(req.x), top_k_(req.top_k),
+    : s_(s),
+      x_(req.x),
+      top_k_(req.top_k),
       groups_(group_by_expert(req.expert_ids, int64_t{req.n_tokens} * req.top_k, n_expert)) {}
 
 void ExpertBatch::compute_group(int32_t e, const ExpertPtrs3& w, float* y) const {

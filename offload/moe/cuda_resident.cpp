@@ -24,10 +24,14 @@ struct ResidentLayer {
 class CudaMoeExecutor final : public MoeExecutor {
  public:
   CudaMoeExecutor(Ops& ops, const std::vector<MoeLayerWeights>& layers)
-      : ops_(ops), dev_(cuda_ops_device(ops)), s_(static_cast<cudaStream_t>(cuda_ops_stream(ops))),
-        stream_(cuda_stream_view(dev_, cuda_ops_stream(ops))), views_(layers) {
+      : ops_(ops),
+        dev_(cuda_ops_device(ops)),
+        s_(static_cast<cudaStream_t>(cuda_ops_stream(ops))),
+        stream_(cuda_stream_view(dev_, cuda_ops_stream(ops))),
+        views_(layers) {
     layers_.reserve(layers.size());
-    for (size_t l = 0; l < layers.size(); ++l) layers_.push_back(upload(layers[l], static_cast<int32_t>(l)));
+    for (size_t l = 0; l < layers.size(); ++l)
+      layers_.push_back(upload(layers[l], static_cast<int32_t>(l)));
   }
 
   // Resident experts: every step is device work on the ops stream, the routing log's copies too.
@@ -60,41 +64,47 @@ class CudaMoeExecutor final : public MoeExecutor {
     if (observed()) {
       if (!log_) {
         // Made at the first step, whose top_k sizes it (a model's first step always runs eagerly).
-        log_ = std::make_unique<RoutingLog>(dev_, *stream_, static_cast<int32_t>(layers_.size()), req.top_k,
-                                            L.n_embd);
+        log_ = std::make_unique<RoutingLog>(dev_, *stream_, static_cast<int32_t>(layers_.size()),
+                                            req.top_k, L.n_embd);
         log_->begin_step(step_tokens_ > 0 ? step_tokens_ : req.n_tokens, *observers_);
       }
       log_->log(req);
     }
     const auto* table = static_cast<const cuda::ExpertPtrs*>(L.table.data());
-    cuda::moe_gate_up_swiglu(L.t_gate_up, table, req.expert_ids, req.n_tokens, req.top_k, L.n_embd, L.n_ff, req.x,
-                             h_.f32(), s_);
-    cuda::moe_down(L.t_down, table, req.expert_ids, req.expert_weights, req.n_tokens, req.top_k, L.n_embd, L.n_ff,
-                   h_.f32(), req.out,
+    cuda::moe_gate_up_swiglu(L.t_gate_up, table, req.expert_ids, req.n_tokens, req.top_k, L.n_embd,
+                             L.n_ff, req.x, h_.f32(), s_);
+    cuda::moe_down(L.t_down, table, req.expert_ids, req.expert_weights, req.n_tokens, req.top_k,
+                   L.n_embd, L.n_ff, h_.f32(), req.out,
                    /*accumulate=*/false, s_);
   }
 
  private:
   // One 3-D tensor {n_in, n_out, n_expert} as a single (n_out·n_expert, n_in) weight: the experts
   // are back to back in the GGUF, so one resident copy holds them all.
-  WeightView upload_tensor(const ExpertTensor& t, int32_t n_expert, int32_t layer, const char* what) {
-    const uint64_t expert_bytes = row_bytes(t.type, static_cast<uint64_t>(t.n_in)) * static_cast<uint64_t>(t.n_out);
+  WeightView upload_tensor(const ExpertTensor& t, int32_t n_expert, int32_t layer,
+                           const char* what) {
+    const uint64_t expert_bytes =
+        row_bytes(t.type, static_cast<uint64_t>(t.n_in)) * static_cast<uint64_t>(t.n_out);
     if (t.expert_stride_bytes != expert_bytes)
-      fail(ErrorKind::unsupported, "cuda moe: layer {} {}: expert stride {} bytes, expected contiguous {}", layer,
-           what, t.expert_stride_bytes, expert_bytes);
+      fail(ErrorKind::unsupported,
+           "cuda moe: layer {} {}: expert stride {} bytes, expected contiguous {}", layer, what,
+           t.expert_stride_bytes, expert_bytes);
     if (expert_bytes % 16 != 0)  // the kernels read every expert with 16-byte loads
-      fail(ErrorKind::unsupported, "cuda moe: layer {} {}: {} bytes per expert is not a multiple of 16", layer, what,
+      fail(ErrorKind::unsupported,
+           "cuda moe: layer {} {}: {} bytes per expert is not a multiple of 16", layer, what,
            expert_bytes);
     return ops_.resident(WeightView{t.base, t.type, t.n_out * n_expert, t.n_in});
   }
 
   ResidentLayer upload(const MoeLayerWeights& w, int32_t layer) {
     if (w.gate.type != w.up.type)
-      fail(ErrorKind::unsupported, "cuda moe: layer {}: gate ({}) and up ({}) experts of different types", layer,
+      fail(ErrorKind::unsupported,
+           "cuda moe: layer {}: gate ({}) and up ({}) experts of different types", layer,
            type_name(w.gate.type), type_name(w.up.type));
     if (w.gate.n_in != w.up.n_in || w.gate.n_out != w.up.n_out || w.down.n_in != w.gate.n_out ||
         w.down.n_out != w.gate.n_in)
-      fail(ErrorKind::invalid_arg, "cuda moe: layer {}: expert shapes do not chain (gate {}x{}, up {}x{}, down {}x{})",
+      fail(ErrorKind::invalid_arg,
+           "cuda moe: layer {}: expert shapes do not chain (gate {}x{}, up {}x{}, down {}x{})",
            layer, w.gate.n_out, w.gate.n_in, w.up.n_out, w.up.n_in, w.down.n_out, w.down.n_in);
     ResidentLayer L;
     L.t_gate_up = w.gate.type;
@@ -107,13 +117,17 @@ class CudaMoeExecutor final : public MoeExecutor {
     const WeightView d = upload_tensor(w.down, w.n_expert, layer, "ffn_down_exps");
     std::vector<cuda::ExpertPtrs> host(static_cast<size_t>(w.n_expert));
     for (int32_t e = 0; e < w.n_expert; ++e) {
-      host[static_cast<size_t>(e)].gate = static_cast<const uint8_t*>(g.data) + e * w.gate.expert_stride_bytes;
-      host[static_cast<size_t>(e)].up = static_cast<const uint8_t*>(u.data) + e * w.up.expert_stride_bytes;
-      host[static_cast<size_t>(e)].down = static_cast<const uint8_t*>(d.data) + e * w.down.expert_stride_bytes;
+      host[static_cast<size_t>(e)].gate =
+          static_cast<const uint8_t*>(g.data) + e * w.gate.expert_stride_bytes;
+      host[static_cast<size_t>(e)].up =
+          static_cast<const uint8_t*>(u.data) + e * w.up.expert_stride_bytes;
+      host[static_cast<size_t>(e)].down =
+          static_cast<const uint8_t*>(d.data) + e * w.down.expert_stride_bytes;
     }
     L.table = dev_.alloc(host.size() * sizeof(cuda::ExpertPtrs), "expert table");
-    FERRY_CUDA_CHECK(cudaMemcpyAsync(L.table.data(), host.data(), host.size() * sizeof(cuda::ExpertPtrs),
-                                     cudaMemcpyHostToDevice, s_));
+    FERRY_CUDA_CHECK(cudaMemcpyAsync(L.table.data(), host.data(),
+                                     host.size() * sizeof(cuda::ExpertPtrs), cudaMemcpyHostToDevice,
+                                     s_));
     FERRY_CUDA_CHECK(cudaStreamSynchronize(s_));
     return L;
   }
@@ -122,16 +136,17 @@ class CudaMoeExecutor final : public MoeExecutor {
   Device& dev_;
   cudaStream_t s_;
   std::vector<ResidentLayer> layers_;
-  std::unique_ptr<Stream> stream_;       // a view of the ops stream (the routing log's copies)
-  std::vector<MoeLayerWeights> views_;   // host views of the experts (shapes, step checks)
-  DeviceBuffer h_;                       // (n_tokens, top_k, n_ff) gate/up output
-  std::unique_ptr<RoutingLog> log_;      // with observers
-  int64_t step_tokens_ = 0;               // of the forward step begin_step announced
+  std::unique_ptr<Stream> stream_;      // a view of the ops stream (the routing log's copies)
+  std::vector<MoeLayerWeights> views_;  // host views of the experts (shapes, step checks)
+  DeviceBuffer h_;                      // (n_tokens, top_k, n_ff) gate/up output
+  std::unique_ptr<RoutingLog> log_;     // with observers
+  int64_t step_tokens_ = 0;             // of the forward step begin_step announced
 };
 
 }  // namespace
 
-std::unique_ptr<MoeExecutor> make_cuda_resident_executor(Ops& ops, const std::vector<MoeLayerWeights>& layers) {
+std::unique_ptr<MoeExecutor> make_cuda_resident_executor(
+    Ops& ops, const std::vector<MoeLayerWeights>& layers) {
   return std::make_unique<CudaMoeExecutor>(ops, layers);
 }
 
@@ -141,8 +156,10 @@ std::unique_ptr<MoeExecutor> make_cuda_resident_executor(Ops& ops, const std::ve
 
 namespace ferry {
 
-std::unique_ptr<MoeExecutor> make_cuda_resident_executor(Ops&, const std::vector<MoeLayerWeights>&) {
-  fail(ErrorKind::unsupported, "this Ferry was built without CUDA (configure with -DFERRY_CUDA=ON)");
+std::unique_ptr<MoeExecutor> make_cuda_resident_executor(Ops&,
+                                                         const std::vector<MoeLayerWeights>&) {
+  fail(ErrorKind::unsupported,
+       "this Ferry was built without CUDA (configure with -DFERRY_CUDA=ON)");
 }
 
 }  // namespace ferry

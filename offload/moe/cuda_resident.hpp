@@ -24,6 +24,7 @@ namespace ferry {
 // `ops` must be a CudaOps (ErrorKind::invalid_arg otherwise) and outlive the executor. Uploads the
 // experts of every layer now; ErrorKind::budget when they do not fit the device budget,
 // ErrorKind::unsupported for gate and up of different types or experts that are not contiguous.
-std::unique_ptr<MoeExecutor> make_cuda_resident_executor(Ops& ops, const std::vector<MoeLayerWeights>& layers);
+std::unique_ptr<MoeExecutor> make_cuda_resident_executor(
+    Ops& ops, const std::vector<MoeLayerWeights>& layers);
 
 }  // namespace ferry

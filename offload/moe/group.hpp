@@ -14,7 +14,9 @@ namespace ferry {
 struct ExpertGroups {
   std::vector<int64_t> start;  // (n_expert + 1) group offsets into pairs
   std::vector<int64_t> pairs;  // (n_tokens · top_k) flat t·top_k + s, grouped by expert
-  int64_t size(int32_t e) const { return start[static_cast<size_t>(e) + 1] - start[static_cast<size_t>(e)]; }
+  int64_t size(int32_t e) const {
+    return start[static_cast<size_t>(e) + 1] - start[static_cast<size_t>(e)];
+  }
   const int64_t* group(int32_t e) const { return pairs.data() + start[static_cast<size_t>(e)]; }
 };
 
@@ -23,6 +25,7 @@ ExpertGroups group_by_expert(const int32_t* ids, int64_t n_pairs, int32_t n_expe
 
 // y: (n_tokens, top_k, n_embd) per-slot expert outputs; w: (n_tokens, top_k); out: (n_tokens,
 // n_embd). Parallel over tokens (oneTBB) when n_tokens > 1; the sum order never changes.
-void weighted_sum(int64_t n_tokens, int32_t top_k, int64_t n_embd, const float* y, const float* w, float* out);
+void weighted_sum(int64_t n_tokens, int32_t top_k, int64_t n_embd, const float* y, const float* w,
+                  float* out);
 
 }  // namespace ferry

@@ -7,8 +7,13 @@
 namespace ferry {
 
 RoutingLog::RoutingLog(Device& dev, Stream& stream, int32_t n_layer, int32_t top_k, int64_t n_embd)
-    : dev_(dev), s_(stream), n_layer_(n_layer), top_k_(top_k), n_embd_(n_embd),
-      copied_(dev.create_event()), logged_(static_cast<size_t>(n_layer), 0) {}
+    : dev_(dev),
+      s_(stream),
+      n_layer_(n_layer),
+      top_k_(top_k),
+      n_embd_(n_embd),
+      copied_(dev.create_event()),
+      logged_(static_cast<size_t>(n_layer), 0) {}
 
 size_t RoutingLog::stride() const {
   const auto nk = static_cast<size_t>(n_tokens_) * static_cast<size_t>(top_k_);
@@ -21,7 +26,8 @@ void RoutingLog::begin_step(int64_t n_tokens, const ObserverSet& obs) {
   with_x_ = n_tokens == 1 && obs.wants_x();
   const size_t need = stride() * static_cast<size_t>(n_layer_);
   if (need <= dev_buf_.bytes()) return;
-  const size_t floor = static_cast<size_t>(n_layer_) * ((64 * static_cast<size_t>(top_k_) * 8 + 255) / 256 * 256);
+  const size_t floor =
+      static_cast<size_t>(n_layer_) * ((64 * static_cast<size_t>(top_k_) * 8 + 255) / 256 * 256);
   dev_buf_ = DeviceBuffer();
   host_buf_ = HostBuffer();
   dev_buf_ = dev_.alloc(std::max(need, floor), "routing log (observers)");
@@ -29,8 +35,10 @@ void RoutingLog::begin_step(int64_t n_tokens, const ObserverSet& obs) {
 }
 
 void RoutingLog::log(const MoeStep& s) {
-  if (s.layer < 0 || s.layer >= n_layer_ || s.n_tokens != n_tokens_ || s.top_k != top_k_ || s.n_embd != n_embd_)
-    fail(ErrorKind::internal, "routing log: step layer {} of {} tokens top-{} (log: {} layers, {} tokens, top-{})",
+  if (s.layer < 0 || s.layer >= n_layer_ || s.n_tokens != n_tokens_ || s.top_k != top_k_ ||
+      s.n_embd != n_embd_)
+    fail(ErrorKind::internal,
+         "routing log: step layer {} of {} tokens top-{} (log: {} layers, {} tokens, top-{})",
          s.layer, s.n_tokens, s.top_k, n_layer_, n_tokens_, top_k_);
   auto* base = static_cast<uint8_t*>(dev_buf_.data()) + static_cast<size_t>(s.layer) * stride();
   const size_t nk = static_cast<size_t>(s.n_tokens) * static_cast<size_t>(s.top_k);
@@ -56,10 +64,12 @@ void RoutingLog::flush(const ObserverSet& obs) {
   for (int32_t l = 0; l < n_layer_; ++l) {
     if (!logged_[static_cast<size_t>(l)]) continue;
     logged_[static_cast<size_t>(l)] = 0;
-    const auto* base = static_cast<const uint8_t*>(host_buf_.data()) + static_cast<size_t>(l) * stride();
-    obs.routing(RoutingView{l, static_cast<int32_t>(n_tokens_), top_k_, static_cast<int32_t>(n_embd_),
-                            reinterpret_cast<const int32_t*>(base), reinterpret_cast<const float*>(base + nk * 4),
-                            with_x_ ? reinterpret_cast<const float*>(base + nk * 8) : nullptr, false});
+    const auto* base =
+        static_cast<const uint8_t*>(host_buf_.data()) + static_cast<size_t>(l) * stride();
+    obs.routing(RoutingView{
+        l, static_cast<int32_t>(n_tokens_), top_k_, static_cast<int32_t>(n_embd_),
+        reinterpret_cast<const int32_t*>(base), reinterpret_cast<const float*>(base + nk * 4),
+        with_x_ ? reinterpret_cast<const float*>(base + nk * 8) : nullptr, false});
   }
 }
 

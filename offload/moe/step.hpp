@@ -2,7 +2,8 @@
 // The MoE step: the narrow interface between the model (which knows the architecture) and the
 // executors of routed experts (which know where each expert lives). The model computes routing;
 // an MoeExecutor computes Σ_k w_k · down_e(silu(gate_e·x) ⊙ up_e·x) for the routed experts of
-// every token. Shared experts are NOT part of this step (dense, always resident, done by the model).
+// every token. Shared experts are NOT part of this step (dense, always resident, done by the
+// model).
 //
 // Every pointer of a step is memory of the model's backend: host memory on the CPU backend (and
 // on the sim device, whose "device memory" is host memory), device memory on CUDA. An executor
@@ -25,8 +26,8 @@ namespace ferry {
 struct ExpertTensor {
   const uint8_t* base = nullptr;
   GgmlType type = GgmlType::F32;
-  int64_t n_in = 0;    // columns (ne0)
-  int64_t n_out = 0;   // rows (ne1)
+  int64_t n_in = 0;   // columns (ne0)
+  int64_t n_out = 0;  // rows (ne1)
   uint64_t expert_stride_bytes = 0;
 };
 

@@ -73,7 +73,8 @@ class CudaOps final : public Ops {
       return false;
     }
     if (!staging_.data()) staging_ = dev_.alloc_host(64 << 10, true);
-    if (graph_done_) graph_done_->synchronize();  // the last graph no longer reads the staging
+    // The last graph no longer reads the staging (normally long done: its logits were read).
+    if (graph_done_ && !graph_done_->query()) graph_done_->synchronize();
     segment_ = 0;
     staging_used_ = 0;
     partial_ = false;

@@ -28,9 +28,11 @@ SimLinkModel parse_sim_link(const std::string& s) {
     m.h2d_gbps = std::stod(s.substr(0, colon));
     if (colon != std::string::npos) m.latency_us = std::stod(s.substr(colon + 1));
   } catch (const std::exception&) {
-    fail(ErrorKind::invalid_arg, "--sim-link '{}': expected GBPS or GBPS:LATENCY_US (e.g. 13:10)", s);
+    fail(ErrorKind::invalid_arg, "--sim-link '{}': expected GBPS or GBPS:LATENCY_US (e.g. 13:10)",
+         s);
   }
-  if (m.h2d_gbps < 0 || m.latency_us < 0) fail(ErrorKind::invalid_arg, "--sim-link '{}': negative figures", s);
+  if (m.h2d_gbps < 0 || m.latency_us < 0)
+    fail(ErrorKind::invalid_arg, "--sim-link '{}': negative figures", s);
   m.d2h_gbps = m.h2d_gbps;
   return m;
 }
@@ -47,7 +49,8 @@ std::vector<WeightView> router_views(const gguf::File& f, const ModelConfig& c) 
   for (int32_t l = 0; l < c.n_layer; ++l) {
     const gguf::TensorInfo* t = f.find_tensor(layer_tensor(l, "ffn_gate_inp"));
     if (t && t->n_dims == 2 && t->ne[1] == static_cast<uint64_t>(c.n_expert))
-      routers.push_back({f.data(*t), t->type, static_cast<int64_t>(t->ne[1]), static_cast<int64_t>(t->ne[0])});
+      routers.push_back(
+          {f.data(*t), t->type, static_cast<int64_t>(t->ne[1]), static_cast<int64_t>(t->ne[0])});
     else
       routers.push_back({});
   }
@@ -56,24 +59,31 @@ std::vector<WeightView> router_views(const gguf::File& f, const ModelConfig& c) 
 
 }  // namespace
 
-MoeSetup::MoeSetup(MoeOptions o) : o_(std::move(o)), spec_(parse_routing_spec(o_.observe.routing, o_.observe.routing_seed)) {
+MoeSetup::MoeSetup(MoeOptions o)
+    : o_(std::move(o)), spec_(parse_routing_spec(o_.observe.routing, o_.observe.routing_seed)) {
   OffloadSettings& a = o_.offload;
   if (a.device == "auto") a.device = device_kind_name(default_device_kind());
   (void)parse_device_kind(a.device);
   if (a.device == "cpu" && (!a.vram.empty() || planning()))
-    fail(ErrorKind::invalid_arg, "--vram, --print-plan, --plan-json and the profiles need --device sim (or cuda)");
+    fail(ErrorKind::invalid_arg,
+         "--vram, --print-plan, --plan-json and the profiles need --device sim (or cuda)");
   if (!a.vram.empty()) (void)parse_size(a.vram);  // bad sizes fail before loading
-  if (a.prefetch < 0 || a.prefetch > 8) fail(ErrorKind::invalid_arg, "--prefetch {}: expected 0..8", a.prefetch);
+  if (a.prefetch < 0 || a.prefetch > 8)
+    fail(ErrorKind::invalid_arg, "--prefetch {}: expected 0..8", a.prefetch);
   if (a.decode != "host" && a.decode != "table")
     fail(ErrorKind::invalid_arg, "--offload-decode '{}': expected host or table", a.decode);
   if (a.decode == "table" && a.device == "cuda" && !offloading())
-    log::warn("--offload-decode table applies to offloaded models: without --vram every expert is resident "
-              "on the GPU, whose decode needs no host synchronisation anyway");
+    log::warn(
+        "--offload-decode table applies to offloaded models: without --vram every expert is "
+        "resident "
+        "on the GPU, whose decode needs no host synchronisation anyway");
   if (a.decode == "table" && a.device == "cpu")
-    fail(ErrorKind::invalid_arg, "--offload-decode table needs --device cuda or sim (the offload engine)");
+    fail(ErrorKind::invalid_arg,
+         "--offload-decode table needs --device cuda or sim (the offload engine)");
   if (a.decode == "table" && a.device == "cuda" && a.host_load == "alias")
     fail(ErrorKind::invalid_arg,
-         "--offload-decode table reads misses in place from pinned host memory: --host-load alias is not "
+         "--offload-decode table reads misses in place from pinned host memory: --host-load alias "
+         "is not "
          "pinned (use uring, mmap or registered)");
   (void)parse_sim_link(a.sim_link);
   (void)parse_cold_mode(a.cold);
@@ -97,8 +107,8 @@ DeviceKind MoeSetup::backend_kind() const {
   return o_.offload.device == "cuda" ? DeviceKind::cuda : DeviceKind::cpu;
 }
 
-std::unique_ptr<MoeExecutor> MoeSetup::build(const std::vector<MoeLayerWeights>& layers, const gguf::File& f,
-                                             Ops& ops) {
+std::unique_ptr<MoeExecutor> MoeSetup::build(const std::vector<MoeLayerWeights>& layers,
+                                             const gguf::File& f, Ops& ops) {
   const ModelConfig c = read_config(f);
   const bool cuda = std::string_view(ops.name()) == "cuda";
   // Observers first: the predictor is shared with the offload engine when it prefetches.
@@ -106,12 +116,14 @@ std::unique_ptr<MoeExecutor> MoeSetup::build(const std::vector<MoeLayerWeights>&
   if (o_.offload.prefetch > 0 || o_.observe.stats) {
     PredictorOptions po;
     po.depth = depth;
-    predictor_ = std::make_unique<RouterPredictor>(router_views(f, c), c.n_layer, c.n_expert, c.n_expert_used, po);
+    predictor_ = std::make_unique<RouterPredictor>(router_views(f, c), c.n_layer, c.n_expert,
+                                                   c.n_expert_used, po);
   }
   std::unique_ptr<MoeExecutor> e;
   if (offloading()) e = build_offload(layers, f, c, ops);
-  if (!e) e = cuda ? make_cuda_resident_executor(ops, layers)
-                   : std::unique_ptr<MoeExecutor>(std::make_unique<MoeCpuExecutor>(layers));
+  if (!e)
+    e = cuda ? make_cuda_resident_executor(ops, layers)
+             : std::unique_ptr<MoeExecutor>(std::make_unique<MoeCpuExecutor>(layers));
   if (o_.observe.stats) {
     counters_ = std::make_unique<StatsCounters>(c.n_layer);
     // The offload engine scores the predictor it prefetches with; otherwise it is measured here.
@@ -129,8 +141,8 @@ std::unique_ptr<MoeExecutor> MoeSetup::build(const std::vector<MoeLayerWeights>&
     observers_.add(profile_.get());
   }
   if (!o_.observe.record_routing.empty()) {
-    recorder_ = std::make_unique<RoutingRecorder>(o_.observe.record_routing,
-                                                  RoutingTraceHeader{c.n_layer, c.n_expert, c.n_expert_used});
+    recorder_ = std::make_unique<RoutingRecorder>(
+        o_.observe.record_routing, RoutingTraceHeader{c.n_layer, c.n_expert, c.n_expert_used});
     observers_.add(recorder_.get());
   }
   for (MoeObserver* x : o_.observers) observers_.add(x);
@@ -149,8 +161,9 @@ std::unique_ptr<MoeExecutor> MoeSetup::build(const std::vector<MoeLayerWeights>&
   return e;
 }
 
-std::unique_ptr<MoeExecutor> MoeSetup::build_offload(const std::vector<MoeLayerWeights>& model_layers,
-                                                     const gguf::File& f, const ModelConfig& c, Ops& ops) {
+std::unique_ptr<MoeExecutor> MoeSetup::build_offload(
+    const std::vector<MoeLayerWeights>& model_layers, const gguf::File& f, const ModelConfig& c,
+    Ops& ops) {
   const OffloadSettings& a = o_.offload;
   std::vector<MoeLayerWeights> layers = model_layers;
   std::vector<std::array<uint64_t, 3>> offsets;
@@ -164,10 +177,13 @@ std::unique_ptr<MoeExecutor> MoeSetup::build_offload(const std::vector<MoeLayerW
   Device* cuda_dev = cuda ? &cuda_ops_device(ops) : nullptr;
   // cuda: the dense weights are resident by now; the budget is the device's (--vram, or what the
   // card had free).
-  const uint64_t budget = cuda ? cuda_dev->memory().budget_bytes : a.vram.empty() ? 0 : parse_size(a.vram);
+  const uint64_t budget = cuda             ? cuda_dev->memory().budget_bytes
+                          : a.vram.empty() ? 0
+                                           : parse_size(a.vram);
   PlacementInput in = placement_input(f, c, n_ctx, o_.type_k, o_.type_v, o_.n_batch, budget);
   const int64_t max_batch = std::min<int64_t>(o_.n_batch, n_ctx);
-  in.step_bytes = device_step_bytes(max_batch, expert_shape(layers[0]), c.n_expert_used, c.n_expert);
+  in.step_bytes =
+      device_step_bytes(max_batch, expert_shape(layers[0]), c.n_expert_used, c.n_expert);
   if (a.decode == "table")
     in.step_bytes += decode_table_bytes(c.n_layer, c.n_expert, c.n_expert_used);
   if (cuda) {
@@ -177,7 +193,8 @@ std::unique_ptr<MoeExecutor> MoeSetup::build_offload(const std::vector<MoeLayerW
     const uint64_t backend_ws = cuda_ops_workspace_bytes(ops);
     in.dense_bytes = cuda_dev->memory().used_bytes - backend_ws;
     in.workspace_bytes += backend_ws + (32ull << 20) +
-                          cuda_gdn_scratch_bytes(c.ssm_group_count, c.ssm_time_step_rank, c.ssm_state_size, max_batch);
+                          cuda_gdn_scratch_bytes(c.ssm_group_count, c.ssm_time_step_rank,
+                                                 c.ssm_state_size, max_batch);
   }
   std::unique_ptr<ExpertProfile> profile;
   if (!a.profile.empty()) profile = std::make_unique<ExpertProfile>(ExpertProfile::read(a.profile));
@@ -202,7 +219,8 @@ std::unique_ptr<MoeExecutor> MoeSetup::build_offload(const std::vector<MoeLayerW
     const int pct = static_cast<int>(frac * 100.0);
     if (pct == last || (!tty && pct != 100)) return;
     last = pct;
-    std::fprintf(stderr, "%sferry: host expert store %3d%%%s", tty ? "\r" : "", pct, pct == 100 ? "\n" : "");
+    std::fprintf(stderr, "%sferry: host expert store %3d%%%s", tty ? "\r" : "", pct,
+                 pct == 100 ? "\n" : "");
   };
   o.max_batch = max_batch;
   o.decode_table = a.decode == "table";
@@ -210,13 +228,16 @@ std::unique_ptr<MoeExecutor> MoeSetup::build_offload(const std::vector<MoeLayerW
   if (cuda) {
     const int64_t total = int64_t{c.n_expert} * c.n_layer;
     if (o.plan.n_slots >= total) {
-      std::fprintf(stderr, "ferry: every routed expert fits the budget: resident on the GPU, no offloading%s\n",
-                   o.decode_table ? " (--offload-decode table does not apply)" : "");
+      std::fprintf(
+          stderr,
+          "ferry: every routed expert fits the budget: resident on the GPU, no offloading%s\n",
+          o.decode_table ? " (--offload-decode table does not apply)" : "");
       return nullptr;  // the resident executor (build)
     }
     o.reserve_fixed = false;  // the dense part, KV cache and workspace are real allocations here
-    e = std::make_unique<OffloadExecutor>(*cuda_dev, cuda_stream_view(*cuda_dev, cuda_ops_stream(ops)),
-                                          make_cuda_expert_kernels(*cuda_dev), std::move(layers), std::move(o));
+    e = std::make_unique<OffloadExecutor>(
+        *cuda_dev, cuda_stream_view(*cuda_dev, cuda_ops_stream(ops)),
+        make_cuda_expert_kernels(*cuda_dev), std::move(layers), std::move(o));
   } else {
     DeviceOptions d;
     d.budget_bytes = budget;
@@ -226,9 +247,11 @@ std::unique_ptr<MoeExecutor> MoeSetup::build_offload(const std::vector<MoeLayerW
   offload_ = e.get();
   const HostStoreStats& hs = e->stats().store;
   if (hs.load_gbps > 0)
-    std::fprintf(stderr, "ferry: host store: %.1f MB of experts by %s (%s%s) in %.0f ms, %.2f GB/s\n",
-                 static_cast<double>(hs.bytes) / 1e6, host_load_name(hs.mode), hs.pinned ? "pinned" : "pageable",
-                 hs.direct_io ? ", O_DIRECT" : "", hs.load_ms, hs.load_gbps);
+    std::fprintf(stderr,
+                 "ferry: host store: %.1f MB of experts by %s (%s%s) in %.0f ms, %.2f GB/s\n",
+                 static_cast<double>(hs.bytes) / 1e6, host_load_name(hs.mode),
+                 hs.pinned ? "pinned" : "pageable", hs.direct_io ? ", O_DIRECT" : "", hs.load_ms,
+                 hs.load_gbps);
   return e;
 }
 
@@ -242,8 +265,9 @@ void MoeSetup::finish() {
   if (recorder_) recorder_->finish();
 }
 
-PlacementInput placement_input(const gguf::File& f, const ModelConfig& c, int64_t n_ctx, GgmlType type_k,
-                               GgmlType type_v, int32_t n_batch, uint64_t budget_bytes) {
+PlacementInput placement_input(const gguf::File& f, const ModelConfig& c, int64_t n_ctx,
+                               GgmlType type_k, GgmlType type_v, int32_t n_batch,
+                               uint64_t budget_bytes) {
   PlacementInput in;
   in.model = f.path();
   in.n_layer = c.n_layer;
@@ -255,7 +279,8 @@ PlacementInput placement_input(const gguf::File& f, const ModelConfig& c, int64_
   }
   for (int32_t l = 0; l < c.n_layer; ++l) {
     uint64_t b = 0;
-    for (const char* m : {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"}) b += f.tensor(layer_tensor(l, m)).nb[2];
+    for (const char* m : {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"})
+      b += f.tensor(layer_tensor(l, m)).nb[2];
     in.layer_expert_bytes.push_back(b);
   }
   // KV cache, recurrent state and workspace exactly as the session will allocate them.

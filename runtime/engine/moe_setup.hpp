@@ -57,8 +57,8 @@ struct MoeOptions {
   int64_t n_ctx = 0;
   GgmlType type_k = GgmlType::F16, type_v = GgmlType::F16;
   int32_t n_batch = 512;
-  Tracer* tracer = nullptr;              // --trace (not owned; may be null)
-  std::vector<MoeObserver*> observers;   // more observers (not owned), e.g. a benchmark's
+  Tracer* tracer = nullptr;             // --trace (not owned; may be null)
+  std::vector<MoeObserver*> observers;  // more observers (not owned), e.g. a benchmark's
 };
 
 class MoeSetup {
@@ -76,7 +76,8 @@ class MoeSetup {
 
   // Called once by the engine with the model's expert layers (views into the mapping), its GGUF
   // and backend ops (every dense weight resident by then).
-  std::unique_ptr<MoeExecutor> build(const std::vector<MoeLayerWeights>& layers, const gguf::File& f, Ops& ops);
+  std::unique_ptr<MoeExecutor> build(const std::vector<MoeLayerWeights>& layers,
+                                     const gguf::File& f, Ops& ops);
 
   // After a run: settles the executor (copies in flight, routing not yet reported), writes
   // --record-profile and --record-routing. Once; ErrorKind::io when a file cannot be written.
@@ -90,8 +91,8 @@ class MoeSetup {
 
  private:
   bool planning() const;
-  std::unique_ptr<MoeExecutor> build_offload(const std::vector<MoeLayerWeights>& layers, const gguf::File& f,
-                                             const ModelConfig& c, Ops& ops);
+  std::unique_ptr<MoeExecutor> build_offload(const std::vector<MoeLayerWeights>& layers,
+                                             const gguf::File& f, const ModelConfig& c, Ops& ops);
   MoeOptions o_;
   RoutingSpec spec_;
   ObserverSet observers_;
@@ -108,7 +109,8 @@ class MoeSetup {
 
 // The placement input of a model: dense bytes from the tensor table; KV cache, recurrent state and
 // workspace for n_ctx / n_batch exactly as the session allocates them (state_footprint).
-PlacementInput placement_input(const gguf::File& f, const ModelConfig& c, int64_t n_ctx, GgmlType type_k,
-                               GgmlType type_v, int32_t n_batch, uint64_t budget_bytes);
+PlacementInput placement_input(const gguf::File& f, const ModelConfig& c, int64_t n_ctx,
+                               GgmlType type_k, GgmlType type_v, int32_t n_batch,
+                               uint64_t budget_bytes);
 
 }  // namespace ferry

@@ -332,8 +332,8 @@ bool check_device_range(const void* p, size_t n, const char* what) {
 }
 
 struct Counters {
-  std::atomic<uint64_t> stream_syncs{0}, event_syncs{0}, device_syncs{0}, d2h_copies{0}, d2h_bytes{0},
-      graph_launches{0};
+  std::atomic<uint64_t> stream_syncs{0}, pageable_waits{0}, event_syncs{0}, device_syncs{0}, d2h_copies{0},
+      d2h_bytes{0}, graph_launches{0};
 };
 Counters& counters() {
   static Counters c;
@@ -386,7 +386,9 @@ cudaError_t copy(void* dst, const void* src, size_t n, cudaMemcpyKind kind, cuda
   // Synchronous calls, and copies into pageable memory, return when the data is there.
   if (capturing) return cudaSuccess;
   if (sync || (!dst_dev && !is_pinned_or_device(dst, n))) {
-    counters().stream_syncs.fetch_add(1, std::memory_order_relaxed);
+    // A synchronous copy is a host synchronisation; an asynchronous one into pageable memory waits
+    // as the driver's does, counted apart.
+    (sync ? counters().stream_syncs : counters().pageable_waits).fetch_add(1, std::memory_order_relaxed);
     return wait_stream(s);
   }
   return cudaSuccess;
@@ -435,6 +437,7 @@ ApiCounts api_counts() {
   const Counters& c = counters();
   ApiCounts a;
   a.stream_syncs = c.stream_syncs.load();
+  a.pageable_waits = c.pageable_waits.load();
   a.event_syncs = c.event_syncs.load();
   a.device_syncs = c.device_syncs.load();
   a.d2h_copies = c.d2h_copies.load();

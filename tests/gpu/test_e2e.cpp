@@ -28,7 +28,6 @@
 #include "offload/offload_executor.hpp"
 #include "runtime/backend/cpu_ops.hpp"
 #include "runtime/backend/cuda_device.hpp"
-#include "runtime/backend/cuda_moe_bridge.hpp"
 #include "runtime/backend/cuda_ops.hpp"
 #include "offload/moe/cuda_resident.hpp"
 #include "runtime/backend/device.hpp"
@@ -544,7 +543,7 @@ TEST_P(GpuOffload, LogitsMatchResidentInsideTheBudget) {
     for (const auto& L : probe) in.layer_expert_bytes.push_back(expert_shape(L).expert_bytes());
     in.dense_bytes = at_factory;
     in.workspace_bytes = runtime_bytes;
-    in.step_bytes = device_flow_step_bytes(16, expert_shape(probe[0]), in.n_expert_used, in.n_expert);
+    in.step_bytes = device_step_bytes(16, expert_shape(probe[0]), in.n_expert_used, in.n_expert);
     if (c.table) in.step_bytes += decode_table_bytes(in.n_layer, in.n_expert, in.n_expert_used);
     in.kv_types = "f16/f16";
     const Plan full = make_plan(in);  // no budget: every expert

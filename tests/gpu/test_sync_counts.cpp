@@ -5,7 +5,6 @@
 // size (which must fall back to the resident executor, with nothing in front of it), with and
 // without --stats.
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <filesystem>
@@ -25,7 +24,8 @@ namespace {
 #if defined(FERRY_CUDA_EMU)
 
 std::string tiny_model(synth::Arch arch) {
-  const auto dir = std::filesystem::temp_directory_path() / ("ferry-sync-" + std::to_string(::getpid()));
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("ferry-sync-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   synth::Options o;
   o.arch = arch;
@@ -33,7 +33,8 @@ std::string tiny_model(synth::Arch arch) {
   o.quant = synth::QuantMix::q4_k_m;
   o.seed = 5;
   const std::string path = (dir / (std::string(synth::arch_name(arch)) + ".gguf")).string();
-  if (!std::filesystem::exists(path)) synth::write_model(synth::make_plan(o), path, synth::WriteOptions{2, {}});
+  if (!std::filesystem::exists(path))
+    synth::write_model(synth::make_plan(o), path, synth::WriteOptions{2, {}});
   return path;
 }
 
@@ -52,7 +53,8 @@ PerToken count_decode(const std::string& path, const std::string& vram, bool sta
   bo.kind = DeviceKind::cuda;
   bo.vram_bytes = 1ull << 30;
   auto m = LoadedModel::load(path, {}, mo, bo);
-  EXPECT_EQ(m->moe().offload(), nullptr) << "a budget above the model's size keeps every expert resident";
+  EXPECT_EQ(m->moe().offload(), nullptr)
+      << "a budget above the model's size keeps every expert resident";
   Session s(*m);
   std::vector<int32_t> prompt(12);
   std::iota(prompt.begin(), prompt.end(), 3);
@@ -72,9 +74,12 @@ PerToken count_decode(const std::string& path, const std::string& vram, bool sta
       EXPECT_EQ(rs->locality().layer(0).tokens, static_cast<int64_t>(prompt.size() + 2 + kTokens));
     }
   }
-  const auto per = [&](uint64_t after, uint64_t before) { return static_cast<double>(after - before) / kTokens; };
+  const auto per = [&](uint64_t after, uint64_t before) {
+    return static_cast<double>(after - before) / kTokens;
+  };
   return {per(b.graph_launches, a.graph_launches), per(b.stream_syncs, a.stream_syncs),
-          per(b.event_syncs, a.event_syncs), per(b.device_syncs, a.device_syncs), per(b.d2h_copies, a.d2h_copies)};
+          per(b.event_syncs, a.event_syncs), per(b.device_syncs, a.device_syncs),
+          per(b.d2h_copies, a.d2h_copies)};
 }
 
 TEST(GpuSyncCounts, ResidentDecodeIsOneGraphAndTheLogitsRead) {
@@ -84,13 +89,14 @@ TEST(GpuSyncCounts, ResidentDecodeIsOneGraphAndTheLogitsRead) {
     for (const char* vram : {"", "900M"})
       for (const bool stats : {false, true}) {
         const PerToken p = count_decode(path, vram, stats);
-        const std::string what = std::string(synth::arch_name(arch)) + (*vram ? " --vram 900M" : "") +
-                                 (stats ? " --stats" : "");
+        const std::string what = std::string(synth::arch_name(arch)) +
+                                 (*vram ? " --vram 900M" : "") + (stats ? " --stats" : "");
         EXPECT_EQ(p.graph_launches, 1.0) << what;
-        EXPECT_EQ(p.stream_syncs, 1.0) << what << " (the logits read)";
+        EXPECT_EQ(p.stream_syncs, 1.0) << what << " (the logits read's)";
         EXPECT_EQ(p.event_syncs, 0.0) << what;
         EXPECT_EQ(p.device_syncs, 0.0) << what;
-        EXPECT_EQ(p.d2h_copies, stats ? 2.0 : 1.0) << what << " (logits" << (stats ? " + routing log)" : ")");
+        EXPECT_EQ(p.d2h_copies, stats ? 2.0 : 1.0)
+            << what << " (logits" << (stats ? " + routing log)" : ")");
       }
   }
 }

@@ -13,7 +13,10 @@ Floors, lowest first; a file may include its own floor and any floor below it, n
 Folders on one floor do not include each other (runtime/cli may use runtime/synth: the top floor
 holds the programs' pieces). Prints every upward include as FILE:LINE and exits 1 when any exists.
 
-  check_layers.py SOURCE_DIR [--self-test]
+  check_layers.py SOURCE_DIR             the layer rules
+  check_layers.py SOURCE_DIR --max-lines N   no source file of runtime/, offload/, kernels/
+                                             longer than N lines (STYLE.md: small enough to hold
+                                             in your head)
 """
 import os
 import re
@@ -87,8 +90,28 @@ def self_test():
         assert len(v) == 2 and "runtime/backend/x.cpp:2" in v[0] and "offload/moe/y.cpp:2" in v[1], v
 
 
+def too_long(root, limit):
+    out = []
+    for top in ("runtime", "offload", "kernels"):
+        for dirpath, _, files in os.walk(os.path.join(root, top)):
+            for name in sorted(files):
+                if name.endswith(SOURCES):
+                    full = os.path.join(dirpath, name)
+                    with open(full, encoding="utf-8", errors="replace") as f:
+                        n = sum(1 for _ in f)
+                    if n > limit:
+                        out.append(f"{os.path.relpath(full, root)}: {n} lines (limit {limit})")
+    return out
+
+
 def main():
     root = sys.argv[1] if len(sys.argv) > 1 else "."
+    if len(sys.argv) > 3 and sys.argv[2] == "--max-lines":
+        long_files = too_long(root, int(sys.argv[3]))
+        for line in long_files:
+            print(line)
+        print(f"file sizes: {len(long_files)} file(s) over {sys.argv[3]} lines")
+        return 1 if long_files else 0
     self_test()
     v = violations(root)
     for line in v:

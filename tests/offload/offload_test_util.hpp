@@ -62,8 +62,7 @@ inline std::vector<std::array<uint64_t, 3>> expert_file_offsets(const gguf::File
 
 // A placement input with a fixed part of `fixed_bytes` and a budget for `slots` expert slots,
 // placed uniformly (slots / n_layer per layer, one more for the first slots % n_layer layers; each
-// in its layer's size class). step_bytes: the device flow's step buffers (device_flow_step_bytes),
-// 0 for the exact flow.
+// in its layer's size class). step_bytes: the step buffers (device_step_bytes).
 inline PlacementInput input_for_slots(const std::vector<MoeLayerWeights>& layers, int32_t top_k,
                                       int64_t slots, uint64_t fixed_bytes = 1 << 20, uint64_t step_bytes = 0) {
   PlacementInput in;

@@ -2,8 +2,9 @@
 // The CUDA emulator's API counters (tests only): what a test may assert about host
 // synchronisation and copies, e.g. "one graph launch and no device→host copy but the logits per
 // decoded token". Counted since the process started; take differences.
-//   stream_syncs    cudaStreamSynchronize calls and synchronous copies (cudaMemcpy, and async
-//                   copies into pageable memory, which return when the data is there)
+//   stream_syncs    cudaStreamSynchronize calls and synchronous copies (cudaMemcpy)
+//   pageable_waits  asynchronous copies into pageable memory (they return when the data is
+//                   there, as the driver's do)
 //   event_syncs     cudaEventSynchronize calls
 //   device_syncs    cudaDeviceSynchronize calls
 //   d2h_copies      device→host copies executed (inside a launched graph too), and their bytes
@@ -13,7 +14,7 @@
 namespace ferry_emu {
 
 struct ApiCounts {
-  uint64_t stream_syncs = 0, event_syncs = 0, device_syncs = 0;
+  uint64_t stream_syncs = 0, pageable_waits = 0, event_syncs = 0, device_syncs = 0;
   uint64_t d2h_copies = 0, d2h_bytes = 0;
   uint64_t graph_launches = 0;
 };
