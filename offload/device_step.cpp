@@ -128,7 +128,8 @@ int64_t DeviceStep::cpu_part(const MoeStep& req, const std::vector<Resolved>& cp
 }
 
 void DeviceStep::run(const MoeStep& req, const MoeStep& dev, const std::vector<Resolved>& used,
-                     OffloadStats& st, Tracer* tracer, int64_t routing_ready_ns, double wait0_ms) {
+                     OffloadStats& st, StatsCounters& c, Tracer* tracer, int64_t routing_ready_ns,
+                     uint64_t copy_wait0_ns) {
   const ExpertShape& shape = res_.shape(req.layer);
   const int32_t n_expert = res_.host_layer(req.layer).n_expert;
   const int64_t n = req.n_tokens, K = req.top_k, E = req.n_embd, nk = n * K;
@@ -136,7 +137,7 @@ void DeviceStep::run(const MoeStep& req, const MoeStep& dev, const std::vector<R
   // The host's step buffers are rewritten below: the previous step's copies and kernels that read
   // them must have run (on cuda the routing's synchronisation has already seen to it).
   compute_done_.synchronize();
-  collect_waits(st);
+  collect_waits(st, c);
 
   // The step's table: slot and mapped experts first, then the two staging slots; local ids per
   // pair.
@@ -182,8 +183,8 @@ void DeviceStep::run(const MoeStep& req, const MoeStep& dev, const std::vector<R
     const int64_t now =
         std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
             .count();
-    st.device_wait_ms[static_cast<int>(WaitCause::sync)] +=
-        std::max(0.0, static_cast<double>(now - ready) / 1e6 - (st.wait_ms - wait0_ms));
+    const int64_t copy_waited = static_cast<int64_t>(c.wait_ns(WaitCause::copy) - copy_wait0_ns);
+    c.wait(WaitCause::sync, static_cast<uint64_t>(std::max<int64_t>(0, now - ready - copy_waited)));
   }
   // The CPU rows' indices are written by cpu_part after this upload was queued: upload them with
   // the rows' scatter below, from the same pinned buffer.
@@ -209,7 +210,6 @@ void DeviceStep::run(const MoeStep& req, const MoeStep& dev, const std::vector<R
   for (size_t i = 0; i < streamed.size(); ++i) {
     const size_t b = i % 2;
     res_.stage(req.layer, streamed[i].expert, b);
-    st.h2d_bytes += shape.expert_bytes();
     compute_.wait(res_.staging_done(b));
     kernels_.expert_pairs_per_slot(
         shape, d_table + n_direct + b,
@@ -244,10 +244,11 @@ void DeviceStep::run(const MoeStep& req, const MoeStep& dev, const std::vector<R
   st.compute_ms += ms_since(t0);
 }
 
-void DeviceStep::collect_waits(OffloadStats& st) {
+void DeviceStep::collect_waits(OffloadStats& st, StatsCounters& c) {
   if (pending_cpu_wait_) {  // (both events recorded before the flag was set)
-    st.device_wait_ms[static_cast<int>(WaitCause::cpu_expert)] +=
-        std::max(0.0, cpu_ready_->elapsed_ms_since(*kernels_done_));
+    c.wait(
+        WaitCause::cpu_expert,
+        static_cast<uint64_t>(std::max(0.0, cpu_ready_->elapsed_ms_since(*kernels_done_)) * 1e6));
     pending_cpu_wait_ = false;
   }
   if (pending_stream_) {

@@ -49,12 +49,13 @@ class DeviceStep {
   // (sim: the same pointers). used: one Resolved per distinct expert, in expert order.
   // routing_ready_ns: when the routing reached the host (0: it was there; the compute stream's
   // idle time until the first enqueue counts as sync, less the host's copy waits since
-  // wait0_ms = st.wait_ms at the step's start).
+  // copy_wait0_ns = c.wait_ns(copy) at the step's start). c: the engine's counters sink.
   void run(const MoeStep& host, const MoeStep& dev, const std::vector<Resolved>& used,
-           OffloadStats& st, Tracer* tracer, int64_t routing_ready_ns, double wait0_ms);
+           OffloadStats& st, StatsCounters& c, Tracer* tracer, int64_t routing_ready_ns,
+           uint64_t copy_wait0_ns);
   // The compute stream's idle time measured by the last step's events (cpu_expert) and the
   // streaming time; call once those events have completed.
-  void collect_waits(OffloadStats& st);
+  void collect_waits(OffloadStats& st, StatsCounters& c);
   // The expert kernels on one token of layer 0's shape over `entries` (device-readable
   // pointers), timed with events: a warm-up on entries[0], then the best of one launch per further
   // entry, as weight bytes per second (0 when it cannot be measured).

@@ -19,8 +19,8 @@ void TraceObserver::on_step_end(int32_t layer) {
 }
 
 RoutingStatsObserver::RoutingStatsObserver(int32_t n_layer, int32_t n_expert,
-                                           RouterPredictor* measure, StatsCounters& counters)
-    : locality_(n_layer, n_expert), measure_(measure), counters_(counters) {}
+                                           RouterPredictor* measure, StatsCounters* tokens)
+    : locality_(n_layer, n_expert), measure_(measure), tokens_(tokens) {}
 
 void RoutingStatsObserver::on_routing(const RoutingView& r) {
   // Without x on the host (a device routing log without it) the predictor has nothing to go on.
@@ -29,7 +29,7 @@ void RoutingStatsObserver::on_routing(const RoutingView& r) {
     measure_->predict(r.layer, r.x, r.n_tokens, r.ids, r.top_k, out_);
   }
   locality_.observe(r.layer, r.ids, r.n_tokens, r.top_k);
-  if (r.layer == 0) counters_.tokens(static_cast<uint64_t>(r.n_tokens));
+  if (tokens_ && r.layer == 0) tokens_->tokens(static_cast<uint64_t>(r.n_tokens));
 }
 
 void RoutingRecorder::finish() {

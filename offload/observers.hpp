@@ -37,8 +37,9 @@ class TraceObserver final : public MoeObserver {
 class RoutingStatsObserver final : public MoeObserver {
  public:
   // measure: a predictor only measured here (null when the executor drives the run's predictor).
+  // tokens: counters whose token count this observer keeps (null when the executor keeps it).
   RoutingStatsObserver(int32_t n_layer, int32_t n_expert, RouterPredictor* measure,
-                       StatsCounters& counters);
+                       StatsCounters* tokens);
   void on_routing(const RoutingView& r) override;
   bool wants_x() const override { return measure_ != nullptr; }
   const RoutingLocalityStats& locality() const { return locality_; }
@@ -46,7 +47,7 @@ class RoutingStatsObserver final : public MoeObserver {
  private:
   RoutingLocalityStats locality_;
   RouterPredictor* measure_;
-  StatsCounters& counters_;
+  StatsCounters* tokens_;
   std::vector<PredictedExpert> out_;
 };
 

@@ -43,15 +43,16 @@ OffloadExecutor::OffloadExecutor(Device& device, std::unique_ptr<Stream> compute
 
 void OffloadExecutor::init(std::vector<MoeLayerWeights> layers) {
   compute_done_ = device_->create_event();
+  counters_ = std::make_unique<StatsCounters>(static_cast<int32_t>(layers.size()));
   res_ = std::make_unique<Residency>(*device_, std::move(layers), o_, *compute_done_);
+  res_->prefetcher().set_counters(counters_.get());
   step_ = std::make_unique<DeviceStep>(*device_, *compute_, *kernels_, *res_, o_, *compute_done_);
   if (o_.decode_table)
     tables_ = std::make_unique<TableDecoder>(*device_, *compute_, *kernels_, res_->shapes(),
                                              res_->mapped(), o_.plan.in.n_expert_used);
   st_.init_bytes = res_->init_bytes();
   calibrate();
-  st_.layer_uses.assign(static_cast<size_t>(res_->n_layer()), 0);
-  st_.layer_hits.assign(static_cast<size_t>(res_->n_layer()), 0);
+  counters_->reset();
 }
 
 void OffloadExecutor::calibrate() {
@@ -90,8 +91,6 @@ Resolved OffloadExecutor::resolve(int32_t layer, int32_t expert, int64_t n_token
   ExpertCache& cache = res_->cache();
   Prefetcher& prefetcher = res_->prefetcher();
   const uint64_t bytes = res_->shape(layer).expert_bytes();
-  ++st_.uses;
-  ++st_.layer_uses[static_cast<size_t>(layer)];
   int32_t slot = cache.access(layer, expert, tick_);
   ExpertState state{slot < 0                     ? Residence::absent
                     : prefetcher.in_flight(slot) ? Residence::in_flight
@@ -102,12 +101,10 @@ Resolved OffloadExecutor::resolve(int32_t layer, int32_t expert, int64_t n_token
   const Decision d =
       decide(state, cost_, DecideContext{o_.cold, n_tokens, decode, !res_->mapped().empty()});
   if (state.where == Residence::ready) {
-    ++st_.hits;
-    ++st_.layer_hits[static_cast<size_t>(layer)];
-    if (counters_) counters_->hit(layer);
+    counters_->hit(layer);
   } else {
-    ++(state.where == Residence::in_flight ? st_.inflight : st_.misses);
-    if (counters_) counters_->miss(layer);
+    counters_->miss(layer);
+    if (state.where == Residence::in_flight) ++st_.inflight;
   }
   // Decode misses computed elsewhere are admitted behind, so the cache follows the routing's
   // locality (a prefill would push out the decode working set for experts used once).
@@ -122,7 +119,7 @@ Resolved OffloadExecutor::resolve(int32_t layer, int32_t expert, int64_t n_token
       return r;
     case Decision::stream:
       ++st_.streamed;
-      if (counters_) counters_->h2d(layer, bytes);
+      counters_->h2d(layer, bytes);  // its staging copy
       r.stream = true;
       r.w = res_->host_ptrs(layer, expert);
       return r;
@@ -133,7 +130,7 @@ Resolved OffloadExecutor::resolve(int32_t layer, int32_t expert, int64_t n_token
                           {{"layer", layer}, {"expert", expert}});
         prefetcher.wait(slot);
       }
-      st_.wait_ms += ms_since(t0);
+      counters_->wait(WaitCause::copy, static_cast<uint64_t>(ms_since(t0) * 1e6));
       ++st_.waited;
       [[fallthrough]];
     }
@@ -148,14 +145,10 @@ Resolved OffloadExecutor::resolve(int32_t layer, int32_t expert, int64_t n_token
         prefetcher.note_evict(slot);
         cache.pin(slot);
         const double waited_ms = res_->fill_now(slot, layer, expert);
-        st_.wait_ms += waited_ms;
         cache.mark_ready(slot);
         ++st_.copy_now;
-        st_.h2d_bytes += bytes;
-        if (counters_) {
-          counters_->h2d(layer, bytes);
-          counters_->wait(WaitCause::copy, static_cast<uint64_t>(waited_ms * 1e6));
-        }
+        counters_->h2d(layer, bytes);
+        counters_->wait(WaitCause::copy, static_cast<uint64_t>(waited_ms * 1e6));
         r.pinned_slot = slot;
         r.w = res_->slot_ptrs(slot, layer);
         return r;
@@ -165,8 +158,7 @@ Resolved OffloadExecutor::resolve(int32_t layer, int32_t expert, int64_t n_token
       if (admit_behind) prefetcher.admit(layer, expert, tick_);
       break;
   }
-  ++st_.cpu_experts;
-  if (counters_) counters_->cpu_expert(layer);
+  counters_->cpu_expert(layer);
   r.w = res_->host_ptrs(layer, expert);
   return r;
 }
@@ -231,8 +223,8 @@ void OffloadExecutor::run_host_routed(const MoeStep& req, const MoeStep& dev) {
   const int32_t n_expert = res_->host_layer(req.layer).n_expert;
   ExpertCache& cache = res_->cache();
   ++st_.steps;
-  const double wait0_ms = st_.wait_ms;
-  if (counters_) counters_->vram_in_use(device_->memory().used_bytes);
+  const uint64_t copy_wait0_ns = counters_->wait_ns(WaitCause::copy);
+  counters_->vram_in_use(device_->memory().used_bytes);
   res_->prefetcher().poll();
   // Every slot pinned for this step is unpinned however the step ends, once compute_done_ covers
   // the kernels that may read it (a refill waits for it: Residency::fill_slot).
@@ -276,27 +268,17 @@ void OffloadExecutor::run_host_routed(const MoeStep& req, const MoeStep& dev) {
   for (int32_t e : missing) used.push_back(resolve(req.layer, e, 1, true));
   std::sort(used.begin(), used.end(),
             [](const Resolved& a, const Resolved& b) { return a.expert < b.expert; });
-  const double sync0_ms = st_.device_wait_ms[static_cast<int>(WaitCause::sync)];
-  step_->run(req, dev, used, st_, o_.tracer, routing_ready_ns_, wait0_ms);
-  if (counters_)  // the idle time before the step's first enqueue, in the --stats counters too
-    counters_->wait(WaitCause::sync,
-                    static_cast<uint64_t>(
-                        (st_.device_wait_ms[static_cast<int>(WaitCause::sync)] - sync0_ms) * 1e6));
+  step_->run(req, dev, used, st_, *counters_, o_.tracer, routing_ready_ns_, copy_wait0_ns);
   // The CPU forward reads `out` as soon as run() returns; the CUDA forward's next ops are queued
   // behind the kernels on the same stream.
   if (device_->kind() != DeviceKind::cuda) compute_->synchronize();
-}
-
-void OffloadExecutor::set_counters(StatsCounters* c) {
-  counters_ = c;
-  res_->prefetcher().set_counters(c);
 }
 
 void OffloadExecutor::begin_step(int64_t n_tokens) {
   // The last table step's routing is counted at its own tick, before the clock moves on.
   read_routing_log();
   ++tick_;
-  st_.tokens += static_cast<uint64_t>(n_tokens);
+  counters_->tokens(static_cast<uint64_t>(n_tokens));
   if (!tables_) return;
   res_->prefetcher().poll();
   if (n_tokens == 1) {
@@ -329,20 +311,15 @@ void OffloadExecutor::read_routing_log() {
            E);
     if (l != last_layer) ++st_.steps;
     last_layer = l;
-    ++st_.uses;
-    ++st_.layer_uses[static_cast<size_t>(l)];
     const int32_t slot = cache.access(l, e, tick_);
     if (slot >= 0 && cache.state(slot) == SlotState::ready) {
-      ++st_.hits;
-      ++st_.layer_hits[static_cast<size_t>(l)];
       res_->prefetcher().note_use(slot);
-      if (counters_) counters_->hit(l);
+      counters_->hit(l);
       return;
     }
-    ++st_.misses;
     ++st_.mapped;
     st_.mapped_bytes += res_->shape(l).expert_bytes();
-    if (counters_) counters_->miss(l);
+    counters_->miss(l);
     if (slot < 0 && o_.admit) admit.emplace_back(l, e);
   });
   for (const auto& [l, e] : admit) res_->prefetcher().admit(l, e, tick_);
@@ -352,12 +329,29 @@ void OffloadExecutor::drain() {
   read_routing_log();  // the last table step's routing (its admissions are waited for below)
   device_->synchronize();
   res_->prefetcher().poll();
-  step_->collect_waits(st_);
+  step_->collect_waits(st_, *counters_);
 }
 
 OffloadStats OffloadExecutor::stats() const {
   OffloadStats s = st_;
+  // The counted figures, from the one sink.
+  const StatsSnapshot c = counters_->snapshot();
+  s.tokens = c.tokens;
+  s.hits = c.total.hit;
+  s.uses = c.total.hit + c.total.miss;
+  s.misses = c.total.miss - std::min(c.total.miss, s.inflight);
+  s.cpu_experts = c.total.cpu_expert;
   s.prefetch = res_->prefetcher().counters();
+  s.h2d_bytes = c.total.h2d_bytes - std::min(c.total.h2d_bytes, s.prefetch.bytes);
+  for (int w = 0; w < kWaitCauses; ++w)
+    s.device_wait_ms[w] = static_cast<double>(c.wait_ns[static_cast<size_t>(w)]) / 1e6;
+  s.wait_ms = s.device_wait_ms[static_cast<int>(WaitCause::copy)];
+  s.layer_uses.clear();
+  s.layer_hits.clear();
+  for (const LayerCounts& l : c.layers) {
+    s.layer_uses.push_back(l.hit + l.miss);
+    s.layer_hits.push_back(l.hit);
+  }
   s.cache = res_->cache().counters();
   s.memory = device_->memory();
   s.rates = cost_.rates();
@@ -367,12 +361,10 @@ OffloadStats OffloadExecutor::stats() const {
 }
 
 void OffloadExecutor::reset_stats() {
-  read_routing_log();  // a table step before the reset is not counted after it
-  const auto L = st_.layer_uses.size();
-  step_->collect_waits(st_);  // a step before the reset is not counted after it
+  read_routing_log();                     // a table step before the reset is not counted after it
+  step_->collect_waits(st_, *counters_);  // nor a step's device waits
   st_ = OffloadStats{};
-  st_.layer_uses.assign(L, 0);
-  st_.layer_hits.assign(L, 0);
+  counters_->reset();
   res_->prefetcher().reset_counters();
   res_->cache().reset_counters();
 }

@@ -64,9 +64,9 @@ class OffloadExecutor final : public MoeExecutor {
   Device& device() { return *device_; }
   const ExpertCache& cache() const { return res_->cache(); }
   const Plan& plan() const { return o_.plan; }
-  // The --stats table's per-layer counters: hits, misses, CPU experts, prefetches, H2D bytes,
-  // copy waits, device memory in use. May be null.
-  void set_counters(StatsCounters* c);
+  // The engine's one counters sink (--stats prints its table): per layer hits, misses, CPU
+  // experts, prefetches, H2D bytes; waits by cause, tokens, device memory in use.
+  StatsCounters& counters() { return *counters_; }
 
  private:
   void init(std::vector<MoeLayerWeights> layers);
@@ -94,8 +94,8 @@ class OffloadExecutor final : public MoeExecutor {
   CostModel cost_;
   uint64_t tick_ = 0;  // forward steps: the cache's and prefetcher's clock
   std::vector<PredictedExpert> predicted_;
-  OffloadStats st_;
-  StatsCounters* counters_ = nullptr;
+  OffloadStats st_;  // what the counters do not hold (see OffloadStats)
+  std::unique_ptr<StatsCounters> counters_;
   HostBuffer routing_host_;       // cuda: the host copy of a step's x, ids and weights
   int64_t routing_ready_ns_ = 0;  // steady_clock ns when that copy arrived
 };

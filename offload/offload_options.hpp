@@ -58,29 +58,33 @@ struct OffloadOptions {
   bool decode_table = false;
 };
 
+// The executor's summary (--offload-stats). The fields marked "counters" are read from the
+// engine's one counters sink (StatsCounters) when stats() is taken, never counted twice.
 struct OffloadStats {
-  uint64_t steps = 0, tokens = 0;
-  uint64_t uses = 0;      // (step, distinct expert) pairs
-  uint64_t hits = 0;      // ready slot
-  uint64_t inflight = 0;  // prefetch still in flight when needed
-  uint64_t waited = 0;    // ... and waited for
-  uint64_t misses = 0;    // not in the cache
-  uint64_t cpu_experts = 0, copy_now = 0, streamed = 0;
+  uint64_t steps = 0, tokens = 0;  // tokens: counters
+  uint64_t uses = 0;               // (step, distinct expert) pairs: counters (hit + miss)
+  uint64_t hits = 0;               // ready slot: counters
+  uint64_t inflight = 0;           // prefetch still in flight when needed
+  uint64_t waited = 0;             // ... and waited for
+  uint64_t misses = 0;             // not in the cache: counters (miss − inflight)
+  uint64_t cpu_experts = 0;        // counters
+  uint64_t copy_now = 0, streamed = 0;
   uint64_t mapped = 0;        // decode misses read in place from mapped host memory
   uint64_t mapped_bytes = 0;  // ... their weight bytes (read over the link, not copied)
   // decode_table: tokens decoded from the device tables (their uses, hits and mapped reads are
   // counted from the routing log before the next step), and table entries rewritten.
   uint64_t table_tokens = 0, table_updates = 0;
-  uint64_t h2d_bytes = 0;   // demand and streaming copies (prefetch bytes: prefetch.bytes)
+  uint64_t h2d_bytes = 0;   // demand and streaming copies (prefetch bytes: prefetch.bytes): counters
   uint64_t init_bytes = 0;  // the initial hot set
-  double wait_ms = 0;       // host time blocked on copies (demand, stream, prefetch waits)
+  double wait_ms = 0;       // host time blocked on copies (demand, prefetch waits): counters
   double cpu_ms = 0, compute_ms = 0;
-  std::vector<uint64_t> layer_uses, layer_hits;  // (n_layer)
-  // Time the compute stream sat idle, by cause (WaitCause order: copy, cpu_expert, sync). copy:
-  // host waits on demand copies and prefetches before the step's kernels could be queued;
-  // cpu_expert: from the end of the step's device kernels to the upload of the CPU experts'
-  // outputs (events); sync: from the routing reaching the host (cuda: its copy) to the step's
-  // first enqueue, less the copy waits. Prefill streaming: its device time (events) and bytes.
+  std::vector<uint64_t> layer_uses, layer_hits;  // (n_layer): counters
+  // Time the compute stream sat idle, by cause (WaitCause order: copy, cpu_expert, sync), from
+  // the counters. copy: host waits on demand copies and prefetches before the step's kernels
+  // could be queued; cpu_expert: from the end of the step's device kernels to the upload of the
+  // CPU experts' outputs (events); sync: from the routing reaching the host (cuda: its copy) to
+  // the step's first enqueue, less the copy waits. Prefill streaming: its device time (events)
+  // and bytes.
   double device_wait_ms[3] = {0, 0, 0};
   double stream_gpu_ms = 0;
   uint64_t stream_bytes = 0;

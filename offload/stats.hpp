@@ -1,5 +1,7 @@
 #pragma once
-// Counters every offload component updates, printed by --stats at the end of run/bench.
+// The offload engine's one counters sink: every component (executor, prefetcher, device step)
+// counts here once; --stats prints its table, and --offload-stats the executor's summary whose
+// hit/miss/CPU/H2D/wait figures are read from it.
 // Thread-safe and cheap: relaxed atomics, each layer's counters on their own cache line so that a
 // CPU-expert worker and the copy thread counting different layers do not contend. A snapshot is
 // a plain copy (consistent per counter, not across counters — good enough for a report).
@@ -57,6 +59,7 @@ class StatsCounters {
   // Every host→device byte (demand copies, prefetches, streaming); layer -1: not layer-specific.
   void h2d(int32_t layer, uint64_t bytes);
   void wait(WaitCause c, uint64_t ns) { wait_ns_[static_cast<size_t>(c)].fetch_add(ns, std::memory_order_relaxed); }
+  uint64_t wait_ns(WaitCause c) const { return wait_ns_[static_cast<size_t>(c)].load(std::memory_order_relaxed); }
   void tokens(uint64_t n) { tokens_.fetch_add(n, std::memory_order_relaxed); }
   // Device memory in use now; keeps the maximum.
   void vram_in_use(uint64_t bytes);

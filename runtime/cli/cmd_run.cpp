@@ -9,7 +9,7 @@
 #include "runtime/cli/observe_args.hpp"
 #include "runtime/cli/offload_args.hpp"
 #include "runtime/core/error.hpp"
-#include "runtime/engine/generate.hpp"
+#include "runtime/engine/engine.hpp"
 #include "runtime/engine/threads.hpp"
 
 namespace ferry::cli {

@@ -69,45 +69,11 @@ void Observability::finish() {
                               routing_mode_name(parse_routing_spec(a_.routing, a_.routing_seed).mode));
   s += rs->locality().table();
   if (const RouterPredictor* p = moe.predictor()) s += prediction_table(p->quality());
-  StatsSnapshot snap = moe.counters()->snapshot();
-  // The offload executor feeds the counters itself; its own totals are the fallback when nothing
-  // was fed.
-  if (OffloadExecutor* off = moe.offload(); off && snap.total.hit + snap.total.miss == 0) {
-    const double wall_ms = snap.wall_ms;
-    snap = snapshot_of(off->stats());
-    snap.wall_ms = wall_ms;
-  }
+  const StatsSnapshot snap = moe.counters()->snapshot();
   if (snap.total.hit + snap.total.miss > 0) s += stats_table(snap);
   else s += fmt::format("tokens {}; no offload counters (all experts computed by the resident executor)\n", snap.tokens);
   std::fputs(s.c_str(), stderr);
 }
 
-StatsSnapshot snapshot_of(const OffloadStats& s) {
-  StatsSnapshot r;
-  const size_t L = std::min(s.layer_uses.size(), s.layer_hits.size());
-  r.layers.resize(L);
-  for (size_t l = 0; l < L; ++l) {
-    r.layers[l].hit = s.layer_hits[l];
-    r.layers[l].miss = s.layer_uses[l] - std::min(s.layer_uses[l], s.layer_hits[l]);
-  }
-  r.total.hit = s.hits;
-  r.total.miss = s.uses - std::min(s.uses, s.hits);
-  r.total.cpu_expert = s.cpu_experts;
-  r.total.prefetch_issued = s.prefetch.issued;
-  r.total.prefetch_used = s.prefetch.used;
-  r.total.prefetch_wasted = s.prefetch.wasted;
-  r.total.prefetch_issued_bytes = s.prefetch.bytes;
-  r.total.prefetch_wasted_bytes = s.prefetch.issued ? s.prefetch.bytes / s.prefetch.issued * s.prefetch.wasted : 0;
-  r.total.h2d_bytes = s.h2d_bytes + s.prefetch.bytes;
-  r.tokens = s.tokens;
-  r.wait_ns[static_cast<size_t>(WaitCause::copy)] = static_cast<uint64_t>(s.wait_ms * 1e6);
-  // The time the device sat idle for CPU experts, and for the host's synchronisation and decisions
-  // (measured by the executor with events).
-  const auto cpu = static_cast<size_t>(WaitCause::cpu_expert), sync = static_cast<size_t>(WaitCause::sync);
-  r.wait_ns[cpu] = static_cast<uint64_t>(s.device_wait_ms[cpu] * 1e6);
-  r.wait_ns[sync] = static_cast<uint64_t>(s.device_wait_ms[sync] * 1e6);
-  r.vram_peak_bytes = s.memory.peak_bytes;
-  return r;
-}
 
 }  // namespace ferry::cli

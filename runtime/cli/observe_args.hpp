@@ -47,10 +47,5 @@ class Observability {
 // The MoE options of a run from its flags and session.
 MoeOptions moe_options(const OffloadSettings& offload, Observability& obs, const SessionOptions& session);
 
-// The offload executor's counters in the --stats table's terms: per-layer hits and misses; the
-// totals carry CPU experts, prefetch (wasted bytes = wasted × the average issued copy), H2D bytes
-// (demand + prefetch), host time blocked on copies as "copy" wait and CPU-expert time as
-// "cpu_expert" wait (what a GPU would wait for when that work is not overlapped), VRAM peak.
-StatsSnapshot snapshot_of(const OffloadStats& s);
 
 }  // namespace ferry::cli

@@ -4,7 +4,7 @@
 #include <functional>
 #include <string>
 
-#include "runtime/engine/generate.hpp"
+#include "runtime/engine/engine.hpp"
 
 namespace ferry {
 

@@ -1,6 +1,9 @@
 #include "runtime/engine/engine.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <chrono>
 
 #include "runtime/backend/cpu_ops.hpp"
 #include "runtime/backend/cuda_ops.hpp"
@@ -8,8 +11,9 @@
 
 namespace ferry {
 
-std::unique_ptr<LoadedModel> LoadedModel::load(const std::string& path, const LoadProgress& progress,
-                                               const MoeOptions& moe, const BackendOptions& backend) {
+std::unique_ptr<LoadedModel> LoadedModel::load(const std::string& path,
+                                               const LoadProgress& progress, const MoeOptions& moe,
+                                               const BackendOptions& backend) {
   const auto t0 = std::chrono::steady_clock::now();
   auto setup = std::make_unique<MoeSetup>(moe);  // bad flags fail before anything is loaded
   std::unique_ptr<LoadedModel> m(new LoadedModel(gguf::File::open(path)));
@@ -22,7 +26,8 @@ std::unique_ptr<LoadedModel> LoadedModel::load(const std::string& path, const Lo
   } else if (backend.kind == DeviceKind::cpu) {
     m->ops_ = std::make_unique<CpuOps>(backend.cpu);
   } else {
-    fail(ErrorKind::invalid_arg, "the dense ops run on cpu or cuda, not '{}'", device_kind_name(backend.kind));
+    fail(ErrorKind::invalid_arg, "the dense ops run on cpu or cuda, not '{}'",
+         device_kind_name(backend.kind));
   }
   // cuda with offloading: the experts stay on the host (the offload engine's store), the rest is
   // uploaded as the model loads.
@@ -35,7 +40,8 @@ std::unique_ptr<LoadedModel> LoadedModel::load(const std::string& path, const Lo
   } catch (const Error& e) {
     m->tokenizer_error_ = e.what();
   }
-  m->load_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  m->load_ms_ =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return m;
 }
 
@@ -47,7 +53,9 @@ const Tokenizer& LoadedModel::tokenizer() const {
   return *tokenizer_;
 }
 
-int64_t default_context(const ModelConfig& c) { return std::min<int64_t>(c.n_ctx_train, 4096); }
+int64_t default_context(const ModelConfig& c) {
+  return std::min<int64_t>(c.n_ctx_train, 4096);
+}
 
 Session::Session(LoadedModel& m, const SessionOptions& o) : model_(m) {
   StateOptions so;
@@ -60,7 +68,8 @@ Session::Session(LoadedModel& m, const SessionOptions& o) : model_(m) {
 }
 
 void Session::account(int64_t n, std::chrono::steady_clock::time_point t0) {
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   if (n > 1) {
     timings_.prompt_ms += ms;
     timings_.prompt_tokens += n;
@@ -95,7 +104,8 @@ void Session::reset() {
 }
 
 bool Session::keep_prefix(int64_t n) {
-  if (n < 0 || n > n_past()) fail(ErrorKind::invalid_arg, "keep_prefix({}) with {} tokens evaluated", n, n_past());
+  if (n < 0 || n > n_past())
+    fail(ErrorKind::invalid_arg, "keep_prefix({}) with {} tokens evaluated", n, n_past());
   if (state_->truncate(n)) {
     tokens_.resize(static_cast<size_t>(n));
     return true;
@@ -104,6 +114,88 @@ bool Session::keep_prefix(int64_t n) {
   reset();
   eval(keep);
   return false;
+}
+
+// ---- Generation
+
+const char* stop_reason_name(StopReason r) {
+  switch (r) {
+    case StopReason::eog:
+      return "end of generation";
+    case StopReason::length:
+      return "length limit";
+    case StopReason::context:
+      return "context full";
+    case StopReason::interrupted:
+      return "interrupted";
+  }
+  return "?";
+}
+
+GenerateResult generate(Session& s, Sampler& sampler, std::span<const int32_t> prompt,
+                        const GenerateOptions& o, const std::function<void(int32_t)>& on_token) {
+  GenerateResult res;
+  if (!prompt.empty()) {
+    s.eval(prompt);
+    for (int32_t t : prompt) sampler.accept(t);
+  } else if (s.n_past() == 0) {
+    fail(ErrorKind::invalid_arg, "generate: empty prompt and empty session");
+  }
+  const bool has_tok = s.model().has_tokenizer();
+  for (int32_t i = 0; o.n_predict < 0 || i < o.n_predict; ++i) {
+    if (o.interrupt && o.interrupt->load()) {
+      res.reason = StopReason::interrupted;
+      return res;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    const int32_t tok = sampler.sample(s.last_logits());
+    sampler.accept(tok);
+    auto& tm = s.timings();
+    tm.sample_ms +=
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    tm.sample_runs += 1;
+    res.tokens.push_back(tok);
+    res.last_evaluated = false;
+    if (on_token) on_token(tok);
+    if (o.stop_at_eog && has_tok && s.model().tokenizer().is_eog(tok)) {
+      res.reason = StopReason::eog;
+      return res;
+    }
+    if (o.n_predict >= 0 && i + 1 == o.n_predict) break;
+    if (s.n_past() >= s.n_ctx()) {
+      res.reason = StopReason::context;
+      return res;
+    }
+    const int32_t one[1] = {tok};
+    s.eval(one);
+    res.last_evaluated = true;
+  }
+  res.reason = StopReason::length;
+  return res;
+}
+
+std::string format_timings(const Timings& t, double load_ms, double total_ms) {
+  auto per = [](double ms, int64_t n) { return n > 0 ? ms / static_cast<double>(n) : 0.0; };
+  auto rate = [](double ms, int64_t n) { return ms > 0 ? 1e3 * static_cast<double>(n) / ms : 0.0; };
+  std::string s;
+  s += fmt::format(
+      "ferry: sampling time    = {:10.2f} ms / {:5} runs   ({:8.2f} ms per token, {:9.2f} tokens "
+      "per second)\n",
+      t.sample_ms, t.sample_runs, per(t.sample_ms, t.sample_runs),
+      rate(t.sample_ms, t.sample_runs));
+  s += fmt::format("ferry: load time        = {:10.2f} ms\n", load_ms);
+  s += fmt::format(
+      "ferry: prompt eval time = {:10.2f} ms / {:5} tokens ({:8.2f} ms per token, {:9.2f} tokens "
+      "per second)\n",
+      t.prompt_ms, t.prompt_tokens, per(t.prompt_ms, t.prompt_tokens),
+      rate(t.prompt_ms, t.prompt_tokens));
+  s += fmt::format(
+      "ferry:        eval time = {:10.2f} ms / {:5} runs   ({:8.2f} ms per token, {:9.2f} tokens "
+      "per second)\n",
+      t.eval_ms, t.eval_runs, per(t.eval_ms, t.eval_runs), rate(t.eval_ms, t.eval_runs));
+  s += fmt::format("ferry:       total time = {:10.2f} ms / {:5} tokens\n", total_ms,
+                   t.prompt_tokens + t.eval_runs);
+  return s;
 }
 
 }  // namespace ferry

@@ -1,8 +1,11 @@
 #pragma once
-// The engine: a loaded model (GGUF mapping + weights + tokenizer + backend) and sessions over it.
+// The engine: a loaded model (GGUF mapping + weights + tokenizer + backend) and sessions over it,
+// and the generation loop over a session (prompt → sample → decode → ...).
 // A Session owns one conversation's state (KV cache, positions, the tokens evaluated so far) and
 // can be reset or continued; several sessions may share one LoadedModel (one at a time).
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -17,6 +20,7 @@
 #include "runtime/engine/moe_setup.hpp"
 #include "runtime/gguf/gguf.hpp"
 #include "runtime/model/model.hpp"
+#include "runtime/sampling/sampler.hpp"
 #include "runtime/tokenizer/tokenizer.hpp"
 
 namespace ferry {
@@ -38,8 +42,10 @@ class LoadedModel {
   // and the MoE executor with its observers from `moe` (MoeSetup).
   // The tokenizer is optional here (ferry logits --tokens needs none); tokenizer() reports why it
   // is missing. progress: fraction in [0, 1].
-  static std::unique_ptr<LoadedModel> load(const std::string& path, const LoadProgress& progress = {},
-                                           const MoeOptions& moe = {}, const BackendOptions& backend = {});
+  static std::unique_ptr<LoadedModel> load(const std::string& path,
+                                           const LoadProgress& progress = {},
+                                           const MoeOptions& moe = {},
+                                           const BackendOptions& backend = {});
   ~LoadedModel();
 
   const gguf::File& file() const { return file_; }
@@ -66,7 +72,7 @@ class LoadedModel {
 };
 
 struct SessionOptions {
-  int64_t n_ctx = 0;                  // 0: min(model context, 4096)
+  int64_t n_ctx = 0;  // 0: min(model context, 4096)
   GgmlType type_k = GgmlType::F16;
   GgmlType type_v = GgmlType::F16;
   int32_t n_batch = 512;
@@ -120,5 +126,35 @@ class Session {
 
 // Default context: min(model context, 4096).
 int64_t default_context(const ModelConfig& c);
+
+// ---- Generation
+
+enum class StopReason { eog, length, context, interrupted };
+const char* stop_reason_name(StopReason r);
+
+struct GenerateOptions {
+  int32_t n_predict = 128;  // tokens to generate at most (< 0: until EOG or the context is full)
+  bool stop_at_eog = true;
+  const std::atomic<bool>* interrupt = nullptr;  // set (e.g. by SIGINT) to stop after this token
+};
+
+struct GenerateResult {
+  std::vector<int32_t>
+      tokens;  // generated, in order; an EOG token ends the list but was not evaluated
+  StopReason reason = StopReason::length;
+  // True when the last token of `tokens` is in the session's tokens (evaluated). False after EOG or
+  // when the length limit was hit right after sampling (as llama.cpp, the last token is not fed
+  // back).
+  bool last_evaluated = false;
+};
+
+// Evaluates `prompt` (appended to what the session holds; every prompt token is also shown to the
+// sampler's repetition history) and generates. on_token is called with each generated token
+// (including a final EOG token). If the prompt is empty the session's last logits are used.
+GenerateResult generate(Session& s, Sampler& sampler, std::span<const int32_t> prompt,
+                        const GenerateOptions& o, const std::function<void(int32_t)>& on_token);
+
+// Lines like llama.cpp's llama_perf_context_print (load, prompt eval, eval, total), for stderr.
+std::string format_timings(const Timings& t, double load_ms, double total_ms);
 
 }  // namespace ferry

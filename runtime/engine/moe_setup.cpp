@@ -125,12 +125,14 @@ std::unique_ptr<MoeExecutor> MoeSetup::build(const std::vector<MoeLayerWeights>&
     e = cuda ? make_cuda_resident_executor(ops, layers)
              : std::unique_ptr<MoeExecutor>(std::make_unique<MoeCpuExecutor>(layers));
   if (o_.observe.stats) {
-    counters_ = std::make_unique<StatsCounters>(c.n_layer);
+    // The offload engine's counters are the one sink when it runs; otherwise these hold the
+    // tokens (every expert resident: nothing else to count).
+    if (!offload_) counters_ = std::make_unique<StatsCounters>(c.n_layer);
     // The offload engine scores the predictor it prefetches with; otherwise it is measured here.
     RouterPredictor* measure = offload_ && o_.offload.prefetch > 0 ? nullptr : predictor_.get();
-    stats_ = std::make_unique<RoutingStatsObserver>(c.n_layer, c.n_expert, measure, *counters_);
+    stats_ =
+        std::make_unique<RoutingStatsObserver>(c.n_layer, c.n_expert, measure, counters_.get());
     observers_.add(stats_.get());
-    if (offload_) offload_->set_counters(counters_.get());
   }
   if (o_.tracer && o_.tracer->enabled()) {
     trace_ = std::make_unique<TraceObserver>(*o_.tracer);

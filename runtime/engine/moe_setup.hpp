@@ -85,7 +85,7 @@ class MoeSetup {
 
   OffloadExecutor* offload() { return offload_; }  // null unless offloading
   // --stats: the counters, locality statistics and the run's predictor (null without --stats).
-  StatsCounters* counters() { return counters_.get(); }
+  StatsCounters* counters() { return offload_ ? &offload_->counters() : counters_.get(); }
   const RoutingStatsObserver* routing_stats() const { return stats_.get(); }
   const RouterPredictor* predictor() const { return predictor_.get(); }
 
