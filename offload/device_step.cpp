@@ -86,14 +86,16 @@ void DeviceStep::grow(HostBuffer& b, size_t bytes) {
   b = dev_.alloc_host(bytes, true);
 }
 
-int64_t DeviceStep::cpu_part(const MoeStep& req, const std::vector<Resolved>& cpu, int32_t* row_idx,
-                             Tracer* tracer) {
+int64_t DeviceStep::cpu_part(const MoeStep& req, const std::vector<Resolved>& cpu,
+                             const ExpertGroups& groups, int32_t* row_idx, Tracer* tracer) {
   const ExpertShape& shape = res_.shape(req.layer);
   const int64_t E = req.n_embd, K = req.top_k, n = req.n_tokens;
-  const int32_t n_expert = res_.host_layer(req.layer).n_expert;
-  y_host_.resize(static_cast<size_t>(n * K * E));
-  std::vector<uint8_t> on_cpu(static_cast<size_t>(n_expert), 0);
+  std::vector<uint8_t> on_cpu(static_cast<size_t>(res_.host_layer(req.layer).n_expert), 0);
   for (const Resolved& x : cpu) on_cpu[static_cast<size_t>(x.expert)] = 1;
+  // The CPU experts write their rows at their (token, slot) positions of the pinned rows buffer,
+  // (n, k, n_embd), with the CPU executor's code: one token as compute_decode, a group as the CPU
+  // executor computes it (its pairs in token order, one batch).
+  auto* rows = static_cast<float*>(cpu_rows_.data());
   if (n == 1) {
     std::vector<ExpertPtrs3> w(static_cast<size_t>(K));
     std::vector<uint8_t> mask(static_cast<size_t>(K), 0);
@@ -102,26 +104,25 @@ int64_t DeviceStep::cpu_part(const MoeStep& req, const std::vector<Resolved>& cp
       mask[static_cast<size_t>(j)] = on_cpu[static_cast<size_t>(e)];
       if (mask[static_cast<size_t>(j)]) w[static_cast<size_t>(j)] = res_.host_ptrs(req.layer, e);
     }
-    compute_decode(shape, req.x, w, mask, y_host_.data());
+    compute_decode(shape, req.x, w, mask, rows);
   } else {
-    const ExpertBatch batch(shape, req, n_expert);
-    tbb::parallel_for(tbb::blocked_range<size_t>(0, cpu.size(), 1),
-                      [&](const tbb::blocked_range<size_t>& rg) {
-                        for (size_t i = rg.begin(); i < rg.end(); ++i) {
-                          Tracer::Span span(tracer, "cpu expert", "compute",
-                                            {{"layer", req.layer},
-                                             {"expert", cpu[i].expert},
-                                             {"tokens", batch.group_size(cpu[i].expert)}});
-                          batch.compute_group(cpu[i].expert, cpu[i].w, y_host_.data());
-                        }
-                      });
+    tbb::parallel_for(
+        tbb::blocked_range<size_t>(0, cpu.size(), 1), [&](const tbb::blocked_range<size_t>& rg) {
+          for (size_t i = rg.begin(); i < rg.end(); ++i) {
+            const int32_t e = cpu[i].expert;
+            Tracer::Span span(tracer, "cpu expert", "compute",
+                              {{"layer", req.layer}, {"expert", e}, {"tokens", groups.size(e)}});
+            compute_pairs(shape, cpu[i].w, req.x, static_cast<int32_t>(K), groups.group(e),
+                          groups.size(e), rows);
+          }
+        });
   }
-  // The CPU slots' rows, compacted (in pair order) for the scatter on the device.
-  auto* rows = static_cast<float*>(cpu_rows_.data());
+  // Compacted in place, in pair order, for the scatter on the device (a row only moves down).
   int64_t n_rows = 0;
   for (int64_t p = 0; p < n * K; ++p) {
     if (!on_cpu[static_cast<size_t>(req.expert_ids[p])]) continue;
-    std::memcpy(rows + n_rows * E, y_host_.data() + p * E, static_cast<size_t>(E) * sizeof(float));
+    if (n_rows != p)
+      std::memmove(rows + n_rows * E, rows + p * E, static_cast<size_t>(E) * sizeof(float));
     row_idx[n_rows++] = static_cast<int32_t>(p);
   }
   return n_rows;
@@ -226,7 +227,7 @@ void DeviceStep::run(const MoeStep& req, const MoeStep& dev, const std::vector<R
     compute_.record(*kernels_done_);
     const auto tc = Clock::now();
     auto* row_idx = reinterpret_cast<int32_t*>(h + lay.off_rows);
-    const int64_t n_rows = cpu_part(req, cpu, row_idx, tracer);
+    const int64_t n_rows = cpu_part(req, cpu, groups, row_idx, tracer);
     compute_.record(
         *cpu_ready_);  // the device idled from kernels_done_ to here if it finished first
     pending_cpu_wait_ = true;

@@ -15,7 +15,8 @@
 //     where not in the table) | streamed pairs (≤ n·k int32, each expert's back to back) | CPU
 //     row indices (≤ n·k int32)
 //   y: (n, k, n_embd) float — the per-slot outputs
-//   cpu rows (pinned host, read by the scatter kernel in place): (≤ n·k, n_embd) float
+//   cpu rows (pinned host, read by the scatter kernel in place): (n, k, n_embd) float, the CPU
+//     experts' rows compacted to the front
 // Events: compute_done (refills of slots wait for it), the staging slots' done/free (Residency),
 // and the idle-time probes read back one step later (collect_waits).
 #include <array>
@@ -24,6 +25,7 @@
 #include <vector>
 
 #include "offload/device_experts.hpp"
+#include "offload/moe/group.hpp"
 #include "offload/residency.hpp"
 
 namespace ferry {
@@ -64,9 +66,10 @@ class DeviceStep {
  private:
   void grow(DeviceBuffer& b, size_t bytes, const char* tag);
   void grow(HostBuffer& b, size_t bytes);
-  // Host-side per-slot outputs of the CPU experts (rows of y_host_), compacted into cpu_rows_.
-  int64_t cpu_part(const MoeStep& host, const std::vector<Resolved>& cpu, int32_t* row_idx,
-                   Tracer* tracer);
+  // The CPU experts' per-slot rows, computed into cpu_rows_ and compacted there; their
+  // (token, slot) indices into row_idx. groups: the step's pairs grouped by expert.
+  int64_t cpu_part(const MoeStep& host, const std::vector<Resolved>& cpu,
+                   const ExpertGroups& groups, int32_t* row_idx, Tracer* tracer);
 
   Device& dev_;
   Stream& compute_;
@@ -76,7 +79,6 @@ class DeviceStep {
   Event& compute_done_;              // the executor records it after each step
   HostBuffer step_host_, cpu_rows_;  // pinned
   DeviceBuffer step_dev_, y_dev_;
-  std::vector<float> y_host_;  // (n, k, n_embd) the CPU experts' rows before compaction
   std::unique_ptr<Event> kernels_done_, cpu_ready_, stream_begin_, stream_end_;
   bool pending_cpu_wait_ = false, pending_stream_ = false;
 };

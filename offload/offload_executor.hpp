@@ -27,8 +27,8 @@
 namespace ferry {
 
 // Device memory of the decode tables (n_layer · n_expert pointer triples) and the routing log.
-inline uint64_t decode_table_bytes(int32_t n_layer, int32_t n_expert, int32_t top_k) {
-  return TableDecoder::device_bytes(n_layer, n_expert, top_k);
+inline uint64_t decode_table_bytes(int32_t n_layer, int32_t n_expert, int32_t top_k, int64_t n_embd) {
+  return TableDecoder::device_bytes(n_layer, n_expert, top_k, n_embd);
 }
 // Device memory of the step buffers for steps of up to max_batch tokens.
 inline uint64_t device_step_bytes(int64_t max_batch, const ExpertShape& s, int32_t top_k,

@@ -24,12 +24,14 @@ class LogSink final : public MoeObserver {
 
 }  // namespace
 
-uint64_t TableDecoder::device_bytes(int32_t n_layer, int32_t n_expert, int32_t top_k) {
+uint64_t TableDecoder::device_bytes(int32_t n_layer, int32_t n_expert, int32_t top_k,
+                                    int64_t n_embd) {
   const auto L = static_cast<size_t>(n_layer);
-  // The tables, the per-slot outputs (for an n_embd of up to 8192), and a one-token routing log
-  // (ids + weights per layer; x too when an observer wants it).
+  // The tables, the per-slot outputs, and a one-token routing log (ids + weights per layer; x too
+  // when an observer wants it).
   return pad256(L * static_cast<size_t>(n_expert) * sizeof(ExpertPtrs3)) +
-         pad256(static_cast<size_t>(top_k) * 8192 * 4) + L * pad256(static_cast<size_t>(top_k) * 8);
+         pad256(static_cast<size_t>(top_k) * static_cast<size_t>(n_embd) * 4) +
+         L * pad256(static_cast<size_t>(top_k) * 8);
 }
 
 TableDecoder::TableDecoder(Device& dev, Stream& compute, DeviceExpertKernels& kernels,

@@ -36,7 +36,7 @@ class TableDecoder {
                std::vector<ExpertShape> shapes, const std::vector<MoeLayerWeights>& mapped,
                int32_t top_k);
   // Device memory the tables take (the routing log grows with the steps and is charged then).
-  static uint64_t device_bytes(int32_t n_layer, int32_t n_expert, int32_t top_k);
+  static uint64_t device_bytes(int32_t n_layer, int32_t n_expert, int32_t top_k, int64_t n_embd);
 
   // The layer's kernels from its table on the step's device routing, and the routing logged.
   void run(const MoeStep& s);

@@ -103,21 +103,18 @@ bool MoeSetup::offloading() const {
   return a.device == "sim" || (a.device == "cuda" && (!a.vram.empty() || planning()));
 }
 
-DeviceKind MoeSetup::backend_kind() const {
-  return o_.offload.device == "cuda" ? DeviceKind::cuda : DeviceKind::cpu;
-}
-
 std::unique_ptr<MoeExecutor> MoeSetup::build(const std::vector<MoeLayerWeights>& layers,
                                              const gguf::File& f, Ops& ops) {
   const ModelConfig c = read_config(f);
   const bool cuda = std::string_view(ops.name()) == "cuda";
-  // Observers first: the predictor is shared with the offload engine when it prefetches.
+  // The run's one predictor first: the offload engine prefetches with it, --stats measures it.
+  const std::vector<WeightView> routers = router_views(f, c);
   const int32_t depth = o_.offload.prefetch > 0 ? o_.offload.prefetch : 2;
   if (o_.offload.prefetch > 0 || o_.observe.stats) {
     PredictorOptions po;
     po.depth = depth;
-    predictor_ = std::make_unique<RouterPredictor>(router_views(f, c), c.n_layer, c.n_expert,
-                                                   c.n_expert_used, po);
+    predictor_ =
+        std::make_unique<RouterPredictor>(routers, c.n_layer, c.n_expert, c.n_expert_used, po);
   }
   std::unique_ptr<MoeExecutor> e;
   if (offloading()) e = build_offload(layers, f, c, ops);
@@ -151,7 +148,7 @@ std::unique_ptr<MoeExecutor> MoeSetup::build(const std::vector<MoeLayerWeights>&
   if (spec_.mode != RoutingMode::model) {
     RoutingOptions ro;
     ro.spec = spec_;
-    ro.routers = router_views(f, c);
+    ro.routers = routers;
     ro.n_layer = c.n_layer;
     ro.n_expert = c.n_expert;
     ro.top_k = c.n_expert_used;
@@ -187,7 +184,7 @@ std::unique_ptr<MoeExecutor> MoeSetup::build_offload(
   in.step_bytes =
       device_step_bytes(max_batch, expert_shape(layers[0]), c.n_expert_used, c.n_expert);
   if (a.decode == "table")
-    in.step_bytes += decode_table_bytes(c.n_layer, c.n_expert, c.n_expert_used);
+    in.step_bytes += decode_table_bytes(c.n_layer, c.n_expert, c.n_expert_used, c.n_embd);
   if (cuda) {
     // What is really allocated replaces the estimate: the dense weights, and the CudaOps
     // workspaces (counted as workspace, with a margin for the attention scratch, and the chunked

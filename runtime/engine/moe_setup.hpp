@@ -69,9 +69,6 @@ class MoeSetup {
   // --device sim, or cuda with a budget or a plan/profile flag: the offload engine runs the experts
   // (the backend then uploads none of them).
   bool offloading() const;
-  // The device the dense part runs on: cuda, or cpu (the sim device runs the offload engine beside
-  // a CPU forward).
-  DeviceKind backend_kind() const;
   const MoeOptions& options() const { return o_; }
 
   // Called once by the engine with the model's expert layers (views into the mapping), its GGUF

@@ -544,7 +544,7 @@ TEST_P(GpuOffload, LogitsMatchResidentInsideTheBudget) {
     in.dense_bytes = at_factory;
     in.workspace_bytes = runtime_bytes;
     in.step_bytes = device_step_bytes(16, expert_shape(probe[0]), in.n_expert_used, in.n_expert);
-    if (c.table) in.step_bytes += decode_table_bytes(in.n_layer, in.n_expert, in.n_expert_used);
+    if (c.table) in.step_bytes += decode_table_bytes(in.n_layer, in.n_expert, in.n_expert_used, expert_shape(probe[0]).n_embd);
     in.kv_types = "f16/f16";
     const Plan full = make_plan(in);  // no budget: every expert
     const uint64_t slot = full.staging_slot_bytes;  // the largest expert: at least half resident

@@ -128,7 +128,8 @@ class OffloadExecutorTest : public ::testing::Test {
       o.decode_table = v.table;
       if (v.table) o.plan = make_plan(test::input_for_slots(layers, top_k, slots, 1 << 20,
                                                         step + decode_table_bytes(static_cast<int32_t>(layers.size()),
-                                                                                  layers[0].n_expert, top_k)));
+                                                                                  layers[0].n_expert, top_k,
+                                                                                  layers[0].gate.n_in)));
       if (v.predictor) {
         pred = std::make_unique<TestPredictor>(static_cast<int32_t>(layers.size()),
                                                layers[0].n_expert);
