@@ -5,7 +5,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <span>
 #include <vector>
+
+#include "runtime/core/error.hpp"
 
 namespace ferry {
 namespace {
@@ -18,7 +21,12 @@ class SimExpertKernels final : public DeviceExpertKernels {
                         int64_t n_tokens, int32_t k, const float* x, float* y_slots,
                         Stream& stream) override {
     stream.host_fn([s, table, ids, n_tokens, k, x, y_slots] {
-      if (n_tokens == 1) return decode_slots(s, table, ids, k, x, y_slots);
+      if (n_tokens == 1) {
+        std::vector<ExpertPtrs3> w(static_cast<size_t>(k));
+        for (int32_t j = 0; j < k; ++j)
+          if (ids[j] >= 0) w[static_cast<size_t>(j)] = table[ids[j]];
+        return decode(s, w, x, y_slots);
+      }
       // Prefill: the pairs with ids ≥ 0 grouped by table entry, tokens in order (as the CPU
       // executor groups the step), each group one batch.
       std::vector<int32_t> entry;  // table entry of each computed pair
@@ -46,6 +54,16 @@ class SimExpertKernels final : public DeviceExpertKernels {
     });
   }
 
+  void experts_decode(const ExpertShape& s, const DecodeSlots& slots, int32_t k, const float* x,
+                      float* y_slots, Stream& stream) override {
+    if (k > DecodeSlots::kMaxSlots)
+      fail(ErrorKind::invalid_arg, "sim experts: a decode step of {} slots (at most {})", k,
+           DecodeSlots::kMaxSlots);
+    stream.host_fn([s, slots, k, x, y_slots] {
+      decode(s, std::span<const ExpertPtrs3>(slots.w.data(), static_cast<size_t>(k)), x, y_slots);
+    });
+  }
+
   void expert_pairs_per_slot(const ExpertShape& s, const ExpertPtrs3* expert, const int32_t* pairs,
                              int64_t n_pairs, int32_t k, const float* x, float* y_slots,
                              Stream& stream) override {
@@ -64,25 +82,28 @@ class SimExpertKernels final : public DeviceExpertKernels {
 
   void scatter_rows(float* y_slots, const float* rows, const int32_t* idx, int64_t n,
                     int64_t n_embd, Stream& stream) override {
-    stream.host_fn([y_slots, rows, idx, n, n_embd] {
-      for (int64_t i = 0; i < n; ++i)
-        std::memcpy(y_slots + int64_t{idx[i]} * n_embd, rows + i * n_embd,
-                    static_cast<size_t>(n_embd) * sizeof(float));
-    });
+    stream.host_fn([y_slots, rows, idx, n, n_embd] { scatter(y_slots, rows, idx, n, n_embd); });
+  }
+
+  void scatter_rows(float* y_slots, const float* rows, const RowIndex& idx, int64_t n,
+                    int64_t n_embd, Stream& stream) override {
+    stream.host_fn(
+        [y_slots, rows, idx, n, n_embd] { scatter(y_slots, rows, idx.i.data(), n, n_embd); });
   }
 
  private:
-  // Decode: the slots with ids ≥ 0 through compute_decode (each slot's expert alone, the CPU
-  // executor's decode rows).
-  static void decode_slots(const ExpertShape& s, const ExpertPtrs3* table, const int32_t* ids,
-                           int32_t k, const float* x, float* y_slots) {
-    std::vector<ExpertPtrs3> w(static_cast<size_t>(k));
-    std::vector<uint8_t> compute(static_cast<size_t>(k), 0);
-    for (int32_t j = 0; j < k; ++j)
-      if (ids[j] >= 0) {
-        w[static_cast<size_t>(j)] = table[ids[j]];
-        compute[static_cast<size_t>(j)] = 1;
-      }
+  static void scatter(float* y_slots, const float* rows, const int32_t* idx, int64_t n,
+                      int64_t n_embd) {
+    for (int64_t i = 0; i < n; ++i)
+      std::memcpy(y_slots + int64_t{idx[i]} * n_embd, rows + i * n_embd,
+                  static_cast<size_t>(n_embd) * sizeof(float));
+  }
+  // Decode: the slots whose w[j].gate is set through compute_decode (each slot's expert alone,
+  // the CPU executor's decode rows).
+  static void decode(const ExpertShape& s, std::span<const ExpertPtrs3> w, const float* x,
+                     float* y_slots) {
+    std::vector<uint8_t> compute(w.size(), 0);
+    for (size_t j = 0; j < w.size(); ++j) compute[j] = w[j].gate != nullptr;
     compute_decode(s, x, w, compute, y_slots);
   }
 };

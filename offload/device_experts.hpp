@@ -10,6 +10,7 @@
 // Two implementations: CUDA (the grouped kernels of kernels/cuda/moe.cuh) and sim (the CPU
 // kernels run in a host_fn on the sim stream, reading the sim arena), so the offload executor's
 // device flow runs in CI on the sim device exactly as it runs on the GPU.
+#include <array>
 #include <cstdint>
 #include <memory>
 
@@ -17,6 +18,19 @@
 #include "runtime/backend/device.hpp"
 
 namespace ferry {
+
+// A decode step's slots, carried by value in the kernel launch (kernels/cuda/moe.cuh): no table
+// copy, so the step never waits on the copy engine behind the copy streams' expert transfers.
+// Slot j is computed when w[j].gate is not null.
+struct DecodeSlots {
+  static constexpr int32_t kMaxSlots = 16;
+  std::array<ExpertPtrs3, kMaxSlots> w{};
+};
+// Up to kMax row indices, by value in the launch.
+struct RowIndex {
+  static constexpr int32_t kMax = 16;
+  std::array<int32_t, kMax> i{};
+};
 
 class DeviceExpertKernels {
  public:
@@ -32,6 +46,10 @@ class DeviceExpertKernels {
   virtual void experts_per_slot(const ExpertShape& s, const ExpertPtrs3* table, const int32_t* ids,
                                 int64_t n_tokens, int32_t k, const float* x, float* y_slots,
                                 Stream& stream) = 0;
+  // One token (k ≤ DecodeSlots::kMaxSlots): y_slots[j] = slots.w[j](x) where w[j].gate is set, other
+  // rows untouched; the same bits as experts_per_slot over a table of those slots.
+  virtual void experts_decode(const ExpertShape& s, const DecodeSlots& slots, int32_t k,
+                              const float* x, float* y_slots, Stream& stream) = 0;
   // One expert over its pairs p = t·k + j (device int32, distinct tokens, in token order):
   // y_slots[p] = expert(x_t); other rows untouched.
   virtual void expert_pairs_per_slot(const ExpertShape& s, const ExpertPtrs3* expert,
@@ -44,6 +62,9 @@ class DeviceExpertKernels {
   // y_slots[idx[i]] = rows[i], i < n: rows (n, n_embd) device (CPU-computed slots copied up),
   // idx (n) int32 device, distinct row indices t·k + j.
   virtual void scatter_rows(float* y_slots, const float* rows, const int32_t* idx, int64_t n,
+                            int64_t n_embd, Stream& stream) = 0;
+  // The same with n ≤ RowIndex::kMax indices by value.
+  virtual void scatter_rows(float* y_slots, const float* rows, const RowIndex& idx, int64_t n,
                             int64_t n_embd, Stream& stream) = 0;
 };
 

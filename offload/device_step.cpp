@@ -156,6 +156,14 @@ void DeviceStep::run(const MoeStep& req, const MoeStep& dev, const std::vector<R
     }
   }
   const auto n_direct = static_cast<int32_t>(table.size());
+  // A decode step carries its slots (and the CPU rows' indices) by value in the launches: no
+  // table copy, which on the copy engine would queue behind the copy streams' expert transfers.
+  const bool by_value = n == 1 && K <= DecodeSlots::kMaxSlots && streamed.empty();
+  DecodeSlots slots;
+  if (by_value)
+    for (int64_t j = 0; j < K; ++j)
+      if (const int32_t i = index[static_cast<size_t>(req.expert_ids[j])]; i >= 0)
+        slots.w[static_cast<size_t>(j)] = table[static_cast<size_t>(i)];
   for (size_t b = 0; b < 2; ++b) table.push_back(res_.staging_ptrs(b, req.layer));
   const StepLayout lay(table.size(), nk);
   grow(step_host_, lay.total);
@@ -163,13 +171,13 @@ void DeviceStep::run(const MoeStep& req, const MoeStep& dev, const std::vector<R
   grow(y_dev_, y_bytes(n, static_cast<int32_t>(K), E), "offload per-slot outputs");
   grow(cpu_rows_, y_bytes(n, static_cast<int32_t>(K), E));
   auto* h = static_cast<uint8_t*>(step_host_.data());
-  std::copy(table.begin(), table.end(), reinterpret_cast<ExpertPtrs3*>(h));
-  auto* ids = reinterpret_cast<int32_t*>(h + lay.off_ids);
-  for (int64_t i = 0; i < nk; ++i) ids[i] = index[static_cast<size_t>(req.expert_ids[i])];
-  // Each streamed expert's pairs, in token order (its group of group_by_expert).
   const ExpertGroups groups = group_by_expert(req.expert_ids, nk, n_expert);
   std::vector<int64_t> pair_start(streamed.size() + 1, 0);
-  {
+  if (!by_value) {
+    std::copy(table.begin(), table.end(), reinterpret_cast<ExpertPtrs3*>(h));
+    auto* ids = reinterpret_cast<int32_t*>(h + lay.off_ids);
+    for (int64_t i = 0; i < nk; ++i) ids[i] = index[static_cast<size_t>(req.expert_ids[i])];
+    // Each streamed expert's pairs, in token order (its group of group_by_expert).
     auto* pairs = reinterpret_cast<int32_t*>(h + lay.off_pairs);
     for (size_t i = 0; i < streamed.size(); ++i) {
       const int64_t* g = groups.group(streamed[i].expert);
@@ -189,7 +197,7 @@ void DeviceStep::run(const MoeStep& req, const MoeStep& dev, const std::vector<R
   }
   // The CPU rows' indices are written by cpu_part after this upload was queued: upload them with
   // the rows' scatter below, from the same pinned buffer.
-  compute_.copy_h2d(step_dev_.data(), h, lay.off_rows);
+  if (!by_value) compute_.copy_h2d(step_dev_.data(), h, lay.off_rows);
   auto* d = static_cast<uint8_t*>(step_dev_.data());
   const auto* d_table = reinterpret_cast<const ExpertPtrs3*>(d);
   float* y = y_dev_.f32();
@@ -199,7 +207,9 @@ void DeviceStep::run(const MoeStep& req, const MoeStep& dev, const std::vector<R
                      {"experts", static_cast<int64_t>(used.size())},
                      {"cpu", static_cast<int64_t>(cpu.size())},
                      {"streamed", static_cast<int64_t>(streamed.size())}});
-  if (n_direct > 0)
+  if (n_direct > 0 && by_value)
+    kernels_.experts_decode(shape, slots, static_cast<int32_t>(K), dev.x, y, compute_);
+  else if (n_direct > 0)
     kernels_.experts_per_slot(shape, d_table, reinterpret_cast<const int32_t*>(d + lay.off_ids), n,
                               static_cast<int32_t>(K), dev.x, y, compute_);
   // Streamed experts: copy i+2 waits for the kernels that read copy i; the compute stream waits
@@ -226,19 +236,24 @@ void DeviceStep::run(const MoeStep& req, const MoeStep& dev, const std::vector<R
   if (!cpu.empty()) {
     compute_.record(*kernels_done_);
     const auto tc = Clock::now();
-    auto* row_idx = reinterpret_cast<int32_t*>(h + lay.off_rows);
+    RowIndex row_index;
+    auto* row_idx = by_value ? row_index.i.data() : reinterpret_cast<int32_t*>(h + lay.off_rows);
     const int64_t n_rows = cpu_part(req, cpu, groups, row_idx, tracer);
     compute_.record(
         *cpu_ready_);  // the device idled from kernels_done_ to here if it finished first
     pending_cpu_wait_ = true;
-    compute_.copy_h2d(d + lay.off_rows, row_idx, static_cast<size_t>(n_rows) * 4);
     // The rows are read in place from pinned host memory (no device copy of them).
     const auto* rows = static_cast<const float*>(dev_.mapped_view(cpu_rows_.data()));
     if (!rows)
       fail(ErrorKind::device,
            "offload: the CPU experts' pinned rows are not readable by the device");
-    kernels_.scatter_rows(y, rows, reinterpret_cast<const int32_t*>(d + lay.off_rows), n_rows, E,
-                          compute_);
+    if (by_value) {
+      kernels_.scatter_rows(y, rows, row_index, n_rows, E, compute_);
+    } else {
+      compute_.copy_h2d(d + lay.off_rows, row_idx, static_cast<size_t>(n_rows) * 4);
+      kernels_.scatter_rows(y, rows, reinterpret_cast<const int32_t*>(d + lay.off_rows), n_rows,
+                            E, compute_);
+    }
     st.cpu_ms += ms_since(tc);
   }
   kernels_.weighted_sum(y, dev.expert_weights, n, static_cast<int32_t>(K), E, dev.out, compute_);

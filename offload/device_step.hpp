@@ -10,6 +10,9 @@
 // executor's code, so the step is bit-identical to MoeCpuExecutor whatever path each expert
 // took; on CUDA the same enqueues run as kernels and copies, and the host never waits for them.
 //
+// A decode step (one token, k ≤ DecodeSlots::kMaxSlots) copies nothing: its slots and its CPU
+// rows' indices go by value in the launches, so it never queues on the copy engine behind the copy
+// stream's admissions (docs/decisions/0004).
 // Buffers (device unless noted), sized for max_batch tokens at start and grown for larger steps:
 //   step (device and pinned host alike): table (n_table ExpertPtrs3) | local ids (n·k int32, -1
 //     where not in the table) | streamed pairs (≤ n·k int32, each expert's back to back) | CPU

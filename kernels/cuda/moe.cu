@@ -15,6 +15,35 @@ using detail::Unit;
 constexpr int kWarps = 4;
 constexpr int kMaxK = 64;
 
+// Where a launch finds the expert of (token, slot) ts = t·k + j: a table in device memory indexed
+// by device ids (any step), or a decode step's slots passed by value in the launch.
+struct DeviceTable {
+  const ExpertPtrs* table;
+  const int32_t* ids;
+  __device__ __forceinline__ bool find(int64_t ts, ExpertPtrs& p) const {
+    const int32_t e = ids[ts];
+    if (e < 0) return false;
+    p = table[e];
+    return true;
+  }
+};
+struct InlineTable {
+  DecodeSlots slots;
+  __device__ __forceinline__ bool find(int64_t ts, ExpertPtrs& p) const {
+    p = slots.w[ts];
+    return p.gate != nullptr;
+  }
+};
+// Row indices read from device memory, or carried by value.
+struct DeviceIndex {
+  const int32_t* idx;
+  __device__ __forceinline__ int32_t operator[](int64_t i) const { return idx[i]; }
+};
+struct InlineIndex {
+  RowIndex rows;
+  __device__ __forceinline__ int32_t operator[](int64_t i) const { return rows.i[i]; }
+};
+
 // One warp: silu(gate·x) ⊙ (up·x) of one row of expert p, written by lane 0 to *out.
 template <GgmlType T>
 __device__ __forceinline__ void gate_up_row(const ExpertPtrs& p, int64_t row, int64_t n_embd, const float* xt,
@@ -51,22 +80,21 @@ __device__ __forceinline__ float down_row(const ExpertPtrs& p, int64_t row, int6
 }
 
 // grid.x: row blocks of n_ff; grid.y: token·k + slot.
-template <GgmlType T>
+template <GgmlType T, typename Table>
 __global__ void __launch_bounds__(32 * kWarps)
-    gate_up_kernel(const ExpertPtrs* __restrict__ table, const int32_t* __restrict__ ids,
-                   int64_t n_embd, int64_t n_ff, int k, const float* __restrict__ x,
+    gate_up_kernel(Table table, int64_t n_embd, int64_t n_ff, int k, const float* __restrict__ x,
                    float* __restrict__ h) {
   const int lane = threadIdx.x & 31;
   const int64_t row = int64_t{blockIdx.x} * kWarps + (threadIdx.x >> 5);
   const int64_t ts = blockIdx.y;  // token * k + slot
   if (row >= n_ff) return;
-  const int32_t e = ids[ts];
   float* out = h + ts * n_ff + row;
-  if (e < 0) {
+  ExpertPtrs p;
+  if (!table.find(ts, p)) {
     if (lane == 0) *out = 0.f;
     return;
   }
-  gate_up_row<T>(table[e], row, n_embd, x + (ts / k) * n_embd, out);
+  gate_up_row<T>(p, row, n_embd, x + (ts / k) * n_embd, out);
 }
 
 // One expert (*expert) over a list of (token·k + slot) pairs: grid.y = pair index; h is compact
@@ -124,17 +152,16 @@ __global__ void __launch_bounds__(32 * kWarps)
 
 // y_slots[ts] = down_e · h[ts] for ts = token·k + slot with e = ids[ts] ≥ 0 (others untouched).
 // grid.x: row blocks of n_embd; grid.y: token·k + slot.
-template <GgmlType T>
+template <GgmlType T, typename Table>
 __global__ void __launch_bounds__(32 * kWarps)
-    down_slots_kernel(const ExpertPtrs* __restrict__ table, const int32_t* __restrict__ ids,
-                      int64_t n_embd, int64_t n_ff, const float* __restrict__ h,
+    down_slots_kernel(Table table, int64_t n_embd, int64_t n_ff, const float* __restrict__ h,
                       float* __restrict__ y) {
   const int64_t row = int64_t{blockIdx.x} * kWarps + (threadIdx.x >> 5);
   const int64_t ts = blockIdx.y;
   if (row >= n_embd) return;
-  const int32_t e = ids[ts];
-  if (e < 0) return;  // the whole block: ts is the block's
-  const float v = down_row<T>(table[e], row, n_ff, h + ts * n_ff);
+  ExpertPtrs p;
+  if (!table.find(ts, p)) return;  // the whole block: ts is the block's
+  const float v = down_row<T>(p, row, n_ff, h + ts * n_ff);
   if ((threadIdx.x & 31) == 0) y[ts * n_embd + row] = v;
 }
 
@@ -175,9 +202,10 @@ __global__ void __launch_bounds__(kElemThreads)
 }
 
 // y[idx[r]][c] = rows[r][c], one thread per element of rows.
+template <typename Index>
 __global__ void __launch_bounds__(kElemThreads)
-    scatter_rows_kernel(const float* __restrict__ rows, const int32_t* __restrict__ idx, int64_t n,
-                        int64_t n_embd, float* __restrict__ y) {
+    scatter_rows_kernel(const float* __restrict__ rows, Index idx, int64_t n, int64_t n_embd,
+                        float* __restrict__ y) {
   for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n * n_embd;
        i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t r = i / n_embd;
@@ -206,7 +234,8 @@ void moe_gate_up_swiglu(GgmlType t_gate_up, const ExpertPtrs* table, const int32
   require(n_ff % 4 == 0, op, "n_ff must be a multiple of 4 (h rows are read with float4)");
   const dim3 grid(static_cast<unsigned>((n_ff + kWarps - 1) / kWarps), static_cast<unsigned>(n_tokens * k));
   FERRY_DISPATCH_WEIGHT_TYPE(t_gate_up, op, {
-    launch(gate_up_kernel<kT>, grid, 32 * kWarps, 0, stream, table, ids, n_embd, n_ff, k, x, h);
+    launch(gate_up_kernel<kT, DeviceTable>, grid, 32 * kWarps, 0, stream, DeviceTable{table, ids},
+           n_embd, n_ff, k, x, h);
   });
   FERRY_CUDA_CHECK_LAUNCH("gate_up_kernel");
 }
@@ -258,8 +287,8 @@ void moe_down_slots(GgmlType t_down, const ExpertPtrs* table, const int32_t* ids
   const dim3 grid(static_cast<unsigned>((n_embd + kWarps - 1) / kWarps),
                   static_cast<unsigned>(n_tokens * k));
   FERRY_DISPATCH_WEIGHT_TYPE(t_down, op, {
-    launch(down_slots_kernel<kT>, grid, 32 * kWarps, 0, stream, table, ids, n_embd, n_ff, h,
-           y_slots);
+    launch(down_slots_kernel<kT, DeviceTable>, grid, 32 * kWarps, 0, stream,
+           DeviceTable{table, ids}, n_embd, n_ff, h, y_slots);
   });
   FERRY_CUDA_CHECK_LAUNCH("down_slots_kernel");
 }
@@ -311,8 +340,54 @@ void moe_scatter_rows(const float* rows, const int32_t* idx, int64_t n, int64_t 
   if (n == 0) return;
   require(rows && idx && y, op, "null pointer argument");
   require(n >= 1 && n_embd >= 1, op, "n and n_embd must be ≥ 1");
-  launch(scatter_rows_kernel, elem_grid(n * n_embd), kElemThreads, 0, stream, rows, idx, n, n_embd,
-         y);
+  launch(scatter_rows_kernel<DeviceIndex>, elem_grid(n * n_embd), kElemThreads, 0, stream, rows,
+         DeviceIndex{idx}, n, n_embd, y);
+  FERRY_CUDA_CHECK_LAUNCH("scatter_rows_kernel");
+}
+
+void moe_decode_slots(GgmlType t_gate_up, GgmlType t_down, const DecodeSlots& slots, int k,
+                      int64_t n_embd, int64_t n_ff, const float* x, float* h, float* y_slots,
+                      cudaStream_t stream) {
+  const char* op = "moe_decode_slots";
+  require(x && h && y_slots, op, "null pointer argument");
+  require(k >= 1 && k <= DecodeSlots::kMaxSlots, op,
+          "k must be in [1, " + std::to_string(DecodeSlots::kMaxSlots) + "], got " +
+              std::to_string(k));
+  require(aligned(x, 16) && aligned(h, 16) && aligned(y_slots, 16), op,
+          "activations must be 16-byte aligned");
+  for (int j = 0; j < k; ++j)  // the pointers are here on the host: check them all
+    if (const ExpertPtrs& p = slots.w[j]; p.gate) {
+      require(p.up && p.down, op, "slot " + std::to_string(j) + " has a null up or down");
+      require(aligned(p.gate, 16) && aligned(p.up, 16) && aligned(p.down, 16), op,
+              "expert matrices must be 16-byte aligned");
+    }
+  check_weight_args(op, t_gate_up, reinterpret_cast<const void*>(16), n_ff, n_embd);
+  check_weight_args(op, t_down, reinterpret_cast<const void*>(16), n_embd, n_ff);
+  require(n_ff % 4 == 0, op, "n_ff must be a multiple of 4 (h rows are read with float4)");
+  const InlineTable table{slots};
+  const dim3 g1(static_cast<unsigned>((n_ff + kWarps - 1) / kWarps), static_cast<unsigned>(k));
+  FERRY_DISPATCH_WEIGHT_TYPE(t_gate_up, op, {
+    launch(gate_up_kernel<kT, InlineTable>, g1, 32 * kWarps, 0, stream, table, n_embd, n_ff, k, x,
+           h);
+  });
+  FERRY_CUDA_CHECK_LAUNCH("gate_up_kernel");
+  const dim3 g2(static_cast<unsigned>((n_embd + kWarps - 1) / kWarps), static_cast<unsigned>(k));
+  FERRY_DISPATCH_WEIGHT_TYPE(t_down, op, {
+    launch(down_slots_kernel<kT, InlineTable>, g2, 32 * kWarps, 0, stream, table, n_embd, n_ff, h,
+           y_slots);
+  });
+  FERRY_CUDA_CHECK_LAUNCH("down_slots_kernel");
+}
+
+void moe_scatter_rows(const float* rows, const RowIndex& idx, int64_t n, int64_t n_embd, float* y,
+                      cudaStream_t stream) {
+  const char* op = "moe_scatter_rows";
+  if (n == 0) return;
+  require(rows && y, op, "null pointer argument");
+  require(n >= 1 && n <= RowIndex::kMax && n_embd >= 1, op,
+          "n must be in [1, " + std::to_string(RowIndex::kMax) + "] and n_embd ≥ 1");
+  launch(scatter_rows_kernel<InlineIndex>, elem_grid(n * n_embd), kElemThreads, 0, stream, rows,
+         InlineIndex{idx}, n, n_embd, y);
   FERRY_CUDA_CHECK_LAUNCH("scatter_rows_kernel");
 }
 

@@ -80,4 +80,25 @@ void moe_sum(const float* y_slots, const float* weights, int64_t n_tokens, int k
 void moe_scatter_rows(const float* rows, const int32_t* idx, int64_t n, int64_t n_embd, float* y,
                       cudaStream_t stream);
 
+// A decode step (one token) whose slots ride in the launch itself, by value: no table copy, so
+// nothing of the step waits on a copy engine behind the copy streams' expert transfers. Slot j
+// (j < k ≤ kMaxSlots) is computed when w[j].gate is not null; its rows of h and y_slots are
+// written as moe_gate_up_swiglu + moe_down_slots write them (the same kernels), other slots' y
+// rows are left untouched. h: (k, n_ff) scratch; y_slots: (k, n_embd).
+struct DecodeSlots {
+  static constexpr int kMaxSlots = 16;
+  ExpertPtrs w[kMaxSlots];
+};
+void moe_decode_slots(GgmlType t_gate_up, GgmlType t_down, const DecodeSlots& slots, int k,
+                      int64_t n_embd, int64_t n_ff, const float* x, float* h, float* y_slots,
+                      cudaStream_t stream);
+
+// moe_scatter_rows with at most kMax row indices carried by value in the launch.
+struct RowIndex {
+  static constexpr int kMax = 16;
+  int32_t i[kMax];
+};
+void moe_scatter_rows(const float* rows, const RowIndex& idx, int64_t n, int64_t n_embd, float* y,
+                      cudaStream_t stream);
+
 }  // namespace ferry::cuda

@@ -142,6 +142,19 @@ void run_case(GgmlType t_gu, GgmlType t_down, int64_t n_embd, int64_t n_ff, int6
   report_exact("moe_down_slots ids<0 untouched", shape,
                all_sentinel(rows_where(ys, ids, n_embd, false)));
 
+  // A decode step with its slots by value in the launch: the table path's bits.
+  if (n_tokens == 1 && k <= cuda::DecodeSlots::kMaxSlots) {
+    cuda::DecodeSlots slots{};
+    for (int j = 0; j < k; ++j)
+      if (ids[j] >= 0) slots.w[j] = table[ids[j]];
+    DevBuf<float> dyd(sentinel), dhd(k * n_ff);
+    cuda::moe_decode_slots(t_gu, t_down, slots, k, n_embd, n_ff, dx.get(), dhd.get(), dyd.get(),
+                           nullptr);
+    const auto yd = dyd.download();
+    report_exact("moe_decode_slots == moe_gate_up_swiglu + moe_down_slots", shape,
+                 std::memcmp(yd.data(), ys.data(), ys.size() * sizeof(float)) == 0);
+  }
+
   // One expert over its own (token, slot) pairs (a streamed prefill expert) must give the bits of
   // the grouped kernels with every other slot masked out, accumulating onto y0.
   const int32_t e0 = ids[0] >= 0 ? ids[0] : ids[k - 1 >= 1 ? k - 1 : 0];
@@ -223,6 +236,15 @@ void run_sum_scatter(int64_t n_tokens, int k, int64_t n_embd) {
   const auto got = dys.download();
   report_exact("moe_scatter_rows", shape + " rows=" + std::to_string(n),
                std::memcmp(got.data(), want.data(), want.size() * sizeof(float)) == 0);
+  if (n <= cuda::RowIndex::kMax) {  // the indices by value in the launch
+    cuda::RowIndex by_value{};
+    std::copy(idx.begin(), idx.end(), by_value.i);
+    DevBuf<float> dys2(std::vector<float>(n_rows * n_embd, kSentinel));
+    cuda::moe_scatter_rows(drows.get(), by_value, n, n_embd, dys2.get(), nullptr);
+    const auto got2 = dys2.download();
+    report_exact("moe_scatter_rows (indices by value)", shape + " rows=" + std::to_string(n),
+                 std::memcmp(got2.data(), want.data(), want.size() * sizeof(float)) == 0);
+  }
 }
 
 TEST(GpuMoe, QwenLikeQ4KQ6K) {
