@@ -223,17 +223,24 @@ struct Q6KKernel512 {
   }
 };
 
+// The formats without an AVX-512 kernel here keep their AVX2 ones (a subset of these ISAs): the
+// 32-value formats, whose per-block float step dominates as for Q8_0.
 template <bool kVnni>
 const detail::DotKernels& avx512_table() {
-  static const detail::DotKernels k{
-      by_nx<Float512Kernel<Load512F32>>, by_nx<Float512Kernel<Load512F16>>,
-      by_nx<Float512Kernel<Load512BF16>>, by_nx<Q8_0Kernel512<kVnni>>,
-      by_nx<Q45KKernel512<kVnni, false>>, by_nx<Q45KKernel512<kVnni, true>>,
-      by_nx<Q6KKernel512<kVnni>>,
-      detail::dot_kernels_avx2().q4_k_group4,  // see Q45KKernel512
-      by_nx<Q45KKernel512<kVnni, true, detail::DotOrder::tiled>>,
-      by_nx<Q6KKernel512<kVnni, true>>,
-  };
+  static const detail::DotKernels k = [] {
+    detail::DotKernels t = detail::dot_kernels_avx2();
+    t.f32 = by_nx<Float512Kernel<Load512F32>>;
+    t.f16 = by_nx<Float512Kernel<Load512F16>>;
+    t.bf16 = by_nx<Float512Kernel<Load512BF16>>;
+    t.q8_0 = by_nx<Q8_0Kernel512<kVnni>>;
+    t.q4_k = by_nx<Q45KKernel512<kVnni, false>>;
+    t.q5_k = by_nx<Q45KKernel512<kVnni, true>>;
+    t.q6_k = by_nx<Q6KKernel512<kVnni>>;
+    // q4_k_group4 stays AVX2's (see Q45KKernel512)
+    t.q5_k_tiled = by_nx<Q45KKernel512<kVnni, true, detail::DotOrder::tiled>>;
+    t.q6_k_tiled = by_nx<Q6KKernel512<kVnni, true>>;
+    return t;
+  }();
   return k;
 }
 
