@@ -74,15 +74,6 @@ inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22,
                                             1,    13,   25,  38,  53,  69,  89,  113};
 inline constexpr int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
-// 2^(e − 128): half the E8M0 scale (ggml's e8m0_to_fp32_half). e = 0 and 1 are the subnormals
-// 2^-128 and 2^-127; e = 255 (NaN in the OCP format) is not special-cased, as in ggml.
-inline float e8m0_to_fp32_half(uint8_t e) {
-  const uint32_t bits = e < 2 ? 0x00200000u << e : uint32_t{e - 1u} << 23;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
 // d·q[i]
 struct BlockQ8_0 {
   uint16_t d;
@@ -165,6 +156,20 @@ struct BlockQ8K {
 };
 static_assert(sizeof(BlockQ8K) == 292);
 
+// ---- Helpers. In an anonymous namespace on purpose (as simd_common.hpp's): the ISA-specific
+// files include this header too, and a shared inline copy compiled with AVX-512 flags could be the
+// one the linker keeps for the baseline callers.
+namespace {
+
+// 2^(e − 128): half the E8M0 scale (ggml's e8m0_to_fp32_half). e = 0 and 1 are the subnormals
+// 2^-128 and 2^-127; e = 255 (NaN in the OCP format) is not special-cased, as in ggml.
+inline float e8m0_to_fp32_half(uint8_t e) {
+  const uint32_t bits = e < 2 ? 0x00200000u << e : uint32_t{e - 1u} << 23;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
 // 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K block (ggml's get_scale_min_k4).
 inline void scale_min_k4(int j, const uint8_t* q, uint8_t& sc, uint8_t& m) {
   if (j < 4) {
@@ -191,5 +196,7 @@ inline void q3k_scales(const uint8_t* s12, int8_t* out16) {
 inline int iq4xs_scale(const BlockIQ4XS& b, int j) {
   return (((b.scales_l[j / 2] >> (4 * (j % 2))) & 0xF) | (((b.scales_h >> (2 * j)) & 3) << 4)) - 32;
 }
+
+}  // namespace
 
 }  // namespace ferry::cpu
