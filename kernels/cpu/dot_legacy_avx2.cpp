@@ -92,12 +92,13 @@ struct Lanes {
   static constexpr bool kMin = !W::kSigned;
   __m256 acc[NX];
   float mins[NX];
-  explicit Lanes(int64_t) {
+  Lanes() {
     for (int k = 0; k < NX; ++k) {
       acc[k] = _mm256_setzero_ps();
       mins[k] = 0;
     }
   }
+  template <int kSlot>
   void add(int64_t i, const __m256i (&p)[NX], const typename W::Block& b, const typename W::Act* const (&x)[NX]) {
     const float dw = W::scale(b);
     for (int k = 0; k < NX; ++k) {
@@ -110,35 +111,37 @@ struct Lanes {
   }
 };
 
-// vec_dot of IQ4_NL/MXFP4: even and odd blocks in two chains, an odd last block added in scalar.
+// vec_dot of IQ4_NL/MXFP4: even and odd blocks in two chains (kSlot 0 and 1), an odd last block
+// (kSlot 2) added in scalar after the hsum.
 template <typename W, int NX>
 struct Pairs {
   __m256 acc[2][NX];
-  int64_t tail;  // the block added in scalar, or −1
+  bool has_tail = false;
   float tail_d[NX] = {};
   int32_t tail_s[NX] = {};
-  explicit Pairs(int64_t nb) : tail(nb % 2 ? nb - 1 : -1) {
+  Pairs() {
     for (int k = 0; k < NX; ++k) acc[0][k] = acc[1][k] = _mm256_setzero_ps();
   }
+  template <int kSlot>
   void add(int64_t i, const __m256i (&p)[NX], const typename W::Block& b, const typename W::Act* const (&x)[NX]) {
     const float dw = W::scale(b);
-    if (i == tail) {
-      const __m128i s = hsum_rows<NX>(p);
+    if constexpr (kSlot == 2) {
       alignas(16) int32_t t[4];
-      _mm_store_si128(reinterpret_cast<__m128i*>(t), s);
+      _mm_store_si128(reinterpret_cast<__m128i*>(t), hsum_rows<NX>(p));
       for (int k = 0; k < NX; ++k) {
         tail_s[k] = t[k];
         tail_d[k] = h2f(x[k][i].d) * dw;
       }
-      return;
+      has_tail = true;
+    } else {
+      for (int k = 0; k < NX; ++k)
+        acc[kSlot][k] = _mm256_fmadd_ps(_mm256_set1_ps(h2f(x[k][i].d) * dw), _mm256_cvtepi32_ps(p[k]), acc[kSlot][k]);
     }
-    for (int k = 0; k < NX; ++k)
-      acc[i % 2][k] = _mm256_fmadd_ps(_mm256_set1_ps(h2f(x[k][i].d) * dw), _mm256_cvtepi32_ps(p[k]), acc[i % 2][k]);
   }
   void store(float* out) const {
     for (int k = 0; k < NX; ++k) {
       float s = hsum8(_mm256_add_ps(acc[0][k], acc[1][k]));
-      if (tail >= 0) s = std::fma(tail_d[k], static_cast<float>(tail_s[k]), s);
+      if (has_tail) s = std::fma(tail_d[k], static_cast<float>(tail_s[k]), s);
       out[k] = s;
     }
   }
@@ -148,7 +151,7 @@ struct Pairs {
 template <typename W, int NX>
 struct Chain {
   __m128 acc = _mm_setzero_ps();
-  explicit Chain(int64_t) {}
+  template <int kSlot>
   void add(int64_t i, const __m256i (&p)[NX], const typename W::Block& b, const typename W::Act* const (&x)[NX]) {
     alignas(16) float dy[4] = {0, 0, 0, 0};
     for (int k = 0; k < NX; ++k) dy[k] = h2f(x[k][i].d);
@@ -160,6 +163,29 @@ struct Chain {
 
 template <typename W, template <typename, int> class Order>
 struct LegacyKernel {
+  // Block i: its levels dotted with the NX rows, handed to the float side as slot kSlot (0/1:
+  // even/odd block of a pair, 2: an odd last block).
+  template <int kSlot, int NX>
+  static void block(Order<W, NX>& f, const typename W::Block* w, const typename W::Act* const (&x)[NX], int64_t i) {
+    prefetch_ahead<1>(w + i);
+    const __m256i ones = _mm256_set1_epi16(1);
+    const __m256i q = W::levels(w[i]);
+    __m256i p[NX];
+    if constexpr (W::kSigned) {
+      const __m256i aq = _mm256_sign_epi8(q, q);
+      for (int k = 0; k < NX; ++k) {
+        const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[k][i].qs));
+        p[k] = _mm256_madd_epi16(_mm256_maddubs_epi16(aq, _mm256_sign_epi8(y, q)), ones);
+      }
+    } else {
+      for (int k = 0; k < NX; ++k) {
+        const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[k][i].qs));
+        p[k] = _mm256_madd_epi16(_mm256_maddubs_epi16(q, y), ones);
+      }
+    }
+    f.template add<kSlot>(i, p, w[i], x);
+  }
+
   template <int NX>
   static void run(int64_t n, const void* wv, const void* xv, size_t stride, float* out) {
     using Act = typename W::Act;
@@ -167,26 +193,13 @@ struct LegacyKernel {
     const Act* x[NX];
     rows_of(xv, stride, x);
     const int64_t nb = n / kQK8_0;
-    const __m256i ones = _mm256_set1_epi16(1);
-    Order<W, NX> f(nb);
-    for (int64_t i = 0; i < nb; ++i) {
-      prefetch_ahead<1>(w + i);
-      const __m256i q = W::levels(w[i]);
-      __m256i p[NX];
-      if constexpr (W::kSigned) {
-        const __m256i aq = _mm256_sign_epi8(q, q);
-        for (int k = 0; k < NX; ++k) {
-          const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[k][i].qs));
-          p[k] = _mm256_madd_epi16(_mm256_maddubs_epi16(aq, _mm256_sign_epi8(y, q)), ones);
-        }
-      } else {
-        for (int k = 0; k < NX; ++k) {
-          const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[k][i].qs));
-          p[k] = _mm256_madd_epi16(_mm256_maddubs_epi16(q, y), ones);
-        }
-      }
-      f.add(i, p, w[i], x);
+    Order<W, NX> f;
+    int64_t i = 0;
+    for (; i + 1 < nb; i += 2) {
+      block<0>(f, w, x, i);
+      block<1>(f, w, x, i + 1);
     }
+    if (i < nb) block<2>(f, w, x, i);
     f.store(out);
   }
 };

@@ -166,6 +166,34 @@ TEST(VecDot, EveryOrderOnEveryIsaMatchesScalarReference) {
   EXPECT_EQ(checked, 4 * (13 + 10));  // 13 quantized weight types' vec_dot orders and 10 other orders
 }
 
+// The orders are distinguishable: each order other than vec_dot's gives a different float somewhere
+// on random rows of 7 and 17 blocks, so a bit-exact comparison with one of ggml's kernels
+// (test_ggml_oracle*.cpp) fails when Ferry adds in another kernel's order.
+TEST(VecDot, OtherOrdersDifferFromVecDotSomewhere) {
+  using cpu::detail::DotOrder;
+  std::mt19937 rng(25);
+  const auto& scalar = cpu::detail::dot_kernels(cpu::Isa::scalar);
+  for (GgmlType t : kWeightTypes) {
+    if (block_values(t) == 1) continue;
+    for (DotOrder o : {DotOrder::group4, DotOrder::tiled, DotOrder::repacked, DotOrder::tinyblas}) {
+      const cpu::detail::DotFn f = cpu::detail::dot_fn(scalar, t, o), row = cpu::detail::dot_fn(scalar, t);
+      if (f == row) continue;
+      int differ = 0;
+      for (int rep = 0; rep < 40; ++rep) {
+        const int64_t n = (rep % 2 ? 17 : 7) * block_values(t);
+        const auto w = weight_row(rng, t, n);
+        std::vector<uint8_t> xq(row_bytes(cpu::vec_dot_type(t), static_cast<uint64_t>(n)));
+        cpu::quantize_activation(t, random_normal(rng, n).data(), xq.data(), n);
+        float a, b;
+        f(n, w.data(), xq.data(), 0, 1, &a);
+        row(n, w.data(), xq.data(), 0, 1, &b);
+        differ += a != b;
+      }
+      EXPECT_GT(differ, 0) << type_name(t) << " order " << static_cast<int>(o) << " always equals vec_dot's";
+    }
+  }
+}
+
 // Extreme levels: Q8_0 weights at −128 (possible in files from other quantizers) and full-scale
 // activations must not saturate the 16-bit pair sums.
 TEST(VecDot, ExtremeLevelsDoNotSaturate) {
