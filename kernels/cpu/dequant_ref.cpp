@@ -85,6 +85,108 @@ void dequant_q6_k(const BlockQ6K* x, float* y, int64_t nb) {
   }
 }
 
+// ---- 32-value blocks: value j from the low nibble of qs[j % 16] (j < 16) or its high nibble.
+
+inline int nibble(const uint8_t* qs, int j) { return j < 16 ? qs[j] & 0xF : qs[j - 16] >> 4; }
+inline int fifth_bit(const uint8_t* qh, int j) {
+  uint32_t h;
+  std::memcpy(&h, qh, 4);
+  return static_cast<int>((h >> j) & 1);
+}
+
+void dequant_q4_0(const BlockQ4_0* x, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, y += kQK8_0) {
+    const float d = fp16_to_fp32(x[i].d);
+    for (int j = 0; j < kQK8_0; ++j) y[j] = static_cast<float>(nibble(x[i].qs, j) - 8) * d;
+  }
+}
+
+void dequant_q4_1(const BlockQ4_1* x, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, y += kQK8_0) {
+    const float d = fp16_to_fp32(x[i].d), m = fp16_to_fp32(x[i].m);
+    for (int j = 0; j < kQK8_0; ++j) y[j] = static_cast<float>(nibble(x[i].qs, j)) * d + m;
+  }
+}
+
+void dequant_q5_0(const BlockQ5_0* x, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, y += kQK8_0) {
+    const float d = fp16_to_fp32(x[i].d);
+    for (int j = 0; j < kQK8_0; ++j)
+      y[j] = static_cast<float>((nibble(x[i].qs, j) | (fifth_bit(x[i].qh, j) << 4)) - 16) * d;
+  }
+}
+
+void dequant_q5_1(const BlockQ5_1* x, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, y += kQK8_0) {
+    const float d = fp16_to_fp32(x[i].d), m = fp16_to_fp32(x[i].m);
+    for (int j = 0; j < kQK8_0; ++j)
+      y[j] = static_cast<float>(nibble(x[i].qs, j) | (fifth_bit(x[i].qh, j) << 4)) * d + m;
+  }
+}
+
+void dequant_iq4_nl(const BlockIQ4NL* x, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, y += kQK8_0) {
+    const float d = fp16_to_fp32(x[i].d);
+    for (int j = 0; j < kQK8_0; ++j) y[j] = d * kIq4nlValues[nibble(x[i].qs, j)];
+  }
+}
+
+void dequant_mxfp4(const BlockMXFP4* x, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, y += kQK8_0) {
+    const float d = e8m0_to_fp32_half(x[i].e);
+    for (int j = 0; j < kQK8_0; ++j) y[j] = kMxfp4Values[nibble(x[i].qs, j)] * d;
+  }
+}
+
+void dequant_q8_1(const BlockQ8_1* x, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, y += kQK8_0) {
+    const float d = fp16_to_fp32(x[i].d);
+    for (int j = 0; j < kQK8_0; ++j) y[j] = x[i].qs[j] * d;
+  }
+}
+
+// ---- Q2_K, Q3_K, IQ4_XS: value 128h + 32k + l (h < 2, k < 4, l < 32) is bits 2k..2k+1 of
+// qs[32h + l] for the 2-bit formats; sub-block (16 values) 8h + 2k + l / 16.
+
+void dequant_q2_k(const BlockQ2K* x, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = fp16_to_fp32(x[i].d), min = fp16_to_fp32(x[i].dmin);
+    for (int s = 0; s < 16; ++s, y += 16) {  // sub-block s: h = s / 8, k = (s % 8) / 2
+      const uint8_t* q = x[i].qs + 32 * (s / 8) + 16 * (s % 2);
+      const int shift = 2 * ((s % 8) / 2);
+      const uint8_t sc = x[i].scales[s];
+      const float dl = d * (sc & 0xF), ml = min * (sc >> 4);
+      for (int l = 0; l < 16; ++l) y[l] = dl * static_cast<float>((q[l] >> shift) & 3) - ml;
+    }
+  }
+}
+
+void dequant_q3_k(const BlockQ3K* x, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = fp16_to_fp32(x[i].d);
+    int8_t sc[16];
+    q3k_scales(x[i].scales, sc);
+    for (int s = 0; s < 16; ++s, y += 16) {
+      const int h = s / 8, k = (s % 8) / 2, l0 = 16 * (s % 2);
+      const float dl = d * sc[s];
+      for (int l = l0; l < l0 + 16; ++l) {
+        const int q = ((x[i].qs[32 * h + l] >> (2 * k)) & 3) - ((x[i].hmask[l] >> (4 * h + k)) & 1 ? 0 : 4);
+        y[l - l0] = dl * static_cast<float>(q);
+      }
+    }
+  }
+}
+
+void dequant_iq4_xs(const BlockIQ4XS* x, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = fp16_to_fp32(x[i].d);
+    for (int s = 0; s < 8; ++s, y += 32) {
+      const float dl = d * static_cast<float>(iq4xs_scale(x[i], s));
+      for (int j = 0; j < 32; ++j) y[j] = dl * kIq4nlValues[nibble(x[i].qs + 16 * s, j)];
+    }
+  }
+}
+
 void dequant_q8_k(const BlockQ8K* x, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i)
     for (int j = 0; j < kQK_K; ++j) *y++ = x[i].d * x[i].qs[j];
@@ -111,6 +213,16 @@ void dequantize_row_ref(GgmlType t, const void* src, float* dst, int64_t n) {
     case GgmlType::Q5_K: dequant_q5_k(static_cast<const BlockQ5K*>(src), dst, nb); return;
     case GgmlType::Q6_K: dequant_q6_k(static_cast<const BlockQ6K*>(src), dst, nb); return;
     case GgmlType::Q8_K: dequant_q8_k(static_cast<const BlockQ8K*>(src), dst, nb); return;
+    case GgmlType::Q4_0: dequant_q4_0(static_cast<const BlockQ4_0*>(src), dst, nb); return;
+    case GgmlType::Q4_1: dequant_q4_1(static_cast<const BlockQ4_1*>(src), dst, nb); return;
+    case GgmlType::Q5_0: dequant_q5_0(static_cast<const BlockQ5_0*>(src), dst, nb); return;
+    case GgmlType::Q5_1: dequant_q5_1(static_cast<const BlockQ5_1*>(src), dst, nb); return;
+    case GgmlType::Q8_1: dequant_q8_1(static_cast<const BlockQ8_1*>(src), dst, nb); return;
+    case GgmlType::IQ4_NL: dequant_iq4_nl(static_cast<const BlockIQ4NL*>(src), dst, nb); return;
+    case GgmlType::MXFP4: dequant_mxfp4(static_cast<const BlockMXFP4*>(src), dst, nb); return;
+    case GgmlType::Q2_K: dequant_q2_k(static_cast<const BlockQ2K*>(src), dst, nb); return;
+    case GgmlType::Q3_K: dequant_q3_k(static_cast<const BlockQ3K*>(src), dst, nb); return;
+    case GgmlType::IQ4_XS: dequant_iq4_xs(static_cast<const BlockIQ4XS*>(src), dst, nb); return;
     default: break;
   }
   fail(ErrorKind::unsupported, "dequantize_row_ref: no CPU kernel for type {}", type_name(t));

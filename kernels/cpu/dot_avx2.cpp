@@ -207,16 +207,29 @@ struct Q6KKernel {
   }
 };
 
-constexpr detail::DotKernels kAvx2{
-    by_nx<FloatKernel<LoadF32>>, by_nx<FloatKernel<LoadF16>>, by_nx<FloatKernel<LoadBF16>>,
-    by_nx<Q8_0Kernel>,           by_nx<Q45KKernel<false>>,    by_nx<Q45KKernel<true>>,
-    by_nx<Q6KKernel<>>,
-    by_nx<Q45KKernel<false, detail::DotOrder::group4>>, by_nx<Q45KKernel<true, detail::DotOrder::tiled>>,
-    by_nx<Q6KKernel<true>>,
+constexpr detail::DotKernels kAvx2Base{
+    .f32 = by_nx<FloatKernel<LoadF32>>,
+    .f16 = by_nx<FloatKernel<LoadF16>>,
+    .bf16 = by_nx<FloatKernel<LoadBF16>>,
+    .q8_0 = by_nx<Q8_0Kernel>,
+    .q4_k = by_nx<Q45KKernel<false>>,
+    .q5_k = by_nx<Q45KKernel<true>>,
+    .q6_k = by_nx<Q6KKernel<>>,
+    .q4_k_group4 = by_nx<Q45KKernel<false, detail::DotOrder::group4>>,
+    .q5_k_tiled = by_nx<Q45KKernel<true, detail::DotOrder::tiled>>,
+    .q6_k_tiled = by_nx<Q6KKernel<true>>,
 };
 
 }  // namespace
 
-const detail::DotKernels& detail::dot_kernels_avx2() { return kAvx2; }
+const detail::DotKernels& detail::dot_kernels_avx2() {
+  static const detail::DotKernels k = [] {
+    detail::DotKernels t = kAvx2Base;
+    detail::add_legacy_avx2(t);
+    detail::add_kquants_avx2(t);
+    return t;
+  }();
+  return k;
+}
 
 }  // namespace ferry::cpu

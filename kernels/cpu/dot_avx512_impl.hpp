@@ -223,17 +223,160 @@ struct Q6KKernel512 {
   }
 };
 
+// ---- Q2_K, Q3_K, IQ4_XS: each register holds two 32-value groups (64 consecutive values); the
+// two 256-bit halves fold into the 8 lanes of the AVX2 kernels (dot_kquants_avx2.cpp), whose float
+// side (KFloat) they share. AVX-512 has no sign_epi8: signed levels use |w| and a masked negation
+// of x, or (Q3_K) ggml's split into an unsigned part and a subtracted one.
+
+template <bool kVnni, bool kTiled>
+struct Q2KKernel512 {
+  template <int NX>
+  static void run(int64_t n, const void* wv, const void* xv, size_t stride, float* out) {
+    const auto* w = static_cast<const BlockQ2K*>(wv);
+    const BlockQ8K* x[NX];
+    rows_of(xv, stride, x);
+    const __m512i m3 = _mm512_set1_epi8(3);
+    const __m128i m4 = _mm_set1_epi8(0xF);
+    KFloat<true, kTiled, NX> f;
+    for (int64_t i = 0; i < n / kQK_K; ++i) {
+      const BlockQ2K& b = w[i];
+      prefetch_ahead<2>(&b);  // 84 bytes
+      const __m128i sm = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales));
+      const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sm, 4), m4));
+      const __m512i sc_all = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(sm, m4)));
+      __m512i sumi[NX];
+      __m256i mins[NX];
+      for (int k = 0; k < NX; ++k) {
+        sumi[k] = _mm512_setzero_si512();
+        mins[k] = _mm256_madd_epi16(mins16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[k][i].bsums)));
+      }
+      for (int h = 0; h < 2; ++h) {
+        const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * h));
+        for (int p = 0; p < 2; ++p) {  // groups 2p, 2p+1 of the half: sub-blocks 8h + 4p .. + 3
+          const __m512i q = _mm512_and_si512(join_256(_mm256_srli_epi16(bits, 4 * p), _mm256_srli_epi16(bits, 4 * p + 2)), m3);
+          const __m512i sc = _mm512_permutexvar_epi16(load_index(kScaleIndex.q6k[2 * h + p]), sc_all);
+          for (int k = 0; k < NX; ++k) {
+            const __m512i y = _mm512_loadu_si512(x[k][i].qs + 128 * h + 64 * p);
+            sumi[k] = dot_s16<kVnni>(sumi[k], _mm512_maddubs_epi16(q, y), sc);
+          }
+        }
+      }
+      __m256i s8[NX];
+      for (int k = 0; k < NX; ++k) s8[k] = fold_512(sumi[k]);
+      f.add(s8, mins, h2f(b.d), h2f(b.dmin), x, i);
+    }
+    f.store(out);
+  }
+};
+
+template <bool kVnni, bool kTiled>
+struct Q3KKernel512 {
+  template <int NX>
+  static void run(int64_t n, const void* wv, const void* xv, size_t stride, float* out) {
+    const auto* w = static_cast<const BlockQ3K*>(wv);
+    const BlockQ8K* x[NX];
+    rows_of(xv, stride, x);
+    const __m512i m3 = _mm512_set1_epi8(3);
+    const __m256i m1 = _mm256_set1_epi8(1);
+    KFloat<false, kTiled, NX> f;
+    const __m256i none[NX] = {};
+    for (int64_t i = 0; i < n / kQK_K; ++i) {
+      const BlockQ3K& b = w[i];
+      prefetch_ahead<2>(&b);  // 110 bytes
+      const __m512i sc_all = _mm512_castsi256_si512(q3k_scales16(b.scales));
+      const __m256i hbits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.hmask));
+      __m512i sumi[NX];
+      for (int k = 0; k < NX; ++k) sumi[k] = _mm512_setzero_si512();
+      for (int h = 0; h < 2; ++h) {
+        const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * h));
+        for (int p = 0; p < 2; ++p) {
+          const int g0 = 2 * p, g1 = 2 * p + 1;
+          const __m512i lo = _mm512_and_si512(join_256(_mm256_srli_epi16(bits, 2 * g0), _mm256_srli_epi16(bits, 2 * g1)), m3);
+          // 4 where the high bit is clear: level = lo − that
+          const __m256i c0 = _mm256_andnot_si256(_mm256_srli_epi16(hbits, 4 * h + g0), m1);
+          const __m256i c1 = _mm256_andnot_si256(_mm256_srli_epi16(hbits, 4 * h + g1), m1);
+          const __m512i hi = _mm512_slli_epi16(join_256(c0, c1), 2);
+          const __m512i sc = _mm512_permutexvar_epi16(load_index(kScaleIndex.q6k[2 * h + p]), sc_all);
+          for (int k = 0; k < NX; ++k) {
+            const __m512i y = _mm512_loadu_si512(x[k][i].qs + 128 * h + 64 * p);
+            const __m512i p16 = _mm512_sub_epi16(_mm512_maddubs_epi16(lo, y), _mm512_maddubs_epi16(hi, y));
+            sumi[k] = dot_s16<kVnni>(sumi[k], p16, sc);
+          }
+        }
+      }
+      __m256i s8[NX];
+      for (int k = 0; k < NX; ++k) s8[k] = fold_512(sumi[k]);
+      f.add(s8, none, h2f(b.d), 0, x, i);
+    }
+    f.store(out);
+  }
+};
+
+template <bool kVnni, bool kTiled>
+struct IQ4XSKernel512 {
+  template <int NX>
+  static void run(int64_t n, const void* wv, const void* xv, size_t stride, float* out) {
+    const auto* w = static_cast<const BlockIQ4XS*>(wv);
+    const BlockQ8K* x[NX];
+    rows_of(xv, stride, x);
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    const __m512i values = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues)));
+    KFloat<false, kTiled, NX> f;
+    const __m256i none[NX] = {};
+    for (int64_t i = 0; i < n / kQK_K; ++i) {
+      const BlockIQ4XS& b = w[i];
+      prefetch_ahead<3>(&b);  // 136 bytes
+      __m512i sumi[NX];
+      for (int k = 0; k < NX; ++k) sumi[k] = _mm512_setzero_si512();
+      for (int s = 0; s < 8; s += 2) {  // sub-blocks s, s+1: 64 values
+        const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 16 * s));
+        // [lo(s), lo(s+1), hi(s), hi(s+1)] → [lo(s), hi(s), lo(s+1), hi(s+1)]: value order
+        const __m512i idx = _mm512_shuffle_i64x2(
+            join_256(_mm256_and_si256(bits, m4), _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4)),
+            join_256(_mm256_and_si256(bits, m4), _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4)), _MM_SHUFFLE(3, 1, 2, 0));
+        const __m512i q = _mm512_shuffle_epi8(values, idx);
+        const __m512i aq = _mm512_abs_epi8(q);
+        const __mmask64 neg = _mm512_movepi8_mask(q);
+        const __m512i ls = join_256(_mm256_set1_epi16(static_cast<short>(iq4xs_scale(b, s))),
+                                    _mm256_set1_epi16(static_cast<short>(iq4xs_scale(b, s + 1))));
+        for (int k = 0; k < NX; ++k) {
+          const __m512i y = _mm512_loadu_si512(x[k][i].qs + 32 * s);
+          const __m512i sy = _mm512_mask_sub_epi8(y, neg, _mm512_setzero_si512(), y);
+          sumi[k] = dot_s16<kVnni>(sumi[k], _mm512_maddubs_epi16(aq, sy), ls);
+        }
+      }
+      __m256i s8[NX];
+      for (int k = 0; k < NX; ++k) s8[k] = fold_512(sumi[k]);
+      f.add(s8, none, h2f(b.d), 0, x, i);
+    }
+    f.store(out);
+  }
+};
+
+// The formats without an AVX-512 kernel here keep their AVX2 ones (a subset of these ISAs): the
+// 32-value formats, whose per-block float step dominates as for Q8_0.
 template <bool kVnni>
 const detail::DotKernels& avx512_table() {
-  static const detail::DotKernels k{
-      by_nx<Float512Kernel<Load512F32>>, by_nx<Float512Kernel<Load512F16>>,
-      by_nx<Float512Kernel<Load512BF16>>, by_nx<Q8_0Kernel512<kVnni>>,
-      by_nx<Q45KKernel512<kVnni, false>>, by_nx<Q45KKernel512<kVnni, true>>,
-      by_nx<Q6KKernel512<kVnni>>,
-      detail::dot_kernels_avx2().q4_k_group4,  // see Q45KKernel512
-      by_nx<Q45KKernel512<kVnni, true, detail::DotOrder::tiled>>,
-      by_nx<Q6KKernel512<kVnni, true>>,
-  };
+  static const detail::DotKernels k = [] {
+    detail::DotKernels t = detail::dot_kernels_avx2();
+    t.f32 = by_nx<Float512Kernel<Load512F32>>;
+    t.f16 = by_nx<Float512Kernel<Load512F16>>;
+    t.bf16 = by_nx<Float512Kernel<Load512BF16>>;
+    t.q8_0 = by_nx<Q8_0Kernel512<kVnni>>;
+    t.q4_k = by_nx<Q45KKernel512<kVnni, false>>;
+    t.q5_k = by_nx<Q45KKernel512<kVnni, true>>;
+    t.q6_k = by_nx<Q6KKernel512<kVnni>>;
+    // q4_k_group4 stays AVX2's (see Q45KKernel512)
+    t.q5_k_tiled = by_nx<Q45KKernel512<kVnni, true, detail::DotOrder::tiled>>;
+    t.q6_k_tiled = by_nx<Q6KKernel512<kVnni, true>>;
+    t.q2_k = by_nx<Q2KKernel512<kVnni, false>>;
+    t.q3_k = by_nx<Q3KKernel512<kVnni, false>>;
+    t.iq4_xs = by_nx<IQ4XSKernel512<kVnni, false>>;
+    t.q2_k_tiled = by_nx<Q2KKernel512<kVnni, true>>;
+    t.q3_k_tiled = by_nx<Q3KKernel512<kVnni, true>>;
+    t.iq4_xs_tiled = by_nx<IQ4XSKernel512<kVnni, true>>;
+    return t;
+  }();
   return k;
 }
 

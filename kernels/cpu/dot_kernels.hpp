@@ -1,7 +1,8 @@
 #pragma once
-// Internal: the per-ISA kernel entry points (dot-product tables, vectorized dequantization) behind vec_dot / matmul. One weight row is dotted
-// with up to kMaxNx activation rows at once, so that the weight bits are unpacked once and reused
-// (the small-batch / prefill path); nx = 1 is the plain vec_dot.
+// Internal: the per-ISA kernel entry points (dot-product tables, vectorized dequantization) behind
+// vec_dot / matmul. One weight row is dotted with up to kMaxNx activation rows at once, so that
+// the weight bits are unpacked once and reused (the small-batch / prefill path); nx = 1 is the
+// plain vec_dot.
 #include <cstddef>
 #include <cstdint>
 
@@ -17,21 +18,35 @@ inline constexpr int kMaxNx = 4;
 // (n a multiple of the weight's block size; checked by the callers, not here).
 using DotFn = void (*)(int64_t n, const void* w, const void* x, size_t x_stride, int nx, float* out);
 
+// One field per (weight type, order). The plain name is the order of ggml's x86 vec_dot
+// (what vec_dot / vec_dot_ref compute); the others are the same products added in the orders of
+// llama.cpp's other x86 CPU kernels (dot_ref*.cpp):
+//   *_group4:   Q4_K's repacked 4-row kernel (full groups of 4 rows of a dense product);
+//   *_tiled:    ggml's tiled K-quant kernel (products of 8 or more activation rows);
+//   *_repacked: the repacked 8-row gemv/gemm of the 32-value 4-bit formats (every matrix with a
+//               multiple of 8 rows);
+//   *_tinyblas: llamafile's tinyBLAS (dense products of 2+ rows), where it adds unlike vec_dot.
 struct DotKernels {
   DotFn f32, f16, bf16, q8_0, q4_k, q5_k, q6_k;
-  // The same products added in the orders of llama.cpp's other x86 CPU kernels (dot_ref.cpp):
-  // Q4_K as its repacked 4-row kernel (full groups of 4 rows of a dense product), Q5_K/Q6_K as
-  // its tiled kernel (products of 8 or more activation rows).
   DotFn q4_k_group4, q5_k_tiled, q6_k_tiled;
+  // 32-value formats (dot_ref_legacy.cpp, dot_legacy_avx2.cpp)
+  DotFn q4_0, q4_1, q5_0, q5_1, iq4_nl, mxfp4;
+  DotFn q4_0_repacked, iq4_nl_repacked, mxfp4_repacked, iq4_nl_tinyblas;
+  // Q2_K, Q3_K, IQ4_XS (dot_ref_kquants.cpp, dot_kquants_avx2.cpp)
+  DotFn q2_k, q3_k, iq4_xs, q2_k_tiled, q3_k_tiled, iq4_xs_tiled;
 };
 
 // Which of those orders a product uses (matmul.cpp decides, as llama.cpp does).
-enum class DotOrder { row, group4, tiled };
+enum class DotOrder { row, group4, tiled, repacked, tinyblas };
 
 const DotKernels& dot_kernels_scalar();      // dot_ref.cpp
 const DotKernels& dot_kernels_avx2();        // dot_avx2.cpp, only after a run-time check
 const DotKernels& dot_kernels_avx512();      // dot_avx512.cpp
 const DotKernels& dot_kernels_avx512vnni();  // dot_avx512vnni.cpp
+// The AVX2 entries of the 32-value formats (dot_legacy_avx2.cpp) and of Q2_K, Q3_K, IQ4_XS
+// (dot_kquants_avx2.cpp), written into a table; only after the run-time check.
+void add_legacy_avx2(DotKernels& k);
+void add_kquants_avx2(DotKernels& k);
 
 inline const DotKernels& dot_kernels(Isa isa) {
   switch (isa) {
@@ -59,6 +74,16 @@ inline DotFn dot_fn(const DotKernels& k, GgmlType w, DotOrder o = DotOrder::row)
     case GgmlType::Q4_K: return o == DotOrder::group4 ? k.q4_k_group4 : k.q4_k;
     case GgmlType::Q5_K: return o == DotOrder::tiled ? k.q5_k_tiled : k.q5_k;
     case GgmlType::Q6_K: return o == DotOrder::tiled ? k.q6_k_tiled : k.q6_k;
+    case GgmlType::Q4_0: return o == DotOrder::repacked ? k.q4_0_repacked : k.q4_0;  // tinyBLAS = vec_dot
+    case GgmlType::Q4_1: return k.q4_1;
+    case GgmlType::Q5_0: return k.q5_0;  // tinyBLAS adds as vec_dot
+    case GgmlType::Q5_1: return k.q5_1;
+    case GgmlType::IQ4_NL:
+      return o == DotOrder::repacked ? k.iq4_nl_repacked : o == DotOrder::tinyblas ? k.iq4_nl_tinyblas : k.iq4_nl;
+    case GgmlType::MXFP4: return o == DotOrder::repacked ? k.mxfp4_repacked : k.mxfp4;
+    case GgmlType::Q2_K: return o == DotOrder::tiled ? k.q2_k_tiled : k.q2_k;
+    case GgmlType::Q3_K: return o == DotOrder::tiled ? k.q3_k_tiled : k.q3_k;
+    case GgmlType::IQ4_XS: return o == DotOrder::tiled ? k.iq4_xs_tiled : k.iq4_xs;
     default: return nullptr;
   }
 }

@@ -10,6 +10,7 @@
 
 #include "kernels/cpu/blocks.hpp"
 #include "kernels/cpu/dot_kernels.hpp"
+#include "kernels/cpu/dot_ref_internal.hpp"
 #include "kernels/cpu/quants.hpp"
 #include "kernels/cpu/row_check.hpp"
 #include "runtime/core/fp16.hpp"
@@ -36,11 +37,7 @@ float dot_bf16(int64_t n, const uint16_t* w, const uint16_t* x) {
   return static_cast<float>(sum);
 }
 
-// ggml's hsum_float_8 over 8 partial sums: lanes l and l+4 first, then (0,2) and (1,3), then the two.
-float hsum8_ref(const float* l) {
-  const float h0 = l[4] + l[0], h1 = l[5] + l[1], h2 = l[6] + l[2], h3 = l[7] + l[3];
-  return (h0 + h2) + (h1 + h3);
-}
+using ref::hsum8;
 
 // Q8_0 as ggml's x86 kernels (vec_dot and llamafile's tinyBLAS) add: lane l (of 8) holds, per
 // block, the integer sum of products 4l..4l+3 and accumulates d_w·d_x times it with one FMA per
@@ -55,7 +52,7 @@ float dot_q8_0(int64_t nb, const BlockQ8_0* w, const BlockQ8_0* x) {
       lanes[l] = std::fma(d, static_cast<float>(s), lanes[l]);
     }
   }
-  return hsum8_ref(lanes);
+  return hsum8(lanes);
 }
 
 // Unpacks the 8 scales (bytes 0..7) and 8 mins (bytes 8..15) of a Q4_K/Q5_K block.
@@ -143,7 +140,7 @@ float dot_q5_k(int64_t nb, const BlockQ5K* w, const BlockQ8K* x) {
       lanes[l] = std::fma(d, static_cast<float>(s), lanes[l]);
     }
   }
-  return hsum8_ref(lanes) + mins;
+  return hsum8(lanes) + mins;
 }
 
 // The 256 unsigned levels (0..63) of a Q6_K block in value order.
@@ -181,7 +178,7 @@ float dot_q6_k(int64_t nb, const BlockQ6K* w, const BlockQ8K* x) {
       lanes[l] = std::fma(d, static_cast<float>(s), lanes[l]);
     }
   }
-  return hsum8_ref(lanes);
+  return hsum8(lanes);
 }
 
 // Q5_K / Q6_K as ggml's tiled x86 kernel adds (llama.cpp's path for products of 8 or more
@@ -222,7 +219,8 @@ float dot_k_tiled(int64_t nb, const void* wv, const BlockQ8K* x) {
   return acc;
 }
 
-float dot_one(GgmlType t, int64_t n, const void* w, const void* x) {
+// Weight type t's product in order o (the row order for the types that have only that one).
+float dot_one(GgmlType t, int64_t n, const void* w, const void* x, detail::DotOrder o = detail::DotOrder::row) {
   switch (t) {
     case GgmlType::F32: return dot_f32(n, static_cast<const float*>(w), static_cast<const float*>(x));
     case GgmlType::F16:
@@ -237,13 +235,22 @@ float dot_one(GgmlType t, int64_t n, const void* w, const void* x) {
       return dot_q5_k(n / kQK_K, static_cast<const BlockQ5K*>(w), static_cast<const BlockQ8K*>(x));
     case GgmlType::Q6_K:
       return dot_q6_k(n / kQK_K, static_cast<const BlockQ6K*>(w), static_cast<const BlockQ8K*>(x));
+    case GgmlType::Q4_0:
+    case GgmlType::Q4_1:
+    case GgmlType::Q5_0:
+    case GgmlType::Q5_1:
+    case GgmlType::IQ4_NL:
+    case GgmlType::MXFP4: return ref::dot_legacy(t, o, n, w, x);
+    case GgmlType::Q2_K:
+    case GgmlType::Q3_K:
+    case GgmlType::IQ4_XS: return ref::dot_kquant(t, o, n, w, x);
     default: return 0.0f;  // unreachable: callers check the type
   }
 }
 
-template <GgmlType T>
+template <GgmlType T, detail::DotOrder O = detail::DotOrder::row>
 void dot_nx(int64_t n, const void* w, const void* x, size_t x_stride, int nx, float* out) {
-  for (int j = 0; j < nx; ++j) out[j] = dot_one(T, n, w, static_cast<const uint8_t*>(x) + j * x_stride);
+  for (int j = 0; j < nx; ++j) out[j] = dot_one(T, n, w, static_cast<const uint8_t*>(x) + j * x_stride, O);
 }
 
 // One of the other orders, for nx rows.
@@ -263,10 +270,34 @@ void dot_q6_k_tiled(int64_t n, const void* w, const void* x, size_t s, int nx, f
   other_order_nx(dot_k_tiled<false>, n, w, x, s, nx, out);
 }
 
+using detail::DotOrder;
 constexpr detail::DotKernels kScalar{
-    dot_nx<GgmlType::F32>,  dot_nx<GgmlType::F16>,  dot_nx<GgmlType::BF16>, dot_nx<GgmlType::Q8_0>,
-    dot_nx<GgmlType::Q4_K>, dot_nx<GgmlType::Q5_K>, dot_nx<GgmlType::Q6_K>, dot_q4_k_group4,
-    dot_q5_k_tiled,         dot_q6_k_tiled,
+    .f32 = dot_nx<GgmlType::F32>,
+    .f16 = dot_nx<GgmlType::F16>,
+    .bf16 = dot_nx<GgmlType::BF16>,
+    .q8_0 = dot_nx<GgmlType::Q8_0>,
+    .q4_k = dot_nx<GgmlType::Q4_K>,
+    .q5_k = dot_nx<GgmlType::Q5_K>,
+    .q6_k = dot_nx<GgmlType::Q6_K>,
+    .q4_k_group4 = dot_q4_k_group4,
+    .q5_k_tiled = dot_q5_k_tiled,
+    .q6_k_tiled = dot_q6_k_tiled,
+    .q4_0 = dot_nx<GgmlType::Q4_0>,
+    .q4_1 = dot_nx<GgmlType::Q4_1>,
+    .q5_0 = dot_nx<GgmlType::Q5_0>,
+    .q5_1 = dot_nx<GgmlType::Q5_1>,
+    .iq4_nl = dot_nx<GgmlType::IQ4_NL>,
+    .mxfp4 = dot_nx<GgmlType::MXFP4>,
+    .q4_0_repacked = dot_nx<GgmlType::Q4_0, DotOrder::repacked>,
+    .iq4_nl_repacked = dot_nx<GgmlType::IQ4_NL, DotOrder::repacked>,
+    .mxfp4_repacked = dot_nx<GgmlType::MXFP4, DotOrder::repacked>,
+    .iq4_nl_tinyblas = dot_nx<GgmlType::IQ4_NL, DotOrder::tinyblas>,
+    .q2_k = dot_nx<GgmlType::Q2_K>,
+    .q3_k = dot_nx<GgmlType::Q3_K>,
+    .iq4_xs = dot_nx<GgmlType::IQ4_XS>,
+    .q2_k_tiled = dot_nx<GgmlType::Q2_K, DotOrder::tiled>,
+    .q3_k_tiled = dot_nx<GgmlType::Q3_K, DotOrder::tiled>,
+    .iq4_xs_tiled = dot_nx<GgmlType::IQ4_XS, DotOrder::tiled>,
 };
 
 }  // namespace

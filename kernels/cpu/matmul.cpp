@@ -30,6 +30,10 @@ constexpr int64_t kStreams = 4;
 constexpr int64_t kMinStreamRows = 4;
 // Fewest activation rows for which llama.cpp's CPU backend takes its tiled K-quant kernel.
 constexpr int64_t kTiledMinRows = 8;
+// Weight rows a matrix must have a multiple of for ggml-cpu to repack it (8-row interleaving).
+constexpr int64_t kRepackRows = 8;
+// Fewest activation rows for which llamafile's tinyBLAS takes a dense product.
+constexpr int64_t kTinyblasMinRows = 2;
 // Smallest chunk of work one task gets.
 constexpr int64_t kMinTaskWork = 64 * 1024;
 
@@ -100,16 +104,34 @@ void run(const Job& job, int64_t rows, bool parallel) {
                     [&job](const tbb::blocked_range<int64_t>& r) { job.rows(r.begin(), r.end()); });
 }
 
+// The order llama.cpp's x86 CPU backend (AVX2 build) adds a product in, by weight type and shape
+// (matmul.hpp). Q4_K's 4-row groups are chosen per group in Job::rows.
+detail::DotOrder order_for(GgmlType w, int64_t rows, int64_t n_batch, bool dense) {
+  using detail::DotOrder;
+  switch (w) {
+    case GgmlType::Q4_0:
+    case GgmlType::IQ4_NL:
+    case GgmlType::MXFP4:
+      // Repacked (q4_0 / iq4_nl / mxfp4 8x8 gemv and gemm) whenever the row count allows, for dense
+      // and expert products alike; else IQ4_NL's dense products of 2+ rows go to tinyBLAS.
+      if (rows % kRepackRows == 0) return DotOrder::repacked;
+      return dense && n_batch >= kTinyblasMinRows ? DotOrder::tinyblas : DotOrder::row;
+    case GgmlType::Q5_K:
+    case GgmlType::Q6_K:
+    case GgmlType::Q2_K:
+    case GgmlType::Q3_K:
+    case GgmlType::IQ4_XS: return n_batch >= kTiledMinRows ? DotOrder::tiled : DotOrder::row;
+    default: return DotOrder::row;
+  }
+}
+
 }  // namespace
 
 void matmul_q(GgmlType w, const void* W, int64_t rows, int64_t cols, const void* Xq, int64_t ldxq,
               int64_t n_batch, float* Y, int64_t ldy, bool parallel, bool dense) {
   check_matmul("matmul_q", w, rows, cols, n_batch, ldy);
   const detail::DotKernels& kernels = detail::dot_kernels(active_isa());
-  // llama.cpp's x86 CPU backend sends products of 8 or more rows with Q5_K/Q6_K (not repacked)
-  // weights through its tiled kernel, dense or per expert; see matmul.hpp.
-  const detail::DotFn dot =
-      detail::dot_fn(kernels, w, n_batch >= kTiledMinRows ? detail::DotOrder::tiled : detail::DotOrder::row);
+  const detail::DotFn dot = detail::dot_fn(kernels, w, order_for(w, rows, n_batch, dense));
   if (!dot) fail(ErrorKind::unsupported, "matmul_q: type {} is not a weight type", type_name(w));
   const auto x_row_bytes = static_cast<int64_t>(row_bytes(vec_dot_type(w), static_cast<uint64_t>(cols)));
   if (n_batch > 1 && ldxq < x_row_bytes)

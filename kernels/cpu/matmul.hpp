@@ -34,9 +34,13 @@ float vec_dot_ref(GgmlType w, const void* wrow, const void* xq, int64_t n);  // 
 //   Q4_K (repacked there): a dense batch of n rows takes its 4-row kernel for the first
 //        n − n mod 4 rows and its 1-row kernel for the rest; expert products (mul_mat_id) the
 //        1-row kernel for every row — matmul_q with dense = false;
-//   Q5_K, Q6_K: its tiled kernel when the product has 8 or more activation rows (dense, or the
-//        tokens routed to one expert), else vec_dot;
-//   Q8_0 and the float types: one order.
+//   Q5_K, Q6_K, Q2_K, Q3_K, IQ4_XS: its tiled kernel when the product has 8 or more activation
+//        rows (dense, or the tokens routed to one expert), else vec_dot;
+//   Q4_0, IQ4_NL, MXFP4 (repacked there when the matrix has a multiple of 8 rows): the repacked
+//        kernels' order for such matrices, dense or expert (`rows` must then be the matrix's, not a
+//        slice of it); else IQ4_NL's dense products of 2+ rows take tinyBLAS's order, the rest
+//        vec_dot's (Q4_0's tinyBLAS order is its vec_dot order);
+//   Q8_0, Q4_1, Q5_0, Q5_1 and the float types: one order.
 void matmul(GgmlType w, const void* W, int64_t rows, int64_t cols, const float* X, int64_t ldx,
             int64_t n_batch, float* Y, int64_t ldy, bool parallel = true);
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "kernels/cpu/blocks.hpp"
 #include "kernels/cpu/quants.hpp"
@@ -327,6 +328,79 @@ void quantize_q8_k(const float* x, void* dst, int64_t n) {
   }
 }
 
+// ---- 32-value formats (ggml's quantize_row_q{4,5}_{0,1}_ref). Value j of a block goes to the low
+// nibble of byte j % 16 (j < 16) or its high nibble, the fifth bit to bit j of qh. The float
+// steps are ggml's: levels by truncating x·id + offset to int8 (x·id ≥ −0.5 after the offset).
+
+// Symmetric (Q4_0: nmax 8, Q5_0: 16): d = max/−nmax from the value of largest magnitude, so that
+// it maps to level 0; q = min(2·nmax − 1, trunc(x/d + nmax + 0.5)).
+template <int kNmax>
+void quantize_sym_block(const float* x, uint16_t& d16, uint8_t* qs, uint8_t* qh) {
+  float amax = 0.0f, max = 0.0f;
+  for (int j = 0; j < kQK8_0; ++j)
+    if (amax < std::fabs(x[j])) {
+      amax = std::fabs(x[j]);
+      max = x[j];
+    }
+  const float d = max / -kNmax;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  d16 = fp32_to_fp16(d);
+  uint32_t h = 0;
+  for (int j = 0; j < kQK8_0 / 2; ++j) {
+    const float x0 = x[j] * id, x1 = x[j + 16] * id;
+    const int q0 = std::min(2 * kNmax - 1, static_cast<int>(static_cast<int8_t>(x0 + (kNmax + 0.5f))));
+    const int q1 = std::min(2 * kNmax - 1, static_cast<int>(static_cast<int8_t>(x1 + (kNmax + 0.5f))));
+    qs[j] = static_cast<uint8_t>((q0 & 0xF) | ((q1 & 0xF) << 4));
+    h |= static_cast<uint32_t>((q0 >> 4) & 1) << j;
+    h |= static_cast<uint32_t>((q1 >> 4) & 1) << (j + 16);
+  }
+  if (qh) std::memcpy(qh, &h, 4);
+}
+
+// With a min (Q4_1: 15 steps, Q5_1: 31): d = (max − min)/steps, m = min, q = trunc((x − min)/d + 0.5)
+// (Q4_1 also capped at 15, as ggml does).
+template <int kSteps>
+void quantize_min_block(const float* x, uint16_t& d16, uint16_t& m16, uint8_t* qs, uint8_t* qh) {
+  float min = std::numeric_limits<float>::max(), max = -std::numeric_limits<float>::max();
+  for (int j = 0; j < kQK8_0; ++j) {
+    if (x[j] < min) min = x[j];
+    if (x[j] > max) max = x[j];
+  }
+  const float d = (max - min) / kSteps;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  d16 = fp32_to_fp16(d);
+  m16 = fp32_to_fp16(min);
+  uint32_t h = 0;
+  for (int j = 0; j < kQK8_0 / 2; ++j) {
+    const float x0 = (x[j] - min) * id, x1 = (x[j + 16] - min) * id;
+    int q0, q1;
+    if constexpr (kSteps == 15) {
+      q0 = std::min(15, static_cast<int>(static_cast<int8_t>(x0 + 0.5f)));
+      q1 = std::min(15, static_cast<int>(static_cast<int8_t>(x1 + 0.5f)));
+    } else {
+      q0 = static_cast<uint8_t>(x0 + 0.5f);
+      q1 = static_cast<uint8_t>(x1 + 0.5f);
+    }
+    qs[j] = static_cast<uint8_t>((q0 & 0xF) | ((q1 & 0xF) << 4));
+    h |= static_cast<uint32_t>((q0 >> 4) & 1) << j;
+    h |= static_cast<uint32_t>((q1 >> 4) & 1) << (j + 16);
+  }
+  if (qh) std::memcpy(qh, &h, 4);
+}
+
+void quantize_q4_0(const float* x, BlockQ4_0* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i) quantize_sym_block<8>(x + i * kQK8_0, y[i].d, y[i].qs, nullptr);
+}
+void quantize_q5_0(const float* x, BlockQ5_0* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i) quantize_sym_block<16>(x + i * kQK8_0, y[i].d, y[i].qs, y[i].qh);
+}
+void quantize_q4_1(const float* x, BlockQ4_1* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i) quantize_min_block<15>(x + i * kQK8_0, y[i].d, y[i].m, y[i].qs, nullptr);
+}
+void quantize_q5_1(const float* x, BlockQ5_1* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i) quantize_min_block<31>(x + i * kQK8_0, y[i].d, y[i].m, y[i].qs, y[i].qh);
+}
+
 }  // namespace
 
 void quantize_row_ref(GgmlType t, const float* src, void* dst, int64_t n) {
@@ -348,6 +422,10 @@ void quantize_row_ref(GgmlType t, const float* src, void* dst, int64_t n) {
     case GgmlType::Q5_K: quantize_q5_k(src, static_cast<BlockQ5K*>(dst), nb); return;
     case GgmlType::Q6_K: quantize_q6_k(src, static_cast<BlockQ6K*>(dst), nb); return;
     case GgmlType::Q8_K: quantize_q8_k(src, dst, n); return;
+    case GgmlType::Q4_0: quantize_q4_0(src, static_cast<BlockQ4_0*>(dst), nb); return;
+    case GgmlType::Q4_1: quantize_q4_1(src, static_cast<BlockQ4_1*>(dst), nb); return;
+    case GgmlType::Q5_0: quantize_q5_0(src, static_cast<BlockQ5_0*>(dst), nb); return;
+    case GgmlType::Q5_1: quantize_q5_1(src, static_cast<BlockQ5_1*>(dst), nb); return;
     default: break;
   }
   fail(ErrorKind::unsupported, "quantize_row_ref: no CPU quantizer for type {}", type_name(t));

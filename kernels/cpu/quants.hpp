@@ -1,7 +1,8 @@
 #pragma once
 // Quantized formats on the CPU: scalar reference dequantization (bit-exact with ggml), reference
-// quantizers, and the activation-side quantization used by dot products (as ggml does it: Q8_0
-// weights dot Q8_0 activations, K-quant weights dot Q8_K activations, F16 dot F16, BF16 dot BF16).
+// quantizers, and the activation-side quantization used by dot products (as ggml does it: Q8_0,
+// Q4_0, Q5_0, IQ4_NL, MXFP4 weights dot Q8_0 activations, Q4_1/Q5_1 dot Q8_1, K-quants and IQ4_XS
+// dot Q8_K, F16 dot F16, BF16 dot BF16).
 #include <cstdint>
 
 #include "runtime/core/types.hpp"
@@ -9,13 +10,14 @@
 namespace ferry::cpu {
 
 // dst[n] ← src (n values of type t). n must be a multiple of the block size. All compute types
-// (F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K, Q8_K).
+// (TypeInfo::compute).
 void dequantize_row_ref(GgmlType t, const void* src, float* dst, int64_t n);
 // Same result, vectorized where it pays (used for dequantize-to-float paths).
 void dequantize_row(GgmlType t, const void* src, float* dst, int64_t n);
 
 // Reference quantizers (round-to-nearest with the same scale search ggml's *_ref functions use);
-// for synth and tests. dst must hold row_bytes(t, n).
+// for synth and tests. F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, Q8_K (not
+// Q2_K, Q3_K, IQ4_NL, IQ4_XS, MXFP4). dst must hold row_bytes(t, n).
 void quantize_row_ref(GgmlType t, const float* src, void* dst, int64_t n);
 
 // Activation format a weight type is dotted with.

@@ -75,6 +75,18 @@ inline __m128i q4k_scales_mins(const uint8_t* s12) {
                        static_cast<int>(scales_hi), static_cast<int>(u[0] & kmask1));
 }
 
+// The 16 scales of a Q3_K block minus 32 as int16 (q3k_scales, in general registers).
+inline __m256i q3k_scales16(const uint8_t* s12) {
+  constexpr uint32_t kmask1 = 0x03030303, kmask2 = 0x0f0f0f0f;
+  uint32_t a[3];
+  std::memcpy(a, s12, 12);
+  const __m128i s = _mm_set_epi32(static_cast<int>(((a[1] >> 4) & kmask2) | (((a[2] >> 6) & kmask1) << 4)),
+                                  static_cast<int>(((a[0] >> 4) & kmask2) | (((a[2] >> 4) & kmask1) << 4)),
+                                  static_cast<int>((a[1] & kmask2) | (((a[2] >> 2) & kmask1) << 4)),
+                                  static_cast<int>((a[0] & kmask2) | ((a[2] & kmask1) << 4)));
+  return _mm256_cvtepi8_epi16(_mm_sub_epi8(s, _mm_set1_epi8(32)));
+}
+
 // The four chunk sums of one Q4_K block in one register: lane c = Σ of the int32 lanes of p[c].
 inline __m128i hsum_i32_x4(__m256i p0, __m256i p1, __m256i p2, __m256i p3) {
   const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(p0, p1), _mm256_hadd_epi32(p2, p3));
@@ -239,6 +251,40 @@ struct Q6KFloat {
     }
   }
 
+  void store(float* out) const {
+    if constexpr (kTiled) {
+      store_rows<NX>(vacc, out);
+    } else {
+      for (int k = 0; k < NX; ++k) out[k] = hsum8(acc[k]);
+    }
+  }
+};
+
+// The float side of the Q2_K / Q3_K / IQ4_XS kernels (both ISA files), in the orders of
+// dot_ref_kquants.cpp for NX rows: vec_dot's 8 lanes per row, or the tiled order (rows in the lanes
+// of one register). add() gets the rows' scale-weighted lane sums and, for Q2_K, the rows'
+// mins lanes (m_2l·bsum_2l + m_2l+1·bsum_2l+1).
+template <bool kMins, bool kTiled, int NX>
+struct KFloat {
+  __m256 acc[NX];
+  __m128 vacc = _mm_setzero_ps();
+  KFloat() {
+    for (int k = 0; k < NX; ++k) acc[k] = _mm256_setzero_ps();
+  }
+  void add(const __m256i (&sums)[NX], const __m256i (&mins)[NX], float dw, float dmw, const BlockQ8K* const (&x)[NX],
+           int64_t i) {
+    if constexpr (kTiled) {
+      vacc = tiled_step<kMins>(vacc, hsum_rows<NX>(sums), kMins ? hsum_rows<NX>(mins) : _mm_setzero_si128(), dw, dmw,
+                               dy_rows<NX>(x, i));
+    } else {
+      for (int k = 0; k < NX; ++k) {
+        const float dy = x[k][i].d;
+        if constexpr (kMins)
+          acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(-dy * dmw), _mm256_cvtepi32_ps(mins[k]), acc[k]);
+        acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(dy * dw), _mm256_cvtepi32_ps(sums[k]), acc[k]);
+      }
+    }
+  }
   void store(float* out) const {
     if constexpr (kTiled) {
       store_rows<NX>(vacc, out);

@@ -20,7 +20,9 @@ struct TypeInfo {
   std::string_view name;
   uint32_t block_values;  // values per block (1 for plain types)
   uint32_t block_bytes;   // bytes per block
-  bool compute;           // Ferry has kernels for it (F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K, Q8_K)
+  bool compute;           // Ferry has CPU kernels for it: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1,
+                          // Q8_0, Q2_K..Q6_K, IQ4_NL, IQ4_XS, MXFP4 as weights; Q8_1, Q8_K as
+                          // activations only
 };
 
 // Known ids (any the GGUF format defines) → info; unknown ids → nullopt. Readers must reject those.

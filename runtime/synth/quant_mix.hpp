@@ -15,8 +15,9 @@ namespace ferry::synth {
 bool llama_quantizes(const TensorPlan& t);
 
 // Sets .type of every tensor (in file order, which must be layer order as llama.cpp's loader
-// iterates it) for the mix. Throws ErrorKind::unsupported when the result is a type Ferry cannot
-// write (e.g. a Q5_0 fallback for a row length that is not a multiple of 256).
+// iterates it) for the mix (a row length that is not a multiple of 256 falls back as llama.cpp's
+// does: Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to Q8_0). Throws ErrorKind::unsupported when the result
+// is a type Ferry has no CPU kernels for.
 void assign_types(std::vector<TensorPlan>& tensors, const Hparams& hp, QuantMix mix);
 
 }  // namespace ferry::synth

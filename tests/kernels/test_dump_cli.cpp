@@ -119,8 +119,8 @@ class DumpCli : public ::testing::Test {
     tensors_.push_back(make_tensor(rng, "token_embd.weight", GgmlType::Q8_0, {64, 7}));
     tensors_.push_back(make_tensor(rng, "output_norm.weight", GgmlType::F16, {33}));
     tensors_.push_back(make_tensor(rng, "blk.0.ffn_up.weight", GgmlType::Q5_K, {256, 2}));
-    Tensor q40{"blk.0.q4_0.weight", GgmlType::Q4_0, {32}, std::vector<uint8_t>(18, 0x11), {}};
-    tensors_.push_back(q40);
+    Tensor iq2{"blk.0.iq2_xxs.weight", GgmlType::IQ2_XXS, {256}, std::vector<uint8_t>(66, 0x11), {}};
+    tensors_.push_back(iq2);
     gguf_ = dir_ / "model.gguf";
     write_gguf(gguf_, tensors_);
   }
@@ -178,12 +178,12 @@ TEST_F(DumpCli, PrintsStatistics) {
 
 TEST_F(DumpCli, ClearErrors) {
   EXPECT_EQ(run(ferry_binary() + " dump -m " + gguf_.string() + " -t no.such.tensor"), 1);
-  EXPECT_EQ(run(ferry_binary() + " dump -m " + gguf_.string() + " -t blk.0.q4_0.weight"), 1);  // unsupported
+  EXPECT_EQ(run(ferry_binary() + " dump -m " + gguf_.string() + " -t blk.0.iq2_xxs.weight"), 1);  // unsupported
   EXPECT_EQ(run(ferry_binary() + " dump -m " + (dir_ / "missing.gguf").string() + " -t x"), 1);
   EXPECT_EQ(run(ferry_binary() + " dump -t x"), 2);  // -m is required
   // a failed dump leaves no output behind
   const fs::path out = dir_ / "bad.npy";
-  EXPECT_EQ(run(ferry_binary() + " dump -m " + gguf_.string() + " -t blk.0.q4_0.weight -o " + out.string()), 1);
+  EXPECT_EQ(run(ferry_binary() + " dump -m " + gguf_.string() + " -t blk.0.iq2_xxs.weight -o " + out.string()), 1);
   EXPECT_FALSE(fs::exists(out));
   EXPECT_FALSE(fs::exists(out.string() + ".tmp"));
 }

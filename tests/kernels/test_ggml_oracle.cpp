@@ -2,14 +2,11 @@
 // build that llama-cpp-python installs into the project venv (loaded with dlopen; its exported
 // C symbols quantize_row_*_ref, dequantize_row_*, ggml_vec_dot_*). Skipped when that library is
 // not there (a fresh checkout before scripts/ set up the venv); FERRY_GGML_LIB_DIR overrides the
-// search.
-#include <dlfcn.h>
+// search. The types added later (Q4_0 … MXFP4, the repacked, tinyBLAS and tiled orders) are in
+// test_ggml_oracle_types.cpp.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
-#include <filesystem>
-#include <string>
-
+#include "ggml_oracle.hpp"
 #include "kernel_test_util.hpp"
 #include "kernels/cpu/blocks.hpp"
 #include "kernels/cpu/dot_kernels.hpp"
@@ -18,64 +15,6 @@ using namespace ferry;
 using namespace ferry::test;
 
 namespace {
-
-using QuantizeFn = void (*)(const float*, void*, int64_t);
-using DequantizeFn = void (*)(const void*, float*, int64_t);
-using GgmlDotFn = void (*)(int n, float* s, size_t bs, const void* x, size_t bx, const void* y,
-                           size_t by, int nrc);
-
-std::string find_ggml_dir() {
-  if (const char* env = std::getenv("FERRY_GGML_LIB_DIR")) return env;
-  namespace fs = std::filesystem;
-  const fs::path lib = fs::path(FERRY_SOURCE_DIR) / ".venv" / "lib";
-  std::error_code ec;
-  if (!fs::is_directory(lib, ec)) return {};
-  for (const auto& py : fs::directory_iterator(lib, ec)) {
-    const fs::path dir = py.path() / "site-packages" / "llama_cpp" / "lib";
-    if (fs::exists(dir / "libggml-cpu.so", ec)) return dir.string();
-  }
-  return {};
-}
-
-class Ggml {
- public:
-  static Ggml& get() {
-    static Ggml g;
-    return g;
-  }
-  bool ok() const { return base_ && cpu_; }
-  const std::string& why() const { return why_; }
-  template <typename F>
-  F sym(const char* name) {
-    void* p = dlsym(base_, name);
-    if (!p) p = dlsym(cpu_, name);
-    if (!p) ADD_FAILURE() << "symbol " << name << " missing from ggml";
-    return reinterpret_cast<F>(p);
-  }
-
- private:
-  Ggml() {
-    const std::string dir = find_ggml_dir();
-    if (dir.empty()) {
-      why_ = "no llama_cpp/lib in " FERRY_SOURCE_DIR "/.venv (set FERRY_GGML_LIB_DIR)";
-      return;
-    }
-    base_ = dlopen((dir + "/libggml-base.so").c_str(), RTLD_NOW | RTLD_LOCAL);
-    cpu_ = dlopen((dir + "/libggml-cpu.so").c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!ok()) {
-      why_ = std::string("dlopen failed: ") + dlerror();
-      return;
-    }
-    if (auto init = reinterpret_cast<void (*)()>(dlsym(cpu_, "ggml_cpu_init"))) init();
-  }
-  void* base_ = nullptr;
-  void* cpu_ = nullptr;
-  std::string why_;
-};
-
-#define REQUIRE_GGML()                                     \
-  if (!Ggml::get().ok()) GTEST_SKIP() << Ggml::get().why(); \
-  static_assert(true)
 
 struct Named {
   GgmlType t;
@@ -88,6 +27,10 @@ constexpr Named kQuantTypes[] = {
     {GgmlType::Q5_K, "quantize_row_q5_K_ref", "dequantize_row_q5_K"},
     {GgmlType::Q6_K, "quantize_row_q6_K_ref", "dequantize_row_q6_K"},
     {GgmlType::Q8_K, "quantize_row_q8_K_ref", "dequantize_row_q8_K"},
+    {GgmlType::Q4_0, "quantize_row_q4_0_ref", "dequantize_row_q4_0"},
+    {GgmlType::Q4_1, "quantize_row_q4_1_ref", "dequantize_row_q4_1"},
+    {GgmlType::Q5_0, "quantize_row_q5_0_ref", "dequantize_row_q5_0"},
+    {GgmlType::Q5_1, "quantize_row_q5_1_ref", "dequantize_row_q5_1"},
 };
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "kernel_test_util.hpp"
+#include "kernels/cpu/dot_kernels.hpp"
 #include "runtime/core/error.hpp"
 
 using namespace ferry;
@@ -29,7 +30,8 @@ std::vector<double> activation_error_bound(GgmlType w, const float* x, int64_t n
       double bound = 0;
       switch (vt) {
         case GgmlType::Q8_K: bound = amax / 127 * 0.5; break;
-        case GgmlType::Q8_0: bound = amax / 127 * (0.5 + 127.0 / 2048); break;
+        case GgmlType::Q8_0:
+        case GgmlType::Q8_1: bound = amax / 127 * (0.5 + 127.0 / 2048); break;
         case GgmlType::F16: bound = v * std::ldexp(1.0, -11); break;
         case GgmlType::BF16: bound = v * std::ldexp(1.0, -8); break;
         default: break;
@@ -54,8 +56,8 @@ Problem make_problem(std::mt19937& rng, GgmlType t, int64_t rows, int64_t cols, 
   p.W.resize(rb * rows);
   p.Wd.resize(static_cast<size_t>(rows * cols));
   for (int64_t r = 0; r < rows; ++r) {
-    const auto w = random_weights(rng, cols);
-    cpu::quantize_row_ref(t, w.data(), p.W.data() + r * rb, cols);
+    const auto w = weight_row(rng, t, cols);
+    std::copy(w.begin(), w.end(), p.W.begin() + static_cast<ptrdiff_t>(r * rb));
     cpu::dequantize_row_ref(t, p.W.data() + r * rb, p.Wd.data() + r * cols, cols);
   }
   p.X = random_normal(rng, n_batch * p.ldx);
@@ -87,6 +89,13 @@ Reference reference(const Problem& p) {
         exact_f += static_cast<double>(w[c]) * x[c];
         act_bound += std::fabs(static_cast<double>(w[c])) * err[static_cast<size_t>(c)];
       }
+      // Q4_1/Q5_1: their min term uses the activation's fp16 block sum (kernel_test_util.hpp), whose
+      // rounding (≤ 2^-11 relative) adds to the activation error bound.
+      const size_t rb = row_bytes(p.t, static_cast<uint64_t>(p.cols));
+      double min_mag;
+      exact_q += q8_1_min_term_shift(p.t, p.W.data() + r * rb, xq.data(), p.cols, &min_mag);
+      mag += min_mag;
+      act_bound += min_mag * std::ldexp(1.0, -10);
       const double tol = 2 * (static_cast<double>(p.cols) / 8 + 64) * std::ldexp(1.0, -24) * mag;
       ref.exact_q.push_back(exact_q);
       ref.tol_q.push_back(tol);
@@ -176,9 +185,10 @@ TEST(Matmul, ParallelPathIsDeterministic) {
 }
 
 // matmul_q with activations quantized by the caller (strided) gives the same numbers as matmul
-// (dense = true); with dense = false (expert products) every row is the 1-row vec_dot; with
-// dense = true Q4_K's full 4-row groups take the grouped order (ggml's 4-row kernel) and differ
-// from it somewhere, the other types never.
+// (dense = true); with dense = false (expert products) every row is the 1-row vec_dot (29 rows: no
+// repacked matrix, 5 activation rows: no tiled product); with dense = true Q4_K's full 4-row
+// groups take the grouped order (ggml's 4-row kernel) and IQ4_NL every row tinyBLAS's, which
+// differ from vec_dot somewhere, the other types never.
 TEST(Matmul, PreQuantizedActivationsMatchMatmul) {
   std::mt19937 rng(33);
   for (GgmlType t : kWeightTypes) {
@@ -196,20 +206,74 @@ TEST(Matmul, PreQuantizedActivationsMatchMatmul) {
     std::vector<float> e(a.size());
     cpu::matmul_q(t, p.W.data(), p.rows, cols, xq.data(), ldxq, p.n_batch, e.data(), p.ldy, true, false);
     const size_t wrb = row_bytes(t, static_cast<uint64_t>(cols));
+    const bool dense_order = t == GgmlType::Q4_K || t == GgmlType::IQ4_NL;
     int64_t differ = 0;
     for (int64_t b = 0; b < p.n_batch; ++b)
       for (int64_t r = 0; r < p.rows; ++r) {
         const size_t i = static_cast<size_t>(b * p.ldy + r);
         ASSERT_EQ(e[i], cpu::vec_dot(t, p.W.data() + r * wrb, xq.data() + b * ldxq, cols)) << type_name(t);
-        if (b >= p.n_batch - p.n_batch % 4) {
+        if (t != GgmlType::IQ4_NL && b >= p.n_batch - p.n_batch % 4) {
           ASSERT_EQ(a[i], e[i]) << type_name(t) << " tail row " << b;
         }
         differ += a[i] != e[i];
       }
-    if (t == GgmlType::Q4_K) {
-      EXPECT_GT(differ, 0) << "grouped and 1-row orders never differed";
+    if (dense_order) {
+      EXPECT_GT(differ, 0) << type_name(t) << ": the dense and 1-row orders never differed";
     } else {
       EXPECT_EQ(differ, 0) << type_name(t);
+    }
+  }
+}
+
+// Which order matmul_q gives each output (dot_kernels.hpp, ggml's kernel choice on x86): the
+// repacked order for Q4_0/IQ4_NL/MXFP4 matrices with a multiple of 8 rows (dense and expert),
+// else tinyBLAS's for dense IQ4_NL products of 2+ rows; the tiled order for Q5_K, Q6_K, Q2_K, Q3_K,
+// IQ4_XS products of 8+ activation rows; Q4_K's 4-row groups in dense products; vec_dot otherwise.
+TEST(Matmul, TakesTheOrderLlamaCppTakes) {
+  using cpu::detail::DotOrder;
+  std::mt19937 rng(35);
+  const auto& scalar = cpu::detail::dot_kernels(cpu::Isa::scalar);
+  auto expected_order = [](GgmlType t, int64_t rows, int64_t n_batch, bool dense, int64_t b) {
+    switch (t) {
+      case GgmlType::Q4_0:
+      case GgmlType::MXFP4:
+      case GgmlType::IQ4_NL:
+        if (rows % 8 == 0) return DotOrder::repacked;
+        return t == GgmlType::IQ4_NL && dense && n_batch >= 2 ? DotOrder::tinyblas : DotOrder::row;
+      case GgmlType::Q5_K:
+      case GgmlType::Q6_K:
+      case GgmlType::Q2_K:
+      case GgmlType::Q3_K:
+      case GgmlType::IQ4_XS: return n_batch >= 8 ? DotOrder::tiled : DotOrder::row;
+      case GgmlType::Q4_K: return dense && b < n_batch - n_batch % 4 ? DotOrder::group4 : DotOrder::row;
+      default: return DotOrder::row;
+    }
+  };
+  for (GgmlType t : kWeightTypes) {
+    if (block_values(t) == 1) continue;
+    const int64_t cols = 3 * block_values(t);
+    const GgmlType vt = cpu::vec_dot_type(t);
+    const auto xrb = static_cast<int64_t>(row_bytes(vt, static_cast<uint64_t>(cols)));
+    const size_t wrb = row_bytes(t, static_cast<uint64_t>(cols));
+    for (int64_t rows : {24, 29}) {
+      const Problem p = make_problem(rng, t, rows, cols, 9);
+      std::vector<uint8_t> xq(static_cast<size_t>(xrb * p.n_batch));
+      for (int64_t b = 0; b < p.n_batch; ++b)
+        cpu::quantize_activation(t, p.X.data() + b * p.ldx, xq.data() + b * xrb, cols);
+      for (int64_t n_batch : {1, 3, 7, 8, 9})
+        for (bool dense : {false, true}) {
+          std::vector<float> y(static_cast<size_t>(n_batch * p.ldy));
+          cpu::matmul_q(t, p.W.data(), rows, cols, xq.data(), xrb, n_batch, y.data(), p.ldy, false, dense);
+          for (int64_t b = 0; b < n_batch; ++b)
+            for (int64_t r = 0; r < rows; ++r) {
+              const DotOrder o = expected_order(t, rows, n_batch, dense, b);
+              float want;
+              cpu::detail::dot_fn(scalar, t, o)(cols, p.W.data() + r * wrb, xq.data() + b * xrb, 0, 1, &want);
+              ASSERT_EQ(y[static_cast<size_t>(b * p.ldy + r)], want)
+                  << type_name(t) << " rows " << rows << " n_batch " << n_batch << (dense ? " dense" : " expert")
+                  << " output (" << b << ", " << r << ") order " << static_cast<int>(o);
+            }
+        }
     }
   }
 }
@@ -238,7 +302,7 @@ TEST(Matmul, RejectsBadArguments) {
     cpu::matmul(GgmlType::Q4_K, W.data(), 2, 300, X.data(), 300, 1, Y.data(), 2);
   });
   expect_kind(ErrorKind::unsupported, [&] {
-    cpu::matmul(GgmlType::Q4_0, W.data(), 2, 64, X.data(), 64, 1, Y.data(), 2);
+    cpu::matmul(GgmlType::IQ2_XXS, W.data(), 2, 256, X.data(), 256, 1, Y.data(), 2);
   });
   expect_kind(ErrorKind::invalid_arg, [&] {  // output stride smaller than rows
     cpu::matmul(GgmlType::Q4_K, W.data(), 4, 256, X.data(), 256, 2, Y.data(), 3);

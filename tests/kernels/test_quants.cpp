@@ -72,6 +72,62 @@ float spec_q8_k(const uint8_t* b, int v) {
   return d * static_cast<int8_t>(b[4 + v]);
 }
 
+// 32-value blocks: value v < 16 is the low nibble of qs[v], v ≥ 16 the high nibble of qs[v − 16].
+int spec_nibble(const uint8_t* qs, int v) { return v < 16 ? qs[v] & 15 : qs[v - 16] >> 4; }
+int spec_bit(const uint8_t* p, int v) { return (p[v / 8] >> (v % 8)) & 1; }
+constexpr int kSpecIq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+constexpr int kSpecFp4x2[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};  // e2m1 · 2
+
+// Q4_0: d(2) qs(16). Q4_1: d(2) m(2) qs(16). Q5_0: d(2) qh(4) qs(16). Q5_1: d(2) m(2) qh(4) qs(16).
+float spec_q4_0(const uint8_t* b, int v) { return static_cast<float>(spec_nibble(b + 2, v) - 8) * fp16_to_fp32(rd16(b)); }
+float spec_q4_1(const uint8_t* b, int v) {
+  return static_cast<float>(spec_nibble(b + 4, v)) * fp16_to_fp32(rd16(b)) + fp16_to_fp32(rd16(b + 2));
+}
+float spec_q5_0(const uint8_t* b, int v) {
+  return static_cast<float>((spec_nibble(b + 6, v) | (spec_bit(b + 2, v) << 4)) - 16) * fp16_to_fp32(rd16(b));
+}
+float spec_q5_1(const uint8_t* b, int v) {
+  return static_cast<float>(spec_nibble(b + 8, v) | (spec_bit(b + 4, v) << 4)) * fp16_to_fp32(rd16(b)) +
+         fp16_to_fp32(rd16(b + 2));
+}
+// IQ4_NL: d(2) qs(16). MXFP4: e(1) qs(16), scale 2^(e − 127) on the e2m1 value (= half of 2^(e − 127)
+// on the doubled value). Q8_1: d(2) s(2) qs(32).
+float spec_iq4_nl(const uint8_t* b, int v) { return fp16_to_fp32(rd16(b)) * static_cast<float>(kSpecIq4nl[spec_nibble(b + 2, v)]); }
+float spec_mxfp4(const uint8_t* b, int v) {
+  return static_cast<float>(kSpecFp4x2[spec_nibble(b + 1, v)]) * std::ldexp(1.0f, static_cast<int>(b[0]) - 128);
+}
+float spec_q8_1(const uint8_t* b, int v) { return static_cast<float>(static_cast<int8_t>(b[4 + v])) * fp16_to_fp32(rd16(b)); }
+
+// Value v of a 2-bit super-block (Q2_K, Q3_K): bits 2k..2k+1 of qs[32h + l], v = 128h + 32k + l.
+int spec_2bit(const uint8_t* qs, int v) { return (qs[32 * (v / 128) + v % 32] >> (2 * ((v % 128) / 32))) & 3; }
+
+// Q2_K: scales(16: scale low nibble, min high nibble) qs(64) d(2) dmin(2).
+float spec_q2_k(const uint8_t* b, int v) {
+  const uint8_t sc = b[v / 16];
+  const float dl = fp16_to_fp32(rd16(b + 80)) * static_cast<float>(sc & 15);
+  const float ml = fp16_to_fp32(rd16(b + 82)) * static_cast<float>(sc >> 4);
+  return dl * static_cast<float>(spec_2bit(b + 16, v)) - ml;
+}
+// Q3_K: hmask(32) qs(64) scales(12) d(2); sub-block j's 6-bit scale: low nibble of byte j (j < 8) or
+// high nibble of byte j − 8, top bits at 2·(j / 4) of byte 8 + j % 4; a clear hmask bit (4h + k of
+// byte l) subtracts 4.
+float spec_q3_k(const uint8_t* b, int v) {
+  const uint8_t* s = b + 96;
+  const int j = v / 16;
+  const int sc = ((j < 8 ? s[j] & 15 : s[j - 8] >> 4) | (((s[8 + j % 4] >> (2 * (j / 4))) & 3) << 4)) - 32;
+  const int hbit = (b[v % 32] >> (v / 32)) & 1;
+  const float dl = fp16_to_fp32(rd16(b + 108)) * static_cast<float>(sc);
+  return dl * static_cast<float>(spec_2bit(b + 32, v) - (hbit ? 0 : 4));
+}
+// IQ4_XS: d(2) scales_h(2) scales_l(4) qs(128); sub-block j of 32 values: qs + 16j as IQ4_NL, scale
+// nibble j % 2 of scales_l[j / 2] with bits 2j, 2j+1 of scales_h on top, minus 32.
+float spec_iq4_xs(const uint8_t* b, int v) {
+  const int j = v / 32;
+  const int ls = ((b[4 + j / 2] >> (4 * (j % 2))) & 15) | (((rd16(b + 2) >> (2 * j)) & 3) << 4);
+  const float dl = fp16_to_fp32(rd16(b)) * static_cast<float>(ls - 32);
+  return dl * static_cast<float>(kSpecIq4nl[spec_nibble(b + 8 + 16 * j, v % 32)]);
+}
+
 float spec_value(GgmlType t, const uint8_t* row, int64_t i) {
   const TypeInfo& ti = type_info(t);
   const uint8_t* b = row + (i / ti.block_values) * ti.block_bytes;
@@ -85,44 +141,29 @@ float spec_value(GgmlType t, const uint8_t* row, int64_t i) {
     case GgmlType::Q5_K: return spec_q45_k(b, v, true);
     case GgmlType::Q6_K: return spec_q6_k(b, v);
     case GgmlType::Q8_K: return spec_q8_k(b, v);
+    case GgmlType::Q4_0: return spec_q4_0(b, v);
+    case GgmlType::Q4_1: return spec_q4_1(b, v);
+    case GgmlType::Q5_0: return spec_q5_0(b, v);
+    case GgmlType::Q5_1: return spec_q5_1(b, v);
+    case GgmlType::IQ4_NL: return spec_iq4_nl(b, v);
+    case GgmlType::MXFP4: return spec_mxfp4(b, v);
+    case GgmlType::Q8_1: return spec_q8_1(b, v);
+    case GgmlType::Q2_K: return spec_q2_k(b, v);
+    case GgmlType::Q3_K: return spec_q3_k(b, v);
+    case GgmlType::IQ4_XS: return spec_iq4_xs(b, v);
     default: ADD_FAILURE() << "no spec decoder for " << type_name(t); return 0.f;
   }
 }
 
-// Random bytes, with every fp16/f32 scale field replaced by a finite random value: every level,
-// scale and min bit pattern is reachable, unlike the output of a quantizer.
-std::vector<uint8_t> random_blocks(std::mt19937& rng, GgmlType t, int64_t n) {
-  std::vector<uint8_t> q(row_bytes(t, static_cast<uint64_t>(n)));
-  std::uniform_int_distribution<int> byte(0, 255);
-  for (auto& c : q) c = static_cast<uint8_t>(byte(rng));
-  const TypeInfo& ti = type_info(t);
-  for (size_t off = 0; off < q.size(); off += ti.block_bytes) {
-    uint8_t* b = q.data() + off;
-    auto put16 = [&](size_t at, uint16_t h) { std::memcpy(b + at, &h, 2); };
-    switch (t) {
-      case GgmlType::F32: { const float f = std::normal_distribution<float>(0, 1)(rng); std::memcpy(b, &f, 4); break; }
-      case GgmlType::F16:
-      case GgmlType::BF16: {
-        const float f = std::normal_distribution<float>(0, 1)(rng);
-        put16(0, t == GgmlType::F16 ? fp32_to_fp16(f) : fp32_to_bf16(f));
-        break;
-      }
-      case GgmlType::Q8_0: put16(0, random_fp16_scale(rng, true)); break;
-      case GgmlType::Q4_K:
-      case GgmlType::Q5_K:
-        put16(0, random_fp16_scale(rng, false));
-        put16(2, random_fp16_scale(rng, false));
-        break;
-      case GgmlType::Q6_K: put16(208, random_fp16_scale(rng, true)); break;
-      case GgmlType::Q8_K: { const float d = std::ldexp(1.f + byte(rng) / 256.f, -byte(rng) % 12); std::memcpy(b, &d, 4); break; }
-      default: break;
-    }
-  }
-  return q;
-}
-
-constexpr GgmlType kAllTypes[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q8_0,
-                                  GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_K};
+constexpr GgmlType kAllTypes[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16,   GgmlType::Q8_0,
+                                  GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K,   GgmlType::Q8_K,
+                                  GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0,   GgmlType::Q5_1,
+                                  GgmlType::Q8_1, GgmlType::Q2_K, GgmlType::Q3_K,   GgmlType::IQ4_NL,
+                                  GgmlType::IQ4_XS, GgmlType::MXFP4};
+// The types with a reference quantizer.
+constexpr GgmlType kQuantizerTypes[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q8_0,
+                                        GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_K,
+                                        GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1};
 
 bool same_bits(float a, float b) { return std::memcmp(&a, &b, 4) == 0; }
 
@@ -133,7 +174,7 @@ TEST(Dequantize, ReferenceMatchesIndependentDecoderBitExact) {
   for (GgmlType t : kAllTypes) {
     const int64_t n = 5 * block_values(t) * (block_values(t) == 1 ? 61 : 1);
     for (int rep = 0; rep < 20; ++rep) {
-      const auto q = random_blocks(rng, t, n);
+      const auto q = random_blocks(rng, t, n, /*full_range=*/true);
       const auto y = dequantize(t, q.data(), n);
       for (int64_t i = 0; i < n; ++i) {
         const float s = spec_value(t, q.data(), i);
@@ -153,7 +194,7 @@ TEST(Dequantize, VectorizedMatchesReferenceBitExactOnEveryIsa) {
       // 1, 2, 3 and 17 blocks (odd tails for the plain types: 1 value per block)
       for (int64_t blocks : {1, 2, 3, 17}) {
         const int64_t n = blocks * block_values(t);
-        const auto q = random_blocks(rng, t, n);
+        const auto q = random_blocks(rng, t, n, /*full_range=*/true);
         const auto ref = dequantize(t, q.data(), n);
         std::vector<float> fast(static_cast<size_t>(n));
         cpu::dequantize_row(t, q.data(), fast.data(), n);
@@ -173,7 +214,8 @@ TEST(Quantize, RoundTripErrorWithinBounds) {
   const Case cases[] = {
       {GgmlType::F32, 0.0},       {GgmlType::F16, 2.4e-4},   {GgmlType::BF16, 2.0e-3},
       {GgmlType::Q8_0, 1.0e-2},   {GgmlType::Q8_K, 2.5e-2},  {GgmlType::Q6_K, 3.1e-2},
-      {GgmlType::Q5_K, 5.3e-2},   {GgmlType::Q4_K, 1.02e-1},
+      {GgmlType::Q5_K, 5.3e-2},   {GgmlType::Q4_K, 1.02e-1},  {GgmlType::Q4_0, 1.58e-1},
+      {GgmlType::Q4_1, 1.07e-1},  {GgmlType::Q5_0, 8.0e-2},   {GgmlType::Q5_1, 5.3e-2},
   };
   std::mt19937 rng(13);
   const int64_t n = 256 * 64;
@@ -233,7 +275,7 @@ TEST(Quantize, Q8KBlockSumsAreGroupSums) {
 
 TEST(Quantize, ZerosStayZero) {
   const std::vector<float> zeros(512, 0.f);
-  for (GgmlType t : kAllTypes) {
+  for (GgmlType t : kQuantizerTypes) {
     const auto q = quantize(t, zeros);
     const auto y = dequantize(t, q.data(), 512);
     for (float v : y) ASSERT_EQ(v, 0.f) << type_name(t);
@@ -250,7 +292,7 @@ TEST(Quantize, RejectsBadRowsAndTypes) {
     EXPECT_EQ(e.kind(), ErrorKind::invalid_arg);
   }
   try {
-    cpu::dequantize_row_ref(GgmlType::Q4_0, buf.data(), x.data(), 32);
+    cpu::dequantize_row_ref(GgmlType::IQ2_XXS, buf.data(), x.data(), 256);
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::unsupported);
@@ -266,8 +308,15 @@ TEST(Activation, VecDotTypesFollowGgmlCpu) {
   EXPECT_EQ(cpu::vec_dot_type(GgmlType::F16), GgmlType::F16);
   EXPECT_EQ(cpu::vec_dot_type(GgmlType::BF16), GgmlType::BF16);
   EXPECT_EQ(cpu::vec_dot_type(GgmlType::F32), GgmlType::F32);
+  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::IQ4_NL, GgmlType::MXFP4})
+    EXPECT_EQ(cpu::vec_dot_type(t), GgmlType::Q8_0) << type_name(t);
+  EXPECT_EQ(cpu::vec_dot_type(GgmlType::Q4_1), GgmlType::Q8_1);
+  EXPECT_EQ(cpu::vec_dot_type(GgmlType::Q5_1), GgmlType::Q8_1);
+  for (GgmlType t : {GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::IQ4_XS})
+    EXPECT_EQ(cpu::vec_dot_type(t), GgmlType::Q8_K) << type_name(t);
   EXPECT_THROW(cpu::vec_dot_type(GgmlType::Q8_K), Error);
-  EXPECT_THROW(cpu::vec_dot_type(GgmlType::IQ4_XS), Error);
+  EXPECT_THROW(cpu::vec_dot_type(GgmlType::Q8_1), Error);
+  EXPECT_THROW(cpu::vec_dot_type(GgmlType::IQ2_XXS), Error);
 }
 
 // The Q8_0 activation quantizer is ggml-cpu's x86 one: ties round to even (the weight quantizer,

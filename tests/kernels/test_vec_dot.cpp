@@ -24,7 +24,7 @@ struct DotCase {
 
 DotCase make_case(std::mt19937& rng, GgmlType t, int64_t n) {
   DotCase c;
-  c.w = quantize(t, random_weights(rng, n));
+  c.w = weight_row(rng, t, n);
   const GgmlType vt = cpu::vec_dot_type(t);
   const auto x = random_normal(rng, n);
   c.xq.resize(row_bytes(vt, static_cast<uint64_t>(n)));
@@ -36,6 +36,9 @@ DotCase make_case(std::mt19937& rng, GgmlType t, int64_t n) {
     c.exact += p;
     c.magnitude += std::fabs(p);
   }
+  double min_mag;
+  c.exact += q8_1_min_term_shift(t, c.w.data(), c.xq.data(), n, &min_mag);
+  c.magnitude += min_mag;
   return c;
 }
 
@@ -102,7 +105,7 @@ TEST(VecDot, BatchedKernelsMatchSingleRow) {
     for (GgmlType t : kWeightTypes) {
       const int64_t n = 3 * (block_values(t) == 1 ? 85 : block_values(t));
       const GgmlType vt = cpu::vec_dot_type(t);
-      const auto w = quantize(t, random_weights(rng, n));
+      const auto w = weight_row(rng, t, n);
       const size_t stride = row_bytes(vt, static_cast<uint64_t>(n)) + 40;  // padded rows
       std::vector<uint8_t> xs(stride * cpu::detail::kMaxNx);
       for (int j = 0; j < cpu::detail::kMaxNx; ++j) {
@@ -118,6 +121,75 @@ TEST(VecDot, BatchedKernelsMatchSingleRow) {
                                     << cpu::isa_name(isa);
         }
       }
+    }
+  }
+}
+
+// Every order a type has (dot_kernels.hpp: vec_dot's and those of llama.cpp's other kernels), on
+// every ISA and for 1..4 activation rows at once, is bit for bit the scalar reference's in that
+// order. Lengths of 1, 2, 3 and 17 blocks (odd block counts take IQ4_NL's and MXFP4's scalar tail).
+TEST(VecDot, EveryOrderOnEveryIsaMatchesScalarReference) {
+  using cpu::detail::DotOrder;
+  std::mt19937 rng(24);
+  const auto& scalar = cpu::detail::dot_kernels(cpu::Isa::scalar);
+  int checked = 0;
+  for (GgmlType t : kWeightTypes) {
+    if (block_values(t) == 1) continue;  // float types: one order, checked within a bound above
+    for (DotOrder o : {DotOrder::row, DotOrder::group4, DotOrder::tiled, DotOrder::repacked, DotOrder::tinyblas}) {
+      const cpu::detail::DotFn ref = cpu::detail::dot_fn(scalar, t, o);
+      if (o != DotOrder::row && ref == cpu::detail::dot_fn(scalar, t)) continue;  // the type has no such order
+      for (int64_t blocks : {1, 2, 3, 17}) {
+        const int64_t n = blocks * block_values(t);
+        const GgmlType vt = cpu::vec_dot_type(t);
+        const auto w = weight_row(rng, t, n);
+        const size_t stride = row_bytes(vt, static_cast<uint64_t>(n)) + 8;
+        std::vector<uint8_t> xs(stride * cpu::detail::kMaxNx);
+        for (int j = 0; j < cpu::detail::kMaxNx; ++j)
+          cpu::quantize_activation(t, random_normal(rng, n).data(), xs.data() + j * stride, n);
+        float want[cpu::detail::kMaxNx];
+        ref(n, w.data(), xs.data(), stride, cpu::detail::kMaxNx, want);
+        for (cpu::Isa isa : available_isas()) {
+          const cpu::detail::DotFn f = cpu::detail::dot_fn(cpu::detail::dot_kernels(isa), t, o);
+          ASSERT_NE(f, nullptr) << type_name(t);
+          for (int nx = 1; nx <= cpu::detail::kMaxNx; ++nx) {
+            float got[cpu::detail::kMaxNx];
+            f(n, w.data(), xs.data(), stride, nx, got);
+            for (int j = 0; j < nx; ++j)
+              ASSERT_EQ(got[j], want[j]) << type_name(t) << " order " << static_cast<int>(o) << " n=" << n
+                                         << " nx=" << nx << " row " << j << " on " << cpu::isa_name(isa);
+          }
+        }
+        ++checked;
+      }
+    }
+  }
+  EXPECT_EQ(checked, 4 * (13 + 10));  // 13 quantized weight types' vec_dot orders and 10 other orders
+}
+
+// The orders are distinguishable: each order other than vec_dot's gives a different float somewhere
+// on random rows of 7 and 17 blocks, so a bit-exact comparison with one of ggml's kernels
+// (test_ggml_oracle*.cpp) fails when Ferry adds in another kernel's order.
+TEST(VecDot, OtherOrdersDifferFromVecDotSomewhere) {
+  using cpu::detail::DotOrder;
+  std::mt19937 rng(25);
+  const auto& scalar = cpu::detail::dot_kernels(cpu::Isa::scalar);
+  for (GgmlType t : kWeightTypes) {
+    if (block_values(t) == 1) continue;
+    for (DotOrder o : {DotOrder::group4, DotOrder::tiled, DotOrder::repacked, DotOrder::tinyblas}) {
+      const cpu::detail::DotFn f = cpu::detail::dot_fn(scalar, t, o), row = cpu::detail::dot_fn(scalar, t);
+      if (f == row) continue;
+      int differ = 0;
+      for (int rep = 0; rep < 40; ++rep) {
+        const int64_t n = (rep % 2 ? 17 : 7) * block_values(t);
+        const auto w = weight_row(rng, t, n);
+        std::vector<uint8_t> xq(row_bytes(cpu::vec_dot_type(t), static_cast<uint64_t>(n)));
+        cpu::quantize_activation(t, random_normal(rng, n).data(), xq.data(), n);
+        float a, b;
+        f(n, w.data(), xq.data(), 0, 1, &a);
+        row(n, w.data(), xq.data(), 0, 1, &b);
+        differ += a != b;
+      }
+      EXPECT_GT(differ, 0) << type_name(t) << " order " << static_cast<int>(o) << " always equals vec_dot's";
     }
   }
 }
@@ -149,5 +221,6 @@ TEST(VecDot, RejectsBadInput) {
   std::vector<uint8_t> buf(4096);
   EXPECT_THROW(cpu::vec_dot(GgmlType::Q4_K, buf.data(), buf.data(), 100), Error);
   EXPECT_THROW(cpu::vec_dot(GgmlType::Q8_K, buf.data(), buf.data(), 256), Error);
-  EXPECT_THROW(cpu::vec_dot_ref(GgmlType::Q4_0, buf.data(), buf.data(), 32), Error);
+  EXPECT_THROW(cpu::vec_dot_ref(GgmlType::IQ2_XXS, buf.data(), buf.data(), 256), Error);
+  EXPECT_THROW(cpu::vec_dot(GgmlType::Q8_1, buf.data(), buf.data(), 32), Error);  // an activation type
 }
