@@ -107,8 +107,16 @@ std::optional<uint64_t> layer_of(const std::string& name) {
   return n;
 }
 
+// "gate" of "blk.3.ffn_gate_exps.weight" ("gate_up" for a fused one).
+std::string projection_of(const std::string& name) {
+  const size_t a = name.find("ffn_"), b = name.find("_exps");
+  return a == std::string::npos || b == std::string::npos || b < a + 4 ? name
+                                                                       : name.substr(a + 4, b - a - 4);
+}
+
 struct ExpertStats {
   std::map<uint64_t, uint64_t> bytes_per_layer;  // one expert's gate+up+down bytes, by layer
+  std::map<uint64_t, std::map<std::string, GgmlType>> types_per_layer;  // projection → type
   uint64_t experts_per_layer = 0;                // ne[2] of the expert tensors (max seen)
   uint64_t typical = 0, min = 0, max = 0;        // over layers; typical = most common value
 };
@@ -119,6 +127,7 @@ ExpertStats expert_stats(const File& f) {
     const auto layer = layer_of(t.name);
     if (!is_expert_tensor(t) || t.n_dims != 3 || !layer) continue;
     s.bytes_per_layer[*layer] += t.nb[2];
+    s.types_per_layer[*layer][projection_of(t.name)] = t.type;
     s.experts_per_layer = std::max(s.experts_per_layer, t.ne[2]);
   }
   if (s.bytes_per_layer.empty()) return s;
@@ -234,14 +243,20 @@ json inspect_json(const File& f) {
   if (es.bytes_per_layer.empty()) {
     j["per_expert"] = nullptr;
   } else {
-    json layers = json::object();
+    json layers = json::object(), types = json::object();
     for (const auto& [layer, bytes] : es.bytes_per_layer) layers[std::to_string(layer)] = bytes;
+    for (const auto& [layer, by_proj] : es.types_per_layer) {
+      json t = json::object();
+      for (const auto& [proj, type] : by_proj) t[proj] = std::string(type_name(type));
+      types[std::to_string(layer)] = t;
+    }
     j["per_expert"] = {{"typical_bytes", es.typical},
                        {"min_bytes", es.min},
                        {"max_bytes", es.max},
                        {"layers", es.bytes_per_layer.size()},
                        {"experts_per_layer", es.experts_per_layer},
-                       {"bytes_by_layer", layers}};
+                       {"bytes_by_layer", layers},
+                       {"types_by_layer", types}};
   }
   json largest = json::array(), tensors = json::array();
   for (const TensorInfo* t : s.largest) largest.push_back(tensor_json(*t));
@@ -249,6 +264,33 @@ json inspect_json(const File& f) {
   j["largest_tensors"] = largest;
   j["tensors"] = tensors;
   return j;
+}
+
+// Runs of layers whose experts have the same types and bytes, one line each:
+//   layers 0-4    gate Q6_K  up Q6_K  down Q6_K   2.46 MiB per expert
+void print_expert_layers(const ExpertStats& es) {
+  auto describe = [&](uint64_t layer) {
+    std::string d;
+    const auto& by_proj = es.types_per_layer.at(layer);
+    std::vector<std::string> order = {"gate_up", "gate", "up", "down"};
+    for (const auto& [proj, type] : by_proj)
+      if (std::find(order.begin(), order.end(), proj) == order.end()) order.push_back(proj);
+    for (const std::string& proj : order)
+      if (auto t = by_proj.find(proj); t != by_proj.end())
+        d += fmt::format("{} {:<7}", proj, type_name(t->second));
+    return d + fmt::format(" {:>12} per expert", human_bytes(es.bytes_per_layer.at(layer)));
+  };
+  std::printf("experts by layer:\n");
+  auto it = es.bytes_per_layer.begin();
+  while (it != es.bytes_per_layer.end()) {
+    const uint64_t first = it->first;
+    const std::string d = describe(first);
+    uint64_t last = first;
+    for (++it; it != es.bytes_per_layer.end() && it->first == last + 1 && describe(it->first) == d; ++it)
+      last = it->first;
+    const std::string range = first == last ? fmt::format("{}", first) : fmt::format("{}-{}", first, last);
+    std::printf("  layers %-7s %s\n", range.c_str(), d.c_str());
+  }
 }
 
 void print_text(const File& f) {
@@ -302,6 +344,7 @@ void print_text(const File& f) {
     if (es.min != es.max)
       std::printf("; %s to %s by layer", human_bytes(es.min).c_str(), human_bytes(es.max).c_str());
     std::printf(")\n");
+    print_expert_layers(es);
   }
   std::printf("\nlargest tensors:\n");
   for (const TensorInfo* t : s.largest)

@@ -10,9 +10,12 @@ each file, Ferry's logits are compared with llama.cpp's on the same tokens:
 Ferry's CPU kernels add in the orders of the pinned llama.cpp's x86 kernels
 (docs/decisions/0006), so the logits must be bit-identical; the test also prints NMSE and argmax
 agreement, and names the types each file holds (the quantizer's per-tensor choices, so a type that
-llama.cpp's rules never pick on these shapes would show here).
+llama.cpp's rules never pick on these shapes would show here). `ferry inspect --json` must report
+each layer's expert types and bytes as the file's tensors give them.
 """
+import json
 import os
+import re
 import sys
 from collections import Counter
 
@@ -67,6 +70,21 @@ def types_of(path):
     return Counter(t.tensor_type.name for t in gguf.GGUFReader(path).tensors)
 
 
+def check_inspect(label, path):
+    """`ferry inspect --json`'s per-layer expert types and bytes against the file's own tensors."""
+    info = json.loads(ferry("inspect", "--json", path).stdout)["per_expert"]
+    want_types, want_bytes = {}, Counter()
+    for t in gguf.GGUFReader(path).tensors:
+        m = re.fullmatch(r"blk\.(\d+)\.ffn_(\w+)_exps\.weight", t.name)
+        if m:
+            want_types.setdefault(m.group(1), {})[m.group(2)] = t.tensor_type.name
+            want_bytes[m.group(1)] += int(t.n_bytes) // int(t.shape[-1])  # one expert
+    if info["types_by_layer"] != want_types:
+        failures.append(f"{label}: inspect's expert types {info['types_by_layer']} vs {want_types}")
+    if {k: v for k, v in info["bytes_by_layer"].items()} != dict(want_bytes):
+        failures.append(f"{label}: inspect's expert bytes {info['bytes_by_layer']} vs {dict(want_bytes)}")
+
+
 def main():
     rng = np.random.default_rng(99)
     for arch, ftypes in RUNS:
@@ -82,6 +100,7 @@ def main():
             llama_quantize(f32, path, ft)
             mix = ", ".join(f"{n} {c}" for n, c in sorted(types_of(path).items()))
             print(f"{arch} {ft}: {mix}")
+            check_inspect(f"{arch} {ft}", path)
             compare(f"{arch} {ft} prefill", ferry_logits(path, tokens, f"{arch}-{ft}"),
                     llama_logits(path, tokens))
             dec = tokens[:N_DECODE]
