@@ -3,15 +3,22 @@
 # one vendored in llama-cpp-python's source distribution (the version installed in .venv, so the
 # benchmark and the oracle tests use the same llama.cpp).
 #
-#   bench/build-llamacpp.sh [cpu|cuda]      (default cpu)
+#   bench/build-llamacpp.sh [cpu|cpu-noamx|cuda]      (default cpu)
 #
 #   cpu   -DGGML_NATIVE=ON, CPU backend only     → .cache/llama.cpp-build/cpu/bin/llama-bench
+#   cpu-noamx  the same with the compiler's AMX extensions off (-mno-amx-*), so ggml has no AMX
+#         path even on a CPU that reports AMX   → .cache/llama.cpp-build/cpu-noamx/bin/llama-bench
 #   cuda  -DGGML_CUDA=ON for sm_90 (H200/H100)   → .cache/llama.cpp-build/cuda/bin/llama-bench
 #         (AVX-512 host code: build it here, bench/gpu-bundle.sh takes it to the GPU machine)
 #
 # Only the llama-bench target is built (ggml + llama + the tool), so the CUDA variant fits a short
 # session on the GPU machine (about 5–8 min on 16 cores: the CUDA template instances dominate).
-# Idempotent: a finished build is only checked. Prints the binary's path as its last line.
+# Idempotent: a finished build is only checked. Prints the binary's path as its last line. Next to
+# the binary, build-info.txt names the build (variant, version, the CPU's AMX flags and whether the
+# kernel grants a process AMX tile state): every recorded figure names the build it used.
+# About AMX: ggml requests the tile state itself (arch_prctl ARCH_REQ_XCOMP_PERM) and falls back
+# when it is refused; a CPU that reports AMX and grants it runs ggml's AMX matmul, which crashed on
+# one such VM (ggml_backend_amx_mul_mat) — use cpu-noamx there, and report Ferry beside both.
 #
 #   FERRY_PYTHON                      python whose pip downloads the sdist (default .venv/bin/python)
 #   FERRY_LLAMA_CPP_PYTHON_VERSION    version of the sdist (default: the one installed, else 0.3.36)
@@ -20,8 +27,8 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 variant="${1:-cpu}"
-case "$variant" in cpu | cuda) ;; *)
-  echo "usage: $0 [cpu|cuda]" >&2
+case "$variant" in cpu | cpu-noamx | cuda) ;; *)
+  echo "usage: $0 [cpu|cpu-noamx|cuda]" >&2
   exit 2
   ;;
 esac
@@ -79,6 +86,11 @@ flags=(-DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DLLA
   -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TOOLS=ON)
 if [[ "$variant" == cpu ]]; then
   flags+=(-DGGML_NATIVE=ON -DGGML_CUDA=OFF)
+elif [[ "$variant" == cpu-noamx ]]; then
+  # -march=native turns AMX on where the CPU reports it; -mno-amx-* after it turns it back off, so
+  # ggml's AMX buffer type is not compiled.
+  noamx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+  flags+=(-DGGML_NATIVE=ON -DGGML_CUDA=OFF "-DCMAKE_C_FLAGS=$noamx" "-DCMAKE_CXX_FLAGS=$noamx")
 else
   command -v nvcc >/dev/null 2>&1 || [[ -x /usr/local/cuda/bin/nvcc ]] || {
     echo "[build-llamacpp] cuda: nvcc not found" >&2
@@ -110,6 +122,29 @@ cmake --build "$build" --target llama-bench -j "$jobs" >"$build.build.log" 2>&1 
   echo "[build-llamacpp] the build finished without $bin" >&2
   exit 1
 }
+# What this build is, for the figures made with it.
+amx_flags="$(grep -m1 '^flags' /proc/cpuinfo | grep -o 'amx[a-z0-9_]*' 2>/dev/null | sort -u | tr '\n' ' ' || true)"
+amx_perm="$("$py" - <<'PY' 2>/dev/null || echo unknown
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+# arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA), as ggml's AMX init asks for it
+r = libc.syscall(158, 0x1023, 18)
+print("granted" if r == 0 else "refused (" + os.strerror(ctypes.get_errno()) + ")")
+PY
+)"
+case "$variant" in
+  cpu) amx_built=$([[ -n "$amx_flags" ]] && echo "yes (-march=native on a CPU with ${amx_flags% })" || echo "no (the CPU reports no AMX)") ;;
+  cpu-noamx) amx_built="no (-mno-amx-*)" ;;
+  *) amx_built="no (host ISA named: AVX-512, VNNI, BF16)" ;;
+esac
+{
+  echo "llama.cpp $version (llama-cpp-python sdist), variant $variant"
+  echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
+  echo "cpu AMX flags: ${amx_flags:-none}"
+  echo "AMX tile state for a process: $amx_perm"
+  echo "AMX path compiled into ggml: $amx_built"
+} >"$build/bin/build-info.txt"
+cat "$build/bin/build-info.txt" >&2
 echo "$version" >"$stamp"
 echo "[build-llamacpp] built $bin" >&2
 echo "$bin"

@@ -173,7 +173,9 @@ def main():
     ap.add_argument("-n", "--n-gen", type=int, default=128)
     ap.add_argument("-r", "--repetitions", type=int, default=5)
     ap.add_argument("--ferry", default=os.path.join(ROOT, "build", "ferry"))
-    ap.add_argument("--llama-bench-cpu", default="", help="default: bench/build-llamacpp.sh cpu")
+    ap.add_argument("--llama-bench-cpu", default="", help="default: bench/build-llamacpp.sh CPU_VARIANT")
+    ap.add_argument("--llama-cpu-variant", default="cpu", choices=("cpu", "cpu-noamx"),
+                    help="which CPU build of llama.cpp (bench/build-llamacpp.sh): native, or native without AMX")
     ap.add_argument("--llama-bench-gpu", default="", help="default: bench/build-llamacpp.sh cuda (GPU rows only)")
     ap.add_argument("--budgets", default="16G,12G", help="VRAM budgets of the GPU rows")
     ap.add_argument("--no-gpu", action="store_true", help="CPU rows only")
@@ -192,11 +194,16 @@ def main():
         return r.stdout.strip().splitlines()[-1] if r.returncode == 0 and r.stdout.strip() else ""
 
     has_gpu, gpu_msg = (False, "--no-gpu") if a.no_gpu else gpu_present()
-    llama_cpu = "" if a.no_cpu else (a.llama_bench_cpu or build("cpu"))
+    llama_cpu = "" if a.no_cpu else (a.llama_bench_cpu or build(a.llama_cpu_variant))
     llama_gpu = (a.llama_bench_gpu or build("cuda")) if has_gpu else ""
 
     lines = []
     notes = []
+    for binary in (llama_cpu, llama_gpu):  # every figure names the build it used
+        info = os.path.join(os.path.dirname(binary), "build-info.txt") if binary else ""
+        if info and os.path.exists(info):
+            with open(info) as f:
+                notes.append(f"{binary}: " + "; ".join(l.strip() for l in f if l.strip()))
     header = ("| model | setting | test | llama.cpp t/s | Ferry t/s | Ferry / llama.cpp | "
               "Ferry --routing locality t/s | llama.cpp settings |")
     lines.append(header)
