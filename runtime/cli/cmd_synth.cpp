@@ -10,6 +10,7 @@
 
 #include "runtime/cli/command.hpp"
 #include "runtime/core/error.hpp"
+#include "runtime/synth/encode.hpp"
 #include "runtime/synth/synth.hpp"
 
 namespace {
@@ -64,8 +65,8 @@ int run_synth(int argc, char** argv) {
       "--expert-types", o.expert_types,
       "routed expert types per layer over the --quant mix: RULE[,RULE...], RULE = "
       "[LAYERS:][gate_up=|down=]TYPE, LAYERS = N | N-M | * (omitted: the previous rule's "
-      "layers, all for the first), TYPE = f32 | f16 | q8_0 | q4_k | q5_k | q6_k; later rules "
-      "win; gate and up share a type. E.g. 0-4:q6_k,5-34:q4_k,35-39:q6_k or "
+      "layers, all for the first), TYPE = " + synth::writable_type_names() + "; later rules "
+      "win; gate and up share a type. E.g. 0-4:q6_k,5-9:q5_k,10-29:iq4_xs,30-39:q6_k or "
       "gate_up=q4_k,down=q5_k");
   app.add_flag("--plan", plan_only, "print the tensor table and size instead of writing");
   app.add_flag("-q,--quiet", quiet, "no progress output");

@@ -385,8 +385,10 @@ TEST(SynthPlan, ExpertTypesErrorsNameTheProblem) {
            {"0-9:q4_k", "layer 9 is out of range: the model has layers 0-3"},
            {"3-1:q4_k", "runs backwards"},
            {"x:q4_k", "are not N, N-M or *"},
-           {"q3_k", "type 'q3_k' is not one the synthesizer writes"},
-           {"iq4_xs", "f32, f16, q8_0, q4_k, q5_k, q6_k"},
+           {"iq3_s", "type 'iq3_s' is not one the synthesizer writes"},
+           {"q8_k", "f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k, mxfp4, "
+                    "iq4_nl, iq4_xs"},
+           {"Q4_K", "type 'Q4_K' is not one the synthesizer writes"},
            {"ffn=q4_k", "unknown projection 'ffn'"},
            {"q4_k,,q6_k", "empty rule"},
            {"q4_k,", "empty rule"}}) {
