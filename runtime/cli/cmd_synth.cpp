@@ -50,7 +50,9 @@ int run_synth(int argc, char** argv) {
   app.add_option("--arch", arch_s, "qwen3moe | qwen35moe | qwen3next")->capture_default_str();
   app.add_option("--preset", preset_s, "tiny | small | 30b-a3b (qwen3moe) | 35b-a3b (qwen35moe) | 80b-a3b (qwen3next)")
       ->capture_default_str();
-  app.add_option("--quant", quant_s, "f32 | f16 | q8_0 | q4_k_m | q5_k_m | q6_k (llama.cpp's mixes)")
+  app.add_option("--quant", quant_s,
+                 "llama.cpp file type (llama-quantize's per-tensor types): " + synth::quant_mix_names() +
+                     ". q2_k and q3_k_* write random valid Q2_K/Q3_K blocks (no quantizer yet)")
       ->capture_default_str();
   app.add_option("--seed", o.seed, "random seed")->capture_default_str();
   app.add_option("--router-skew", o.router_skew,
@@ -85,7 +87,7 @@ int run_synth(int argc, char** argv) {
          synth::preset_name(o.arch, synth::Preset::real));
   o.preset = *preset;
   const auto quant = synth::quant_mix_from_name(quant_s);
-  if (!quant) fail(ErrorKind::invalid_arg, "unknown --quant '{}' (f32, f16, q8_0, q4_k_m, q5_k_m, q6_k)", quant_s);
+  if (!quant) fail(ErrorKind::invalid_arg, "unknown --quant '{}' (valid: {})", quant_s, synth::quant_mix_names());
   o.quant = *quant;
   if (layers) o.n_layer = layers;
   if (experts) o.n_expert = experts;

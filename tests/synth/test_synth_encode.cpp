@@ -1,11 +1,15 @@
 // The types synth writes without kernels/cpu: the ported quantizers (Q4_0, Q4_1, Q5_0, Q5_1, MXFP4,
 // IQ4_NL, IQ4_XS) decode back to the input within their precision, the AVX2 IQ4 lanes give the
 // scalar port's bytes, the random Q2_K / Q3_K blocks are valid, zero-mean, of the asked scale and
-// deterministic. The bytes against llama.cpp's own quantizer: tests/oracle/test_quant_llamacpp.py.
+// deterministic, and whole files of the new mixes are the same for any thread count. The bytes
+// against llama.cpp's own quantizer: tests/oracle/test_quant_llamacpp.py.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <random>
 
 #include "kernels/cpu/matmul.hpp"
@@ -263,6 +267,31 @@ TEST(SynthEncode, EveryWritableTypeEncodes) {
   EXPECT_EQ(n, 16);
   EXPECT_FALSE(encoding_of(GgmlType::IQ3_S));
   EXPECT_FALSE(encoding_of(GgmlType::Q8_K));
+}
+
+std::string read_all(const std::string& p) {
+  std::ifstream f(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+TEST(SynthEncode, NewMixesSameBytesForAnyThreadCount) {
+  const std::string dir = std::string(FERRY_BINARY_DIR) + "/test-scratch";
+  std::filesystem::create_directories(dir);
+  for (QuantMix q : {QuantMix::q3_k_m, QuantMix::q2_k, QuantMix::iq4_xs, QuantMix::mxfp4_moe, QuantMix::q5_1}) {
+    Options o;
+    o.arch = Arch::qwen35moe;
+    o.quant = q;
+    o.seed = 9;
+    const ModelPlan plan = make_plan(o);
+    WriteOptions one, three;
+    one.threads = 1;
+    three.threads = 3;
+    write_model(plan, dir + "/enc1.gguf", one);
+    write_model(plan, dir + "/enc3.gguf", three);
+    const std::string a = read_all(dir + "/enc1.gguf"), b = read_all(dir + "/enc3.gguf");
+    EXPECT_GT(a.size(), plan.tensor_bytes()) << quant_mix_name(q);
+    EXPECT_TRUE(a == b) << quant_mix_name(q) << ": bytes differ between -t 1 and -t 3";
+  }
 }
 
 }  // namespace
