@@ -10,6 +10,7 @@
 
 #include "runtime/cli/command.hpp"
 #include "runtime/core/error.hpp"
+#include "runtime/synth/encode.hpp"
 #include "runtime/synth/synth.hpp"
 
 namespace {
@@ -49,7 +50,9 @@ int run_synth(int argc, char** argv) {
   app.add_option("--arch", arch_s, "qwen3moe | qwen35moe | qwen3next")->capture_default_str();
   app.add_option("--preset", preset_s, "tiny | small | 30b-a3b (qwen3moe) | 35b-a3b (qwen35moe) | 80b-a3b (qwen3next)")
       ->capture_default_str();
-  app.add_option("--quant", quant_s, "f32 | f16 | q8_0 | q4_k_m | q5_k_m | q6_k (llama.cpp's mixes)")
+  app.add_option("--quant", quant_s,
+                 "llama.cpp file type (llama-quantize's per-tensor types): " + synth::quant_mix_names() +
+                     ". q2_k and q3_k_* write random valid Q2_K/Q3_K blocks (no quantizer yet)")
       ->capture_default_str();
   app.add_option("--seed", o.seed, "random seed")->capture_default_str();
   app.add_option("--router-skew", o.router_skew,
@@ -64,8 +67,8 @@ int run_synth(int argc, char** argv) {
       "--expert-types", o.expert_types,
       "routed expert types per layer over the --quant mix: RULE[,RULE...], RULE = "
       "[LAYERS:][gate_up=|down=]TYPE, LAYERS = N | N-M | * (omitted: the previous rule's "
-      "layers, all for the first), TYPE = f32 | f16 | q8_0 | q4_k | q5_k | q6_k; later rules "
-      "win; gate and up share a type. E.g. 0-4:q6_k,5-34:q4_k,35-39:q6_k or "
+      "layers, all for the first), TYPE = " + synth::writable_type_names() + "; later rules "
+      "win; gate and up share a type. E.g. 0-4:q6_k,5-9:q5_k,10-29:iq4_xs,30-39:q6_k or "
       "gate_up=q4_k,down=q5_k");
   app.add_flag("--plan", plan_only, "print the tensor table and size instead of writing");
   app.add_flag("-q,--quiet", quiet, "no progress output");
@@ -84,7 +87,7 @@ int run_synth(int argc, char** argv) {
          synth::preset_name(o.arch, synth::Preset::real));
   o.preset = *preset;
   const auto quant = synth::quant_mix_from_name(quant_s);
-  if (!quant) fail(ErrorKind::invalid_arg, "unknown --quant '{}' (f32, f16, q8_0, q4_k_m, q5_k_m, q6_k)", quant_s);
+  if (!quant) fail(ErrorKind::invalid_arg, "unknown --quant '{}' (valid: {})", quant_s, synth::quant_mix_names());
   o.quant = *quant;
   if (layers) o.n_layer = layers;
   if (experts) o.n_expert = experts;

@@ -4,16 +4,18 @@
 #include <string>
 
 #include "runtime/core/error.hpp"
+#include "runtime/synth/encode.hpp"
 
 namespace ferry::synth {
 namespace {
 
-constexpr std::string_view kTypes = "f32, f16, q8_0, q4_k, q5_k, q6_k";
-
+// Lower-case ggml type names (type_from_name also takes upper case: not here).
 std::optional<GgmlType> supported_type(std::string_view s) {
-  for (std::string_view t : {"f32", "f16", "q8_0", "q4_k", "q5_k", "q6_k"})
-    if (s == t) return type_from_name(t);
-  return std::nullopt;
+  const std::optional<GgmlType> t = type_from_name(s);
+  if (!t || !encoding_of(*t)) return std::nullopt;
+  for (char c : s)
+    if (c >= 'A' && c <= 'Z') return std::nullopt;
+  return t;
 }
 
 [[noreturn]] void bad_rule(std::string_view spec, std::string_view rule, const std::string& why) {
@@ -71,7 +73,8 @@ std::vector<LayerExpertTypes> parse_expert_types(std::string_view spec, uint32_t
     const std::optional<GgmlType> type = supported_type(type_s);
     if (!type)
       bad_rule(spec, rule,
-               fmt::format("type '{}' is not one the synthesizer writes ({})", type_s, kTypes));
+               fmt::format("type '{}' is not one the synthesizer writes ({})", type_s,
+                           writable_type_names()));
     for (uint32_t l = first; l <= last; ++l) {
       if (proj != "down") out[l].gate_up = type;
       if (proj != "gate_up") out[l].down = type;

@@ -8,7 +8,8 @@
 //   LAYERS = "*" | N | N "-" M           (inclusive; a rule without LAYERS takes the layers of the
 //                                         rule before it, the first one all layers)
 //   PROJ   = "gate_up" | "down"          (omitted: all three matrices)
-//   TYPE   = f32 | f16 | q8_0 | q4_k | q5_k | q6_k
+//   TYPE   = a ggml type synth writes, lower case (encode.hpp): f32, f16, bf16, q4_0, q4_1, q5_0,
+//            q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k, mxfp4, iq4_nl, iq4_xs
 //
 // Later rules override earlier ones. gate and up always share a type (the CUDA expert kernels
 // read both with one type): "gate=" or "up=" alone is refused.

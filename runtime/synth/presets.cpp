@@ -11,10 +11,6 @@ namespace {
 constexpr std::array<std::pair<Arch, std::string_view>, 3> kArchNames = {{
     {Arch::qwen3moe, "qwen3moe"}, {Arch::qwen35moe, "qwen35moe"}, {Arch::qwen3next, "qwen3next"}}};
 
-constexpr std::array<std::pair<QuantMix, std::string_view>, 6> kMixNames = {{
-    {QuantMix::f32, "f32"}, {QuantMix::f16, "f16"}, {QuantMix::q8_0, "q8_0"},
-    {QuantMix::q4_k_m, "q4_k_m"}, {QuantMix::q5_k_m, "q5_k_m"}, {QuantMix::q6_k, "q6_k"}}};
-
 std::string_view real_preset_name(Arch a) {
   switch (a) {
     case Arch::qwen3moe: return "30b-a3b";
@@ -143,30 +139,6 @@ std::optional<Preset> preset_from_name(Arch a, std::string_view s) {
   if (s == "small") return Preset::small;
   if (s == real_preset_name(a)) return Preset::real;
   return std::nullopt;
-}
-
-std::string_view quant_mix_name(QuantMix q) {
-  for (const auto& [k, v] : kMixNames)
-    if (k == q) return v;
-  return "?";
-}
-
-std::optional<QuantMix> quant_mix_from_name(std::string_view s) {
-  for (const auto& [k, v] : kMixNames)
-    if (v == s) return k;
-  return std::nullopt;
-}
-
-uint32_t llama_file_type(QuantMix q) {
-  switch (q) {
-    case QuantMix::f32: return 0;      // LLAMA_FTYPE_ALL_F32
-    case QuantMix::f16: return 1;      // LLAMA_FTYPE_MOSTLY_F16
-    case QuantMix::q8_0: return 7;     // LLAMA_FTYPE_MOSTLY_Q8_0
-    case QuantMix::q4_k_m: return 15;  // LLAMA_FTYPE_MOSTLY_Q4_K_M
-    case QuantMix::q5_k_m: return 17;  // LLAMA_FTYPE_MOSTLY_Q5_K_M
-    case QuantMix::q6_k: return 18;    // LLAMA_FTYPE_MOSTLY_Q6_K
-  }
-  return 0;
 }
 
 Hparams preset_hparams(const Options& o) {

@@ -20,8 +20,12 @@ namespace ferry::synth {
 enum class Arch { qwen3moe, qwen35moe, qwen3next };
 // "real" is the full-size shape: 30b-a3b (qwen3moe), 35b-a3b (qwen35moe), 80b-a3b (qwen3next).
 enum class Preset { tiny, small, real };
-// llama.cpp file types: a default type plus llama-quantize's per-tensor adjustments (quant_mix.hpp).
-enum class QuantMix { f32, f16, q8_0, q4_k_m, q5_k_m, q6_k };
+// llama.cpp file types (llama-quantize's names, lower case): a default type plus llama-quantize's
+// per-tensor adjustments (quant_mix.hpp).
+enum class QuantMix {
+  f32, f16, q4_0, q4_1, q8_0, q5_0, q5_1, q2_k, q3_k_s, q3_k_m, q3_k_l, q4_k_s, q4_k_m, q5_k_s,
+  q5_k_m, q6_k, iq4_nl, iq4_xs, mxfp4_moe,
+};
 
 std::string_view arch_name(Arch a);
 std::optional<Arch> arch_from_name(std::string_view s);
@@ -29,6 +33,7 @@ std::string_view preset_name(Arch a, Preset p);  // "tiny", "small", "30b-a3b", 
 std::optional<Preset> preset_from_name(Arch a, std::string_view s);
 std::string_view quant_mix_name(QuantMix q);
 std::optional<QuantMix> quant_mix_from_name(std::string_view s);
+std::string quant_mix_names();  // "f32, f16, q4_0, ..." for help texts and errors
 uint32_t llama_file_type(QuantMix q);  // general.file_type (LLAMA_FTYPE_*)
 
 struct Options {

@@ -1,6 +1,6 @@
 // write_model: a oneTBB pipeline over fixed-size row chunks of every tensor, in file order.
 //   input (serial, in order)  → picks the next chunk and a free buffer slot
-//   generate (parallel)       → F32 values (generate_rows), then the tensor's type
+//   generate (parallel)       → F32 values (generate_rows), then the tensor's type (encode.hpp)
 //   output (serial, in order) → appends the bytes to the GGUF writer
 // At most `slots` chunks are in flight, so memory stays bounded (≈ slots × 4 MB) whatever the model
 // size, and the bytes never depend on the thread count: a chunk's values depend only on its rows.
@@ -15,8 +15,7 @@
 #include <tbb/task_arena.h>
 
 #include "runtime/core/error.hpp"
-#include "runtime/core/fp16.hpp"
-#include "runtime/synth/quantize_fast.hpp"
+#include "runtime/synth/encode.hpp"
 #include "runtime/synth/synth.hpp"
 
 namespace ferry::synth {
@@ -29,30 +28,6 @@ struct Chunk {
   uint64_t row_begin = 0, row_end = 0;
   std::vector<uint8_t> bytes;  // (row_end - row_begin) rows of the tensor's type
 };
-
-void encode_rows(GgmlType type, const float* src, uint8_t* dst, uint64_t n_rows, uint64_t row_len) {
-  const uint64_t n = n_rows * row_len;
-  switch (type) {
-    case GgmlType::F32:
-      std::memcpy(dst, src, n * sizeof(float));
-      return;
-    case GgmlType::F16:
-      for (uint64_t i = 0; i < n; ++i) {
-        const uint16_t h = fp32_to_fp16(src[i]);
-        std::memcpy(dst + 2 * i, &h, 2);
-      }
-      return;
-    case GgmlType::BF16:
-      for (uint64_t i = 0; i < n; ++i) {
-        const uint16_t h = fp32_to_bf16(src[i]);
-        std::memcpy(dst + 2 * i, &h, 2);
-      }
-      return;
-    default:
-      quantize_rows(type, src, dst, static_cast<int64_t>(n_rows), static_cast<int64_t>(row_len));
-      return;
-  }
-}
 
 }  // namespace
 
@@ -113,10 +88,13 @@ WriteStats write_model(const ModelPlan& plan, const std::string& path, const Wri
                   const TensorPlan& t = plan.tensors[c->tensor];
                   const uint64_t n_rows = c->row_end - c->row_begin;
                   std::vector<float>& f32 = scratch.local();
-                  f32.resize(n_rows * t.row_len());
-                  generate_rows(plan, t, c->row_begin, c->row_end, f32.data());
+                  // Random blocks do not read the generated values: not generated.
+                  if (encoding_of(t.type) != Encoding::random_blocks) {
+                    f32.resize(n_rows * t.row_len());
+                    generate_rows(plan, t, c->row_begin, c->row_end, f32.data());
+                  }
                   c->bytes.resize(n_rows * row_bytes(t.type, t.row_len()));
-                  encode_rows(t.type, f32.data(), c->bytes.data(), n_rows, t.row_len());
+                  encode_rows(plan, t, c->row_begin, n_rows, f32.data(), c->bytes.data());
                   return c;
                 }) &
             tbb::make_filter<Chunk*, void>(tbb::filter_mode::serial_in_order, [&](Chunk* c) {

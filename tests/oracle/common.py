@@ -43,7 +43,8 @@ def llama_decode_logits(path, tokens):
     return np.array(rows)
 
 
-# llama.cpp's file types for llama_model_quantize (no imatrix: what llama-quantize does by default).
+# llama.cpp's file types for llama_model_quantize (no imatrix: what llama-quantize does by default):
+# LLAMA_FTYPE_* of llama.h, by llama-quantize's name in lower case (`ferry synth --quant`).
 LLAMA_FTYPE = {"q4_0": 2, "q4_1": 3, "q8_0": 7, "q5_0": 8, "q5_1": 9, "q2_k": 10, "q3_k_s": 11,
                "q3_k_m": 12, "q3_k_l": 13, "q4_k_s": 14, "q4_k_m": 15, "q5_k_s": 16, "q5_k_m": 17,
                "q6_k": 18, "iq4_nl": 25, "iq4_xs": 30, "mxfp4_moe": 38}

@@ -278,9 +278,10 @@ TEST(SynthPlan, ShapeFallbacksFollowLlamaQuantize) {
   v = one("blk.1.ffn_gate_exps.weight", {96, 64, 4}, 1);
   assign_types(v, hp, QuantMix::q5_k_m);
   EXPECT_EQ(v[0].type, GgmlType::Q5_1);
-  // Q8_0 has no fallback in llama.cpp.
+  // A 32-value block type has nothing smaller: a row of 40 becomes F16.
   v = one("blk.1.attn_q.weight", {40, 64}, 1);
-  EXPECT_THROW(assign_types(v, hp, QuantMix::q8_0), Error);
+  assign_types(v, hp, QuantMix::q8_0);
+  EXPECT_EQ(v[0].type, GgmlType::F16);
   // 1-D and router tensors are never quantized, whatever their length.
   v = one("blk.1.ffn_gate_inp.weight", {96, 4}, 1);
   assign_types(v, hp, QuantMix::q4_k_m);
@@ -310,7 +311,9 @@ TEST(SynthPlan, OverridesAndErrors) {
   EXPECT_FALSE(preset_from_name(Arch::qwen3moe, "35b-a3b"));
   EXPECT_EQ(preset_from_name(Arch::qwen35moe, "35b-a3b"), Preset::real);
   EXPECT_EQ(quant_mix_from_name("q4_k_m"), QuantMix::q4_k_m);
-  EXPECT_FALSE(quant_mix_from_name("q3_k_m"));
+  EXPECT_EQ(quant_mix_from_name("q3_k_m"), QuantMix::q3_k_m);
+  EXPECT_FALSE(quant_mix_from_name("q2_k_s"));  // llama.cpp has it; synth does not (imatrix)
+  EXPECT_FALSE(quant_mix_from_name("Q4_K_M"));
 }
 
 // --expert-types: per-layer / per-projection expert types over the mix.
@@ -382,8 +385,10 @@ TEST(SynthPlan, ExpertTypesErrorsNameTheProblem) {
            {"0-9:q4_k", "layer 9 is out of range: the model has layers 0-3"},
            {"3-1:q4_k", "runs backwards"},
            {"x:q4_k", "are not N, N-M or *"},
-           {"q3_k", "type 'q3_k' is not one the synthesizer writes"},
-           {"iq4_xs", "f32, f16, q8_0, q4_k, q5_k, q6_k"},
+           {"iq3_s", "type 'iq3_s' is not one the synthesizer writes"},
+           {"q8_k", "f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k, mxfp4, "
+                    "iq4_nl, iq4_xs"},
+           {"Q4_K", "type 'Q4_K' is not one the synthesizer writes"},
            {"ffn=q4_k", "unknown projection 'ffn'"},
            {"q4_k,,q6_k", "empty rule"},
            {"q4_k,", "empty rule"}}) {
