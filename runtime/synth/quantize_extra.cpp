@@ -1,5 +1,5 @@
-// The 32-value block quantizers (Q4_0, Q4_1, Q5_0, Q5_1, MXFP4) and the dispatch of
-// quantize_extra.hpp; the IQ4 types are in quantize_iq4.cpp.
+// The MXFP4 quantizer and the dispatch of quantize_extra.hpp; Q4_0, Q4_1, Q5_0 and Q5_1 are
+// kernels/cpu's reference quantizers (ggml's _ref), the IQ4 types are in quantize_iq4.cpp.
 #include "runtime/synth/quantize_extra.hpp"
 
 #include <algorithm>
@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "kernels/cpu/matmul.hpp"
+#include "kernels/cpu/quants.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/core/fp16.hpp"
 
@@ -15,99 +16,6 @@ namespace ferry::synth {
 namespace {
 
 constexpr int kQK = 32;
-
-void put_fp16(uint8_t* p, float v) {
-  const uint16_t h = fp32_to_fp16(v);
-  std::memcpy(p, &h, 2);
-}
-
-// The value of largest magnitude (the first of them) and that magnitude.
-void abs_max(const float* x, float& amax, float& max) {
-  amax = 0.0f;
-  max = 0.0f;
-  for (int j = 0; j < kQK; ++j) {
-    if (amax < std::fabs(x[j])) {
-      amax = std::fabs(x[j]);
-      max = x[j];
-    }
-  }
-}
-
-void min_max(const float* x, float& min, float& max) {
-  min = FLT_MAX;
-  max = -FLT_MAX;
-  for (int j = 0; j < kQK; ++j) {
-    if (x[j] < min) min = x[j];
-    if (x[j] > max) max = x[j];
-  }
-}
-
-// Q4_0 (18 bytes): d (fp16), qs[16] (value j in the low nibble of byte j, j + 16 in the high one);
-// x ≈ d·(q − 8) with d = max / −8.
-void q4_0_block(const float* x, uint8_t* y) {
-  float amax, max;
-  abs_max(x, amax, max);
-  const float d = max / -8;
-  const float id = d ? 1.0f / d : 0.0f;
-  put_fp16(y, d);
-  for (int j = 0; j < kQK / 2; ++j) {
-    const int q0 = std::min(15, static_cast<int>(static_cast<int8_t>(x[j] * id + 8.5f)));
-    const int q1 = std::min(15, static_cast<int>(static_cast<int8_t>(x[kQK / 2 + j] * id + 8.5f)));
-    y[2 + j] = static_cast<uint8_t>(q0 | (q1 << 4));
-  }
-}
-
-// Q4_1 (20 bytes): d, m (fp16), qs[16]; x ≈ d·q + m.
-void q4_1_block(const float* x, uint8_t* y) {
-  float min, max;
-  min_max(x, min, max);
-  const float d = (max - min) / ((1 << 4) - 1);
-  const float id = d ? 1.0f / d : 0.0f;
-  put_fp16(y, d);
-  put_fp16(y + 2, min);
-  for (int j = 0; j < kQK / 2; ++j) {
-    const int q0 = std::min(15, static_cast<int>(static_cast<int8_t>((x[j] - min) * id + 0.5f)));
-    const int q1 = std::min(15, static_cast<int>(static_cast<int8_t>((x[kQK / 2 + j] - min) * id + 0.5f)));
-    y[4 + j] = static_cast<uint8_t>(q0 | (q1 << 4));
-  }
-}
-
-// The fifth bits of Q5_0 / Q5_1: bit j of the little-endian u32 qh is bit 4 of value j.
-void put_q5(const uint8_t* q, uint8_t* qh_at, uint8_t* qs) {
-  uint32_t qh = 0;
-  for (int j = 0; j < kQK / 2; ++j) {
-    qs[j] = static_cast<uint8_t>((q[j] & 0x0F) | ((q[kQK / 2 + j] & 0x0F) << 4));
-    qh |= ((q[j] & 0x10u) >> 4) << j;
-    qh |= ((q[kQK / 2 + j] & 0x10u) >> 4) << (j + kQK / 2);
-  }
-  std::memcpy(qh_at, &qh, 4);
-}
-
-// Q5_0 (22 bytes): d (fp16), qh[4], qs[16]; x ≈ d·(q − 16) with d = max / −16.
-void q5_0_block(const float* x, uint8_t* y) {
-  float amax, max;
-  abs_max(x, amax, max);
-  const float d = max / -16;
-  const float id = d ? 1.0f / d : 0.0f;
-  put_fp16(y, d);
-  uint8_t q[kQK];
-  for (int j = 0; j < kQK; ++j)
-    q[j] = static_cast<uint8_t>(std::min(31, static_cast<int>(static_cast<int8_t>(x[j] * id + 16.5f))));
-  put_q5(q, y + 2, y + 6);
-}
-
-// Q5_1 (24 bytes): d, m (fp16), qh[4], qs[16]; x ≈ d·q + m.
-void q5_1_block(const float* x, uint8_t* y) {
-  float min, max;
-  min_max(x, min, max);
-  const float d = (max - min) / ((1 << 5) - 1);
-  const float id = d ? 1.0f / d : 0.0f;
-  put_fp16(y, d);
-  put_fp16(y + 2, min);
-  uint8_t q[kQK];
-  for (int j = 0; j < kQK; ++j) q[j] = static_cast<uint8_t>((x[j] - min) * id + 0.5f);
-  put_q5(q, y + 4, y + 8);
-}
 
 // E2M1 values doubled (ggml's kvalues_mxfp4); the scale below is halved to match.
 constexpr int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
@@ -170,10 +78,8 @@ void quantize_extra_row_ref(GgmlType t, const float* src, void* dst, int64_t n) 
     fail(ErrorKind::internal, "quantize_extra_row_ref: {} values of {}", n, ti.name);
   void (*block)(const float*, uint8_t*) = nullptr;
   switch (t) {
-    case GgmlType::Q4_0: block = q4_0_block; break;
-    case GgmlType::Q4_1: block = q4_1_block; break;
-    case GgmlType::Q5_0: block = q5_0_block; break;
-    case GgmlType::Q5_1: block = q5_1_block; break;
+    case GgmlType::Q4_0: case GgmlType::Q4_1: case GgmlType::Q5_0: case GgmlType::Q5_1:
+      return cpu::quantize_row_ref(t, src, dst, n);  // ggml's _ref, which llama-quantize runs
     case GgmlType::MXFP4: block = mxfp4_block; break;
     case GgmlType::IQ4_NL: block = iq4::quantize_nl_block; break;
     default: block = iq4::quantize_xs_block; break;

@@ -1,7 +1,7 @@
 #pragma once
-// ggml's quantizers for types kernels/cpu has none for, as ggml_quantize_chunk runs them without an
-// imatrix (what llama-quantize writes by default): quantize_row_{q4_0,q4_1,q5_0,q5_1,mxfp4}_ref
-// and quantize_iq4_nl / quantize_iq4_xs (quantize_row_iq4_nl_impl with 7 scale tries; note that
+// ggml's quantizers as ggml_quantize_chunk runs them without an imatrix (what llama-quantize writes
+// by default): quantize_row_{q4_0,q4_1,q5_0,q5_1}_ref (kernels/cpu's quantize_row_ref),
+// quantize_row_mxfp4_ref, and quantize_iq4_nl / quantize_iq4_xs (quantize_row_iq4_nl_impl with 7 scale tries; note that
 // ggml's quantize_row_iq4_nl_ref tries none and is not what llama-quantize uses). Same float
 // operations in the same order, no FMA: the bytes equal llama.cpp's (tests/oracle/
 // test_quant_llamacpp.py). Block layouts are ggml's (ggml-common.h), written byte by byte.
