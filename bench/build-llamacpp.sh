@@ -17,8 +17,13 @@
 # the binary, build-info.txt names the build (variant, version, the CPU's AMX flags and whether the
 # kernel grants a process AMX tile state): every recorded figure names the build it used.
 # About AMX: ggml requests the tile state itself (arch_prctl ARCH_REQ_XCOMP_PERM) and falls back
-# when it is refused; a CPU that reports AMX and grants it runs ggml's AMX matmul, which crashed on
-# one such VM (ggml_backend_amx_mul_mat) — use cpu-noamx there, and report Ferry beside both.
+# when it is refused. Built with GCC 12, a CPU that reports AMX and grants it crashed in ggml's AMX
+# matmul (SIGSEGV at the first ldtilecfg in ggml_backend_amx_mul_mat): GCC 12's _tile_loadconfig
+# is an asm statement whose memory operand covers only the first 8 bytes of the 64-byte tile
+# config, so the compiler may drop the stores that fill the rest (seen: palette 1, every row and
+# column count 0 or garbage), and ldtilecfg faults on the invalid config. The cpu variants
+# therefore build with clang (its AMX intrinsics are builtins) when the C++ compiler is GCC < 13
+# and clang is installed (FERRY_LLAMACPP_CC/CXX override).
 #
 #   FERRY_PYTHON                      python whose pip downloads the sdist (default .venv/bin/python)
 #   FERRY_LLAMA_CPP_PYTHON_VERSION    version of the sdist (default: the one installed, else 0.3.36)
@@ -51,8 +56,22 @@ src="$src_root/llama.cpp"
 build="$cache/llama.cpp-build/$variant"
 bin="$build/bin/llama-bench"
 stamp="$build/.ferry-version"
+# The compilers (see "About AMX" above): named in the stamp, so a change rebuilds.
+cc="${FERRY_LLAMACPP_CC:-}" cxx="${FERRY_LLAMACPP_CXX:-}"
+if [[ -z "$cxx" && "$variant" != cuda ]]; then
+  gcc_major="$(c++ -dumpfullversion 2>/dev/null | cut -d. -f1 || true)"
+  if c++ -v 2>&1 | grep -q '^gcc version' && [[ -n "$gcc_major" && "$gcc_major" -lt 13 ]]; then
+    for v in "" -14 -15 -16; do
+      if command -v "clang++$v" >/dev/null 2>&1 && command -v "clang$v" >/dev/null 2>&1; then
+        cc="clang$v" cxx="clang++$v"
+        break
+      fi
+    done
+  fi
+fi
+compilers="${cxx:-default}"
 
-if [[ -x "$bin" && -f "$stamp" && "$(cat "$stamp")" == "$version" ]]; then
+if [[ -x "$bin" && -f "$stamp" && "$(cat "$stamp")" == "$version $compilers" ]]; then
   echo "[build-llamacpp] $bin: present (llama-cpp-python $version)" >&2
   echo "$bin"
   exit 0
@@ -82,7 +101,10 @@ if [[ ! -f "$src/CMakeLists.txt" ]]; then
   mv "$tmp/llama_cpp_python-$version/vendor/llama.cpp" "$src"
 fi
 
-flags=(-DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF
+flags=()
+[[ -n "$cc" ]] && flags+=("-DCMAKE_C_COMPILER=$cc")
+[[ -n "$cxx" ]] && flags+=("-DCMAKE_CXX_COMPILER=$cxx")
+flags+=(-DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF
   -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TOOLS=ON)
 if [[ "$variant" == cpu ]]; then
   flags+=(-DGGML_NATIVE=ON -DGGML_CUDA=OFF)
@@ -108,6 +130,7 @@ gen=()
 command -v ninja >/dev/null 2>&1 && gen=(-G Ninja)
 
 mkdir -p "$build"
+rm -rf "$build/CMakeCache.txt" "$build/CMakeFiles"  # a build made with other compilers starts over
 echo "[build-llamacpp] configuring $variant in $build" >&2
 cmake -S "$src" -B "$build" "${gen[@]}" "${flags[@]}" >"$build.configure.log" 2>&1 || {
   tail -n 30 "$build.configure.log" >&2
@@ -143,8 +166,9 @@ esac
   echo "cpu AMX flags: ${amx_flags:-none}"
   echo "AMX tile state for a process: $amx_perm"
   echo "AMX path compiled into ggml: $amx_built"
+  echo "compiler: $(${cxx:-c++} --version | head -n 1)"
 } >"$build/bin/build-info.txt"
 cat "$build/bin/build-info.txt" >&2
-echo "$version" >"$stamp"
+echo "$version $compilers" >"$stamp"
 echo "[build-llamacpp] built $bin" >&2
 echo "$bin"
