@@ -35,16 +35,15 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     for arch in [a for a in args.arch.split(",") if a]:
         base = os.path.join(args.out, f"{arch}-{args.preset}-f32.gguf")
-        if not os.path.exists(base):
-            tmp = base + ".part"
-            subprocess.run([args.ferry, "synth", "--arch", arch, "--preset", args.preset, "--quant", "f32",
-                            "--seed", "1", "-o", tmp], check=True)
-            os.replace(tmp, base)
         for f in ftypes:
             dst = os.path.join(args.out, f"{arch}-{args.preset}-{f}.gguf")
             if os.path.exists(dst):
                 print(f"[make-models] {dst}: present")
                 continue
+            if not os.path.exists(base):  # the F32 source (~10 GB at the small preset): only when needed
+                subprocess.run([args.ferry, "synth", "--arch", arch, "--preset", args.preset, "--quant", "f32",
+                                "--seed", "1", "-o", base + ".part"], check=True)
+                os.replace(base + ".part", base)
             tmp = dst + ".part"
             common.llama_quantize(base, tmp, f)
             os.replace(tmp, dst)
