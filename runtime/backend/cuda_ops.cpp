@@ -48,6 +48,7 @@ class CudaOps final : public Ops {
   cudaStream_t stream() const { return s_; }
   Device& device() const { return dev_; }
   uint64_t calls() const { return calls_; }
+  cpu::GdnPrefill gdn_prefill() const { return gdn_prefill_; }
   uint64_t workspace_bytes() const { return matmul_ws_.bytes() + attn_ws_.bytes() + blas_ws_.bytes(); }
   CudaGraphStats graph_stats() const { return {graph_launches_, graph_instantiations_, graphs_on_}; }
   void set_graphs(bool on) {
@@ -377,6 +378,10 @@ uint64_t cuda_ops_workspace_bytes(const Ops& ops) {
   const auto* c = dynamic_cast<const CudaOps*>(&ops);
   return c ? c->workspace_bytes() : 0;
 }
+cpu::GdnPrefill cuda_ops_gdn_prefill(const Ops& ops) {
+  const auto* c = dynamic_cast<const CudaOps*>(&ops);
+  return c ? c->gdn_prefill() : cpu::GdnPrefill::recurrent;
+}
 CudaGraphStats cuda_ops_graph_stats(const Ops& ops) {
   const auto* c = dynamic_cast<const CudaOps*>(&ops);
   return c ? c->graph_stats() : CudaGraphStats{};
@@ -401,6 +406,7 @@ void cuda_ops_grow(Ops& ops, DeviceBuffer&, size_t, const char*) {
 }
 uint64_t cuda_ops_calls(const Ops&) { return 0; }
 uint64_t cuda_ops_workspace_bytes(const Ops&) { return 0; }
+cpu::GdnPrefill cuda_ops_gdn_prefill(const Ops&) { return cpu::GdnPrefill::recurrent; }
 CudaGraphStats cuda_ops_graph_stats(const Ops&) { return {}; }
 void cuda_ops_set_graphs(Ops&, bool) {}
 

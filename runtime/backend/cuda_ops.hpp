@@ -31,9 +31,10 @@ struct CudaOpsOptions {
   // shows it is faster (`--cuda-int8-dot`).
   bool int8_dot = false;
   // The Gated DeltaNet delta rule's form for prefill batches (runtime/backend/gdn_cuda.hpp):
-  // chunked (tensor-core friendly, needs scratch) unless a GPU run shows the recurrence wins
-  // (`--gdn-prefill recurrent`). Decode always takes the recurrent kernel.
-  cpu::GdnPrefill gdn_prefill = cpu::GdnPrefill::chunked;
+  // the recurrence, which needs no scratch and took 351 µs against the chunked form's 424 µs for
+  // a 512-token step of 32 heads on an H200 (bench/results/2026-12-04-gpu-check-h200.md); chunked
+  // stays selectable (`--gdn-prefill chunked`). Decode always takes the recurrent kernel.
+  cpu::GdnPrefill gdn_prefill = cpu::GdnPrefill::recurrent;
 };
 
 // Graph use of a CudaOps: launches, instantiations (an update that cannot reuse the executable
@@ -64,5 +65,8 @@ uint64_t cuda_ops_calls(const Ops& ops);
 // Bytes of the backend's own device workspaces (matmul, attention, cuBLAS), allocated when the
 // ops are made; 0 for other backends.
 uint64_t cuda_ops_workspace_bytes(const Ops& ops);
+// The delta rule's prefill form the ops were made with (chunked needs scratch from the budget);
+// recurrent for other backends.
+cpu::GdnPrefill cuda_ops_gdn_prefill(const Ops& ops);
 
 }  // namespace ferry

@@ -8,18 +8,19 @@ void add_backend_args(CLI::App& app, BackendArgs& a) {
   app.add_option(
          "--cuda-graphs", a.cuda_graphs,
          "cuda: one-token steps as CUDA graphs: on, off (kernel by kernel), segments (also the "
-         "offloaded steps, recorded around their MoE steps; opt-in until a GPU measurement "
-         "decides)")
+         "offloaded steps, recorded around their MoE steps; 0.91x the default on an H200, "
+         "bench/results/2026-12-04-gpu-check-h200.md)")
       ->check(CLI::IsMember({"on", "off", "segments"}))
       ->capture_default_str();
   app.add_flag(
       "--cuda-int8-dot", a.cuda_int8_dot,
       "cuda: integer dp4a matvec for one-token quantized matmuls (Q8_0/Q4_K/Q5_K/Q6_K; activations "
-      "rounded to 8 bits), opt-in until a GPU measurement decides");
+      "rounded to 8 bits); no faster end to end on an H200, where decode is launch-bound");
   app.add_option(
          "--gdn-prefill", a.gdn_prefill,
          "Gated DeltaNet delta rule for prompt batches of 16+ tokens: auto (cpu: recurrent, "
-         "bit-identical to llama.cpp; cuda: chunked), chunked, recurrent")
+         "bit-identical to llama.cpp; cuda: recurrent, measured faster than chunked on an H200), "
+         "chunked, recurrent")
       ->check(CLI::IsMember({"auto", "chunked", "recurrent"}))
       ->capture_default_str();
 }

@@ -188,12 +188,13 @@ std::unique_ptr<MoeExecutor> MoeSetup::build_offload(
   if (cuda) {
     // What is really allocated replaces the estimate: the dense weights, and the CudaOps
     // workspaces (counted as workspace, with a margin for the attention scratch, and the chunked
-    // DeltaNet prefill's scratch for the largest step).
+    // DeltaNet prefill's scratch for the largest step when that form is chosen).
     const uint64_t backend_ws = cuda_ops_workspace_bytes(ops);
     in.dense_bytes = cuda_dev->memory().used_bytes - backend_ws;
-    in.workspace_bytes += backend_ws + (32ull << 20) +
-                          cuda_gdn_scratch_bytes(c.ssm_group_count, c.ssm_time_step_rank,
-                                                 c.ssm_state_size, max_batch);
+    in.workspace_bytes += backend_ws + (32ull << 20);
+    if (cuda_ops_gdn_prefill(ops) == cpu::GdnPrefill::chunked)
+      in.workspace_bytes +=
+          cuda_gdn_scratch_bytes(c.ssm_group_count, c.ssm_time_step_rank, c.ssm_state_size, max_batch);
   }
   std::unique_ptr<ExpertProfile> profile;
   if (!a.profile.empty()) profile = std::make_unique<ExpertProfile>(ExpertProfile::read(a.profile));

@@ -197,11 +197,11 @@ struct Case {
 
 // A model fully resident on a CUDA device with a 1 GiB budget, with the device and ops it runs on.
 struct ResidentCuda {
-  explicit ResidentCuda(const gguf::File& f) {
+  explicit ResidentCuda(const gguf::File& f, const CudaOpsOptions& options = {}) {
     DeviceOptions o;
     o.budget_bytes = 1ull << 30;
     dev = make_device(DeviceKind::cuda, o);
-    ops = make_cuda_ops(*dev);
+    ops = make_cuda_ops(*dev, options);
     Ops& g = *ops;
     model = load_model(f, g, [&g](const std::vector<MoeLayerWeights>& l) { return make_cuda_resident_executor(g, l); });
   }
@@ -289,7 +289,8 @@ INSTANTIATE_TEST_SUITE_P(
 // kernels change: past 128 keys attention splits the keys and adds a combine kernel.
 // A qwen35moe prompt step long enough for the GPU's chunked delta rule (from
 // cuda::kGdnChunkedMinTokens = 64 tokens; 100 = one full chunk and a partial one) against the CPU
-// backend (its recurrence), then decode (the recurrent kernel) from the state the chunks left.
+// backend (its recurrence), then decode (the recurrent kernel) from the state the step left; once
+// with each prefill form (the default is the recurrence, chunked is `--gdn-prefill chunked`).
 TEST(GpuE2eLongPrompt, Qwen35ChunkedPrefillMatchesCpu) {
   FERRY_REQUIRE_GPU();
   const gguf::File f = gguf::File::open(write_model(synth::Arch::qwen35moe, synth::QuantMix::f32));
@@ -304,15 +305,18 @@ TEST(GpuE2eLongPrompt, Qwen35ChunkedPrefillMatchesCpu) {
     for (auto& t : next) t = tok(rng);
     cpu = run(*m, prompt, next, GgmlType::F32, 128);
   }
-  {
-    ResidentCuda r(f);
-    gpu = run(*r.model, prompt, next, GgmlType::F32, 128);
-  }
   const size_t V = cpu.prefill.size() / prompt.size();
-  report("e2e qwen35moe-tiny-f32 100-token step vs cpu prefill", fmt::format("100x{}", V),
-         nmse(cpu.prefill, gpu.prefill), 1e-4);
-  report("e2e qwen35moe-tiny-f32 100-token step vs cpu decode", fmt::format("4x{}", V), nmse(cpu.decode, gpu.decode),
-         1e-4);
+  for (const cpu::GdnPrefill form : {cpu::GdnPrefill::chunked, cpu::GdnPrefill::recurrent}) {
+    CudaOpsOptions o;
+    o.gdn_prefill = form;
+    ResidentCuda r(f, o);
+    gpu = run(*r.model, prompt, next, GgmlType::F32, 128);
+    const char* name = form == cpu::GdnPrefill::chunked ? "chunked" : "recurrent";
+    report(fmt::format("e2e qwen35moe-tiny-f32 100-token {} step vs cpu prefill", name), fmt::format("100x{}", V),
+           nmse(cpu.prefill, gpu.prefill), 1e-4);
+    report(fmt::format("e2e qwen35moe-tiny-f32 100-token {} step vs cpu decode", name), fmt::format("4x{}", V),
+           nmse(cpu.decode, gpu.decode), 1e-4);
+  }
 }
 
 TEST(GpuGraphs, DecodeAsGraphsGivesTheEagerLogits) {
