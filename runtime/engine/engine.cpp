@@ -6,8 +6,11 @@
 #include <chrono>
 
 #include "runtime/backend/cpu_ops.hpp"
+#include "runtime/backend/device_size.hpp"
 #include "runtime/backend/cuda_ops.hpp"
 #include "runtime/core/error.hpp"
+#include "runtime/core/log.hpp"
+#include "offload/host_store.hpp"
 
 namespace ferry {
 
@@ -57,12 +60,43 @@ int64_t default_context(const ModelConfig& c) {
   return std::min<int64_t>(c.n_ctx_train, 4096);
 }
 
+namespace {
+
+// A state on the host must fit in the RAM that is free: its pages are committed lazily, so an
+// oversized context would otherwise be accepted and fail (or swap) only once the cache fills.
+void check_state_fits_host(const ModelConfig& c, const StateOptions& so, uint64_t limit_bytes) {
+  uint64_t usable = limit_bytes;
+  if (usable == 0) {
+    const uint64_t avail = host_mem_available();
+    if (avail == 0) return;  // unknown: let the allocation decide
+    usable = avail > (1ull << 30) ? avail - (1ull << 30) : 0;
+  }
+  const StateFootprint fp = state_footprint(c, so);
+  const uint64_t need = fp.kv_bytes + fp.recurrent_bytes + fp.workspace_bytes;
+  if (need <= usable) return;
+  const uint64_t per_token = fp.kv_bytes / static_cast<uint64_t>(so.n_ctx);
+  const uint64_t fixed = fp.recurrent_bytes + fp.workspace_bytes;
+  const uint64_t fits = per_token && usable > fixed ? (usable - fixed) / per_token : 0;
+  fail(ErrorKind::budget,
+       "a context of {} tokens needs {} of host RAM for its state (KV cache {}: {} per token at K={} V={}; "
+       "recurrent state and workspace {}) but {} is available: use -c {} or less, or a smaller KV type "
+       "(-ctk/-ctv)",
+       so.n_ctx, format_size(need), format_size(fp.kv_bytes), format_size(per_token), type_name(so.type_k),
+       type_name(so.type_v), format_size(fixed), format_size(usable), fits);
+}
+
+}  // namespace
+
 Session::Session(LoadedModel& m, const SessionOptions& o) : model_(m) {
   StateOptions so;
   so.n_ctx = o.n_ctx > 0 ? o.n_ctx : default_context(m.config());
   so.type_k = o.type_k;
   so.type_v = o.type_v;
   so.n_batch = o.n_batch;
+  if (std::string_view(m.ops().name()) == "cpu") check_state_fits_host(m.config(), so, o.host_memory_bytes);
+  if (m.config().n_ctx_train > 0 && so.n_ctx > m.config().n_ctx_train)
+    log::warn("the context of {} tokens exceeds the {} the model was trained on: quality may degrade past it",
+              so.n_ctx, m.config().n_ctx_train);
   state_ = m.model().new_state(so);
   logits_.resize(static_cast<size_t>(m.config().n_vocab));
 }

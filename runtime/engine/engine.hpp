@@ -76,6 +76,11 @@ struct SessionOptions {
   GgmlType type_k = GgmlType::F16;
   GgmlType type_v = GgmlType::F16;
   int32_t n_batch = 512;
+  // Host RAM the session's state may take when it lives on the host (the cpu backend): 0 means
+  // what /proc/meminfo's MemAvailable reports minus a 1 GiB reserve. A context whose KV cache and
+  // recurrent state do not fit is refused up front (ErrorKind::budget) with the figures and the
+  // largest context that fits; tests lower it.
+  uint64_t host_memory_bytes = 0;
 };
 
 // Wall-clock accounting, as llama.cpp's perf counters: prompt = batches of more than one token,
