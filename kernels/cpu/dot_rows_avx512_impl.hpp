@@ -90,7 +90,9 @@ struct RepackedRows512 {
   static_assert(kVnni || kRowsExactWithoutVnni<W>);
   using Block = typename W::Block;
 
-  template <int NX>
+  // kFull (nw = 16): row 4q + g is at g·stride + q·4·stride, addressed from 4 pointers and 3
+  // strides instead of 16 pointers, which would not fit the general registers next to the loop's.
+  template <int NX, bool kFull>
   static void run_nx(int64_t n, const void* wv, size_t w_stride, int nw, const void* xv, size_t x_stride,
                      float* out, size_t out_stride) {
     const auto* w = static_cast<const uint8_t*>(wv);
@@ -107,6 +109,7 @@ struct RepackedRows512 {
       offs[r] = static_cast<int32_t>(o);
     }
     const __m512i gather_offs = _mm512_load_si512(offs);
+    const size_t s4 = 4 * w_stride;
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     __m512i table = _mm512_setzero_si512();
     if constexpr (W::kTable) {
@@ -119,11 +122,15 @@ struct RepackedRows512 {
     const int64_t nb = n / kQK8_0;
     for (int64_t i = 0; i < nb; ++i) {
       const size_t blk = static_cast<size_t>(i) * sizeof(Block);
+      auto at = [&](int r) {
+        if constexpr (kFull) return w + blk + static_cast<size_t>(r % 4) * w_stride + static_cast<size_t>(r / 4) * s4;
+        else return row[r] + blk;
+      };
       if (i % 2 == 0)  // 36 bytes per row every other block: every cache line of a row once or twice
-        for (int r = 0; r < kRows; ++r) _mm_prefetch(reinterpret_cast<const char*>(row[r] + blk) + kPrefetchBytes, _MM_HINT_T0);
+        for (int r = 0; r < kRows; ++r) _mm_prefetch(reinterpret_cast<const char*>(at(r)) + kPrefetchBytes, _MM_HINT_T0);
       __m512i a[4];
       for (int g = 0; g < 4; ++g) {
-        auto ld = [&](int r) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(row[r] + blk + W::kQsOffset)); };
+        auto ld = [&](int r) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(at(r) + W::kQsOffset)); };
         a[g] = _mm512_inserti32x4(
             _mm512_inserti32x4(_mm512_inserti32x4(_mm512_castsi128_si512(ld(g)), ld(4 + g), 1), ld(8 + g), 2),
             ld(12 + g), 3);
@@ -161,11 +168,18 @@ struct RepackedRows512 {
 
   static void run(int64_t n, const void* w, size_t w_stride, int nw, const void* x, size_t x_stride, int nx,
                   float* out, size_t out_stride) {
+    if (nw == kRows) return by_x<true>(n, w, w_stride, nw, x, x_stride, nx, out, out_stride);
+    by_x<false>(n, w, w_stride, nw, x, x_stride, nx, out, out_stride);
+  }
+
+  template <bool kFull>
+  static void by_x(int64_t n, const void* w, size_t w_stride, int nw, const void* x, size_t x_stride, int nx,
+                   float* out, size_t out_stride) {
     switch (nx) {
-      case 1: return run_nx<1>(n, w, w_stride, nw, x, x_stride, out, out_stride);
-      case 2: return run_nx<2>(n, w, w_stride, nw, x, x_stride, out, out_stride);
-      case 3: return run_nx<3>(n, w, w_stride, nw, x, x_stride, out, out_stride);
-      default: return run_nx<4>(n, w, w_stride, nw, x, x_stride, out, out_stride);
+      case 1: return run_nx<1, kFull>(n, w, w_stride, nw, x, x_stride, out, out_stride);
+      case 2: return run_nx<2, kFull>(n, w, w_stride, nw, x, x_stride, out, out_stride);
+      case 3: return run_nx<3, kFull>(n, w, w_stride, nw, x, x_stride, out, out_stride);
+      default: return run_nx<4, kFull>(n, w, w_stride, nw, x, x_stride, out, out_stride);
     }
   }
 
