@@ -119,8 +119,13 @@ void run(const Job& job, int64_t rows, bool parallel) {
   int64_t grain = std::max<int64_t>(1, kMinTaskWork / std::max<int64_t>(1, work_per_row));
   if (job.n_batch > 1)  // whole tiles per task
     grain = std::max<int64_t>(grain, kTileBytes / static_cast<int64_t>(job.w_row_bytes));
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, rows, static_cast<size_t>(grain)),
-                    [&job](const tbb::blocked_range<int64_t>& r) { job.rows(r.begin(), r.end()); });
+  // The several-rows kernels get whole groups of kMaxRows (a partial group takes their slower path).
+  const int64_t unit = job.dot_rows ? detail::kMaxRows : 1;
+  grain = (grain + unit - 1) / unit;
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, (rows + unit - 1) / unit, static_cast<size_t>(grain)),
+                    [&job, unit, rows](const tbb::blocked_range<int64_t>& r) {
+                      job.rows(r.begin() * unit, std::min(rows, r.end() * unit));
+                    });
 }
 
 // The order llama.cpp's x86 CPU backend (AVX2 build) adds a product in, by weight type and shape
