@@ -3,6 +3,7 @@
 // of the same size, best of four access patterns). Matrices are cols × rows with `--mb` MiB of weights, far beyond the caches.
 //
 //   bench_matvec [--mb 512] [--cols 4096] [--threads 1,2,4] [--reps 7] [--batch 1,8,32]
+//                [--types f16,q8_0,q4_k,q5_k,q6_k,q4_0,iq4_nl,mxfp4]
 //
 // Prints markdown tables (the source for bench/results/*matvec*.md).
 #include <tbb/blocked_range.h>
@@ -39,6 +40,8 @@ struct Options {
   std::vector<int> threads;
   std::vector<int64_t> batches{1, 8, 32};
   int reps = 7;
+  std::vector<GgmlType> types{GgmlType::F16,  GgmlType::Q8_0, GgmlType::Q4_K,   GgmlType::Q5_K,
+                              GgmlType::Q6_K, GgmlType::Q4_0, GgmlType::IQ4_NL, GgmlType::MXFP4};
 };
 
 std::vector<int64_t> parse_list(const char* s) {
@@ -60,7 +63,20 @@ Options parse(int argc, char** argv) {
     else if (a == "--cols") o.cols = std::atoll(argv[i + 1]);
     else if (a == "--reps") o.reps = std::atoi(argv[i + 1]);
     else if (a == "--batch") o.batches = parse_list(argv[i + 1]);
-    else if (a == "--threads")
+    else if (a == "--types") {
+      o.types.clear();
+      for (const char* p = argv[i + 1]; *p;) {
+        const char* end = std::strchr(p, ',');
+        const std::string name(p, end ? static_cast<size_t>(end - p) : std::strlen(p));
+        const auto t = ferry::type_from_name(name);
+        if (!t) {
+          std::fprintf(stderr, "unknown type %s\n", name.c_str());
+          std::exit(2);
+        }
+        o.types.push_back(*t);
+        p = end ? end + 1 : p + name.size();
+      }
+    } else if (a == "--threads")
       for (int64_t t : parse_list(argv[i + 1])) o.threads.push_back(static_cast<int>(t));
     else {
       std::fprintf(stderr, "unknown option %s\n", a.c_str());
@@ -155,7 +171,6 @@ std::string cpu_model() {
 
 int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
-  const GgmlType types[] = {GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
   const int64_t target_bytes = o.mb << 20;
 
   std::printf("# matvec, %lld MiB of weights per matrix, cols %lld\n\n", static_cast<long long>(o.mb),
@@ -185,16 +200,27 @@ int main(int argc, char** argv) {
   std::printf("|---|---|---|---|---|---|\n");
   struct Batched { GgmlType t; int64_t batch; double ms; double gbps; };
   std::vector<Batched> batched;
-  for (GgmlType t : types) {
+  for (GgmlType t : o.types) {
     const auto rb = static_cast<int64_t>(ferry::row_bytes(t, static_cast<uint64_t>(o.cols)));
-    const int64_t rows = std::max<int64_t>(1, target_bytes / rb);
+    // A multiple of 16 rows, as model matrices have (ggml repacks the 32-value formats when rows % 8 == 0).
+    const int64_t rows = std::max<int64_t>(16, target_bytes / rb / 16 * 16);
     // Distinct random rows are costly to quantize; 64 are enough for realistic bit patterns and
     // are repeated through the matrix (every byte is still read from DRAM).
     const int64_t distinct = 64;
     std::vector<uint8_t> seed_rows(static_cast<size_t>(distinct * rb));
     for (int64_t r = 0; r < distinct; ++r) {
       for (auto& v : row) v = nd(rng);
-      ferry::cpu::quantize_row_ref(t, row.data(), seed_rows.data() + r * rb, o.cols);
+      uint8_t* dst = seed_rows.data() + r * rb;
+      if (t == GgmlType::IQ4_NL || t == GgmlType::MXFP4) {  // no quantizer here: random levels, sane scales
+        for (int64_t k = 0; k < rb; ++k) dst[k] = static_cast<uint8_t>(rng());
+        const int64_t bb = static_cast<int64_t>(ferry::row_bytes(t, 32));
+        for (int64_t b = 0; b < rb; b += bb) {
+          if (t == GgmlType::MXFP4) dst[b] = static_cast<uint8_t>(120 + rng() % 8);
+          else dst[b + 1] = 0x2c;  // fp16 around 0.06
+        }
+      } else {
+        ferry::cpu::quantize_row_ref(t, row.data(), dst, o.cols);
+      }
     }
     std::unique_ptr<uint8_t[]> W(new uint8_t[static_cast<size_t>(rows * rb)]);
     for (int64_t r = 0; r < rows; ++r)

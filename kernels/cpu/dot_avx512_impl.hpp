@@ -353,8 +353,17 @@ struct IQ4XSKernel512 {
   }
 };
 
+}  // namespace
+}  // namespace ferry::cpu
+
+#include "kernels/cpu/dot_rows_avx512_impl.hpp"
+
+namespace ferry::cpu {
+namespace {
+
 // The formats without an AVX-512 kernel here keep their AVX2 ones (a subset of these ISAs): the
-// 32-value formats, whose per-block float step dominates as for Q8_0.
+// 32-value formats one row at a time, whose per-block float step dominates as for Q8_0; their
+// repacked order has sixteen-row matvec kernels (dot_rows_avx512_impl.hpp).
 template <bool kVnni>
 const detail::DotKernels& avx512_table() {
   static const detail::DotKernels k = [] {
@@ -375,6 +384,7 @@ const detail::DotKernels& avx512_table() {
     t.q2_k_tiled = by_nx<Q2KKernel512<kVnni, true>>;
     t.q3_k_tiled = by_nx<Q3KKernel512<kVnni, true>>;
     t.iq4_xs_tiled = by_nx<IQ4XSKernel512<kVnni, true>>;
+    add_repacked_rows512<kVnni>(t);
     return t;
   }();
   return k;

@@ -18,6 +18,16 @@ inline constexpr int kMaxNx = 4;
 // (n a multiple of the weight's block size; checked by the callers, not here).
 using DotFn = void (*)(int64_t n, const void* w, const void* x, size_t x_stride, int nx, float* out);
 
+// Several weight rows at once: out[j·out_stride + r] = Σ_c w_r[c]·x_j[c] for r < nw
+// (1 ≤ nw ≤ kMaxRows) and j < nx (1 ≤ nx ≤ kMaxNx), where w_r = (const uint8_t*)w + r·w_stride are
+// weight rows of n values and x_j = (const uint8_t*)x + j·x_stride activation rows. Each result is
+// bit for bit the matching DotFn's: the rows only share the unpacking work and the float steps'
+// registers (one lane per weight row), which pays where a row's float step per block is as costly
+// as its integer part (the repacked order of the 32-value formats: one FMA per block).
+inline constexpr int kMaxRows = 16;
+using DotRowsFn = void (*)(int64_t n, const void* w, size_t w_stride, int nw, const void* x, size_t x_stride, int nx,
+                           float* out, size_t out_stride);
+
 // One field per (weight type, order). The plain name is the order of ggml's x86 vec_dot
 // (what vec_dot / vec_dot_ref compute); the others are the same products added in the orders of
 // llama.cpp's other x86 CPU kernels (dot_ref*.cpp):
@@ -34,6 +44,9 @@ struct DotKernels {
   DotFn q4_0_repacked, iq4_nl_repacked, mxfp4_repacked, iq4_nl_tinyblas;
   // Q2_K, Q3_K, IQ4_XS (dot_ref_kquants.cpp, dot_kquants_avx2.cpp)
   DotFn q2_k, q3_k, iq4_xs, q2_k_tiled, q3_k_tiled, iq4_xs_tiled;
+  // Several rows at once in the repacked order (dot_rows_avx512_impl.hpp); nullptr where the ISA
+  // has none, and matmul then calls the DotFn row by row.
+  DotRowsFn q4_0_repacked_rows = nullptr, iq4_nl_repacked_rows = nullptr, mxfp4_repacked_rows = nullptr;
 };
 
 // Which of those orders a product uses (matmul.cpp decides, as llama.cpp does).
@@ -84,6 +97,17 @@ inline DotFn dot_fn(const DotKernels& k, GgmlType w, DotOrder o = DotOrder::row)
     case GgmlType::Q2_K: return o == DotOrder::tiled ? k.q2_k_tiled : k.q2_k;
     case GgmlType::Q3_K: return o == DotOrder::tiled ? k.q3_k_tiled : k.q3_k;
     case GgmlType::IQ4_XS: return o == DotOrder::tiled ? k.iq4_xs_tiled : k.iq4_xs;
+    default: return nullptr;
+  }
+}
+
+// The several-rows kernel for weight type w in order o, or nullptr when there is none.
+inline DotRowsFn dot_rows_fn(const DotKernels& k, GgmlType w, DotOrder o) {
+  if (o != DotOrder::repacked) return nullptr;
+  switch (w) {
+    case GgmlType::Q4_0: return k.q4_0_repacked_rows;
+    case GgmlType::IQ4_NL: return k.iq4_nl_repacked_rows;
+    case GgmlType::MXFP4: return k.mxfp4_repacked_rows;
     default: return nullptr;
   }
 }

@@ -48,6 +48,7 @@ void check_matmul(const char* what, GgmlType w, int64_t rows, int64_t cols, int6
 
 struct Job {
   detail::DotFn dot;
+  detail::DotRowsFn dot_rows;  // kMaxRows rows at once, or nullptr
   detail::DotFn dot_grouped;  // full groups of kMaxNx rows (dense products; see matmul.hpp)
   const uint8_t* W;   // (rows, w_row_bytes)
   size_t w_row_bytes;
@@ -60,6 +61,24 @@ struct Job {
 
   void rows(int64_t r0, int64_t r1) const {
     float tmp[kMaxNx];
+    if (dot_rows) {
+      // kMaxRows weight rows side by side (more than kStreams sequential streams), within tiles of
+      // the batched path as below.
+      const int64_t tile = n_batch == 1 ? r1 - r0
+                                        : std::max<int64_t>(detail::kMaxRows, kTileBytes / static_cast<int64_t>(w_row_bytes));
+      for (int64_t t0 = r0; t0 < r1; t0 += tile) {
+        const int64_t t1 = std::min(r1, t0 + tile);
+        for (int64_t b = 0; b < n_batch; b += kMaxNx) {
+          const int nx = static_cast<int>(std::min<int64_t>(kMaxNx, n_batch - b));
+          for (int64_t r = t0; r < t1; r += detail::kMaxRows) {
+            const int nw = static_cast<int>(std::min<int64_t>(detail::kMaxRows, t1 - r));
+            dot_rows(cols, W + r * w_row_bytes, w_row_bytes, nw, Xq + b * ldxq, ldxq, nx, Y + b * ldy + r,
+                     static_cast<size_t>(ldy));
+          }
+        }
+      }
+      return;
+    }
     if (n_batch == 1) {
       // Matvec: memory-bound. The range is walked as kStreams interleaved sub-ranges, one row of
       // each in turn: several sequential streams per core keep more DRAM reads in flight than one
@@ -100,8 +119,13 @@ void run(const Job& job, int64_t rows, bool parallel) {
   int64_t grain = std::max<int64_t>(1, kMinTaskWork / std::max<int64_t>(1, work_per_row));
   if (job.n_batch > 1)  // whole tiles per task
     grain = std::max<int64_t>(grain, kTileBytes / static_cast<int64_t>(job.w_row_bytes));
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, rows, static_cast<size_t>(grain)),
-                    [&job](const tbb::blocked_range<int64_t>& r) { job.rows(r.begin(), r.end()); });
+  // The several-rows kernels get whole groups of kMaxRows (a partial group takes their slower path).
+  const int64_t unit = job.dot_rows ? detail::kMaxRows : 1;
+  grain = (grain + unit - 1) / unit;
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, (rows + unit - 1) / unit, static_cast<size_t>(grain)),
+                    [&job, unit, rows](const tbb::blocked_range<int64_t>& r) {
+                      job.rows(r.begin() * unit, std::min(rows, r.end() * unit));
+                    });
 }
 
 // The order llama.cpp's x86 CPU backend (AVX2 build) adds a product in, by weight type and shape
@@ -131,7 +155,8 @@ void matmul_q(GgmlType w, const void* W, int64_t rows, int64_t cols, const void*
               int64_t n_batch, float* Y, int64_t ldy, bool parallel, bool dense) {
   check_matmul("matmul_q", w, rows, cols, n_batch, ldy);
   const detail::DotKernels& kernels = detail::dot_kernels(active_isa());
-  const detail::DotFn dot = detail::dot_fn(kernels, w, order_for(w, rows, n_batch, dense));
+  const detail::DotOrder order = order_for(w, rows, n_batch, dense);
+  const detail::DotFn dot = detail::dot_fn(kernels, w, order);
   if (!dot) fail(ErrorKind::unsupported, "matmul_q: type {} is not a weight type", type_name(w));
   const auto x_row_bytes = static_cast<int64_t>(row_bytes(vec_dot_type(w), static_cast<uint64_t>(cols)));
   if (n_batch > 1 && ldxq < x_row_bytes)
@@ -140,6 +165,7 @@ void matmul_q(GgmlType w, const void* W, int64_t rows, int64_t cols, const void*
   if (rows == 0 || n_batch == 0) return;
   static_assert(kMaxNx == 4, "the grouped order is ggml's 4-row kernel's");
   const Job job{dot,
+                detail::dot_rows_fn(kernels, w, order),
                 dense && w == GgmlType::Q4_K ? detail::dot_fn(kernels, w, detail::DotOrder::group4) : dot,
                 static_cast<const uint8_t*>(W),
                 static_cast<size_t>(row_bytes(w, static_cast<uint64_t>(cols))),

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "kernel_test_util.hpp"
 #include "kernels/cpu/dot_kernels.hpp"
@@ -164,6 +165,67 @@ TEST(VecDot, EveryOrderOnEveryIsaMatchesScalarReference) {
     }
   }
   EXPECT_EQ(checked, 4 * (13 + 10));  // 13 quantized weight types' vec_dot orders and 10 other orders
+}
+
+// The several-rows kernels (DotRowsFn: the repacked order of Q4_0, IQ4_NL, MXFP4 on AVX-512) give
+// each (weight row, activation row) the bits of the scalar reference in that order: 1..16 weight
+// rows × 1..4 activation rows of 1, 2, 3 and 17 blocks at padded strides, nothing written outside
+// the outputs; MXFP4 also with E8M0 scales over the whole byte range (the
+// subnormal e = 0, 1 and the largest exponents), compared as bit patterns.
+TEST(VecDot, RowsKernelsMatchScalarReference) {
+  using cpu::detail::DotOrder;
+  std::mt19937 rng(26);
+  const auto& scalar = cpu::detail::dot_kernels(cpu::Isa::scalar);
+  int checked = 0;
+  for (cpu::Isa isa : available_isas()) {
+    const auto& kernels = cpu::detail::dot_kernels(isa);
+    for (GgmlType t : {GgmlType::Q4_0, GgmlType::IQ4_NL, GgmlType::MXFP4}) {
+      const cpu::detail::DotRowsFn f = cpu::detail::dot_rows_fn(kernels, t, DotOrder::repacked);
+      if (!f) continue;
+      EXPECT_EQ(cpu::detail::dot_rows_fn(kernels, t, DotOrder::row), nullptr);
+      const cpu::detail::DotFn ref = cpu::detail::dot_fn(scalar, t, DotOrder::repacked);
+      for (bool full_range : {false, true}) {
+        if (full_range && t != GgmlType::MXFP4) continue;
+        for (int64_t blocks : {1, 2, 3, 17}) {
+          const int64_t n = blocks * block_values(t);
+          const size_t wrb = row_bytes(t, static_cast<uint64_t>(n)), stride = wrb + 5;  // unaligned rows
+          std::vector<uint8_t> w(stride * cpu::detail::kMaxRows);
+          for (int r = 0; r < cpu::detail::kMaxRows; ++r) {
+            const auto row = random_blocks(rng, t, n, full_range);
+            std::memcpy(w.data() + r * stride, row.data(), wrb);
+          }
+          const size_t x_stride = row_bytes(cpu::vec_dot_type(t), static_cast<uint64_t>(n)) + 3;
+          std::vector<uint8_t> xs(x_stride * cpu::detail::kMaxNx);
+          for (int j = 0; j < cpu::detail::kMaxNx; ++j)
+            cpu::quantize_activation(t, random_normal(rng, n).data(), xs.data() + j * x_stride, n);
+          constexpr size_t kOut = cpu::detail::kMaxRows + 3;  // output row stride
+          for (int nx = 1; nx <= cpu::detail::kMaxNx; ++nx)
+            for (int nw = 1; nw <= cpu::detail::kMaxRows; ++nw) {
+              std::vector<float> got(kOut * cpu::detail::kMaxNx, 12345.f);
+              f(n, w.data(), stride, nw, xs.data(), x_stride, nx, got.data(), kOut);
+              for (size_t k = 0; k < got.size(); ++k) {
+                if (k % kOut >= static_cast<size_t>(nw) || k / kOut >= static_cast<size_t>(nx)) {
+                  ASSERT_EQ(got[k], 12345.f) << type_name(t) << " nw=" << nw << " nx=" << nx << ": wrote " << k;
+                }
+              }
+              for (int j = 0; j < nx; ++j)
+                for (int r = 0; r < nw; ++r) {
+                  float want;
+                  ref(n, w.data() + r * stride, xs.data() + j * x_stride, 0, 1, &want);
+                  uint32_t gb, wb;
+                  std::memcpy(&gb, &got[j * kOut + r], 4);
+                  std::memcpy(&wb, &want, 4);
+                  ASSERT_EQ(gb, wb) << type_name(t) << " n=" << n << " nw=" << nw << " nx=" << nx << " row " << r
+                                    << " x " << j << " (" << got[j * kOut + r] << " vs " << want << ") on "
+                                    << cpu::isa_name(isa);
+                }
+            }
+          ++checked;
+        }
+      }
+    }
+  }
+  std::printf("  rows kernels checked: %d (type, length, ISA) cases\n", checked);
 }
 
 // The orders are distinguishable: each order other than vec_dot's gives a different float somewhere
