@@ -136,8 +136,10 @@ cmake -S "$src" -B "$build" "${gen[@]}" "${flags[@]}" >"$build.configure.log" 2>
   tail -n 30 "$build.configure.log" >&2
   exit 1
 }
-echo "[build-llamacpp] building llama-bench with $jobs jobs (log: $build.build.log)" >&2
-cmake --build "$build" --target llama-bench -j "$jobs" >"$build.build.log" 2>&1 || {
+# llama-perplexity too (cpu variants): the reference for `ferry perplexity`'s KL-divergence files.
+targets=(llama-bench); [[ "$variant" != cuda ]] && targets+=(llama-perplexity)
+echo "[build-llamacpp] building ${targets[*]} with $jobs jobs (log: $build.build.log)" >&2
+cmake --build "$build" --target "${targets[@]}" -j "$jobs" >"$build.build.log" 2>&1 || {
   tail -n 30 "$build.build.log" >&2
   exit 1
 }
