@@ -59,10 +59,19 @@ void fill_weights(GgmlType t, void* dst, int64_t rows, int64_t cols, uint32_t se
   } else if (t == GgmlType::F32) {
     for (size_t i = 0; i + 3 < bytes; i += 4) { const float v = ((h[i] & 0x7f) - 64) / 64.f; std::memcpy(&h[i], &v, 4); }
   } else {
+    auto put = [&](size_t at) { std::memcpy(&h[at], &half, 2); };
     for (size_t o = 0; o < bytes; o += info.block_bytes) {
-      if (t == GgmlType::Q6_K) std::memcpy(&h[o + 208], &half, 2);
-      else std::memcpy(&h[o], &half, 2);
-      if (t == GgmlType::Q4_K || t == GgmlType::Q5_K) std::memcpy(&h[o + 2], &half, 2);
+      switch (t) {
+        case GgmlType::Q6_K: put(o + 208); break;
+        case GgmlType::Q3_K: put(o + 108); break;
+        case GgmlType::Q2_K: put(o + 80); put(o + 82); break;
+        case GgmlType::MXFP4: h[o] = 120; break;  // E8M0 scale 2^-8
+        case GgmlType::Q4_K:
+        case GgmlType::Q5_K:
+        case GgmlType::Q4_1:
+        case GgmlType::Q5_1: put(o); put(o + 2); break;
+        default: put(o);  // d first: Q8_0, Q4_0, Q5_0, IQ4_NL, IQ4_XS
+      }
     }
   }
   FERRY_CUDA_CHECK(cudaMemcpy(dst, h.data(), bytes, cudaMemcpyHostToDevice));
@@ -135,7 +144,9 @@ int run(bool quick) {
 
   // Decode matvec on matrices far larger than L2.
   const int64_t mv_rows = 32768, mv_cols = 8192;
-  for (GgmlType t : {GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
+  for (GgmlType t : {GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K,
+                     GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q2_K, GgmlType::Q3_K,
+                     GgmlType::IQ4_NL, GgmlType::IQ4_XS, GgmlType::MXFP4}) {
     const size_t wb = row_bytes(t, mv_cols) * mv_rows;
     DeviceMem w(wb), x(mv_cols * 4), y(mv_rows * 4 * 8);
     fill_weights(t, w.p, mv_rows, mv_cols, 1);

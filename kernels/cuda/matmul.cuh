@@ -8,8 +8,10 @@
 //   X: (n_batch, cols) float, row stride ldx        Y: (n_batch, rows) float, row stride ldy
 //   Y[b][r] = Σ_c W[r][c]·X[b][c]
 // Requirements (checked, invalid_arg otherwise): W, X, Y 16-byte aligned, ldx a multiple of 4,
-// cols a multiple of the type's block (256 for K-quants, 32 for Q8_0, 8 for F16/BF16, 4 for F32).
-// Types: F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K. All functions are asynchronous on `stream`.
+// cols a multiple of the type's block (256 for K-quants and IQ4_XS, 32 for Q8_0, Q4_0, Q4_1, Q5_0,
+// Q5_1, IQ4_NL and MXFP4, 8 for F16/BF16, 4 for F32).
+// Types: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL,
+// IQ4_XS, MXFP4. All functions are asynchronous on `stream`.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -34,9 +36,9 @@ inline void matvec(GgmlType w, const void* W, int64_t rows, int64_t cols, const 
 // the caller's workspace (int8 (cols), then float2 (d, d·Σq) per block: kernels/cuda/
 // quant_q8_device.cuh), then each warp dots its rows with __dp4a over unpacked weight quants,
 // float scales applied per 16 or 32 values. Results are W·x̃ with x̃ the 8-bit-rounded x (NMSE vs
-// float x ~1e-5…1e-4). Types: Q8_0, Q4_K, Q5_K, Q6_K. The caller opts in (matmul's int8_dot;
-// CudaOpsOptions::int8_dot, `--cuda-int8-dot`) until a GPU run says it is faster than the float
-// matvec.
+// float x ~1e-5…1e-4). Types: the quantized ones (all but F32, F16, BF16). The caller opts in
+// (matmul's int8_dot; CudaOpsOptions::int8_dot, `--cuda-int8-dot`) until a GPU run says it is
+// faster than the float matvec.
 bool matvec_q8_supported(GgmlType w);
 size_t matvec_q8_workspace_bytes(int64_t cols);  // 1.25 bytes per column
 // workspace ← x (n floats, n % 32 == 0) quantized; workspace 16-byte aligned.

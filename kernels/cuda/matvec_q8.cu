@@ -76,7 +76,10 @@ int64_t q8_unit_values(GgmlType w) {
 }  // namespace
 
 bool matvec_q8_supported(GgmlType w) {
-  return w == GgmlType::Q8_0 || w == GgmlType::Q4_K || w == GgmlType::Q5_K || w == GgmlType::Q6_K;
+  switch (w) {
+    FERRY_Q8_DOT_TYPE_CASES(return Q8Dot<kT>::kValues > 0)
+    default: return false;
+  }
 }
 
 size_t matvec_q8_workspace_bytes(int64_t cols) {
@@ -133,7 +136,7 @@ void matvec_q8(GgmlType w, const void* W, int64_t rows, int64_t cols, const floa
                void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   require(matvec_q8_supported(w), "matvec_q8",
           "weight type id " + std::to_string(static_cast<unsigned>(w)) +
-              " has no integer dot (Q8_0, Q4_K, Q5_K, Q6_K)");
+              " has no integer dot (" FERRY_Q8_DOT_TYPE_NAMES ")");
   check_weight_args("matvec_q8", w, W, rows, cols);
   quantize_q8(x, cols, workspace, workspace_bytes, stream);
   matvec_q8_quantized(w, W, rows, cols, workspace, y, stream);

@@ -12,6 +12,7 @@
 //              columns 64c+8p..+8 (low nibbles, sub-block 2c) and 64c+32+8p..+8 (high, 2c+1)
 //   Q6_K  16 units per 256-block: unit t covers half n = t/8, l0 = 4(t%8): columns
 //              128n + l0 + 32r .. +4 for r = 0..3 (the four 2-bit planes of ql/qh)
+//   Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, IQ4_XS, Q2_K, Q3_K: quant_device_more.cuh
 // Units of every type tile each aligned 128-column segment exactly (8 units of 16, 16 of 8, 32 of
 // 4), which the tiled matmul relies on.
 // Dequantized values are computed with the same float operations, in the same order, as ggml's
@@ -210,27 +211,6 @@ __host__ __device__ constexpr int64_t row_bytes_of(int64_t cols) {
   return cols / Unit<T>::kBlockValues * Unit<T>::kBlockBytes;
 }
 
-// Dot of unit u of a weight row with activation vector x (float, 16-byte aligned): the generic
-// form decodes the unit, then dots. The quantized types specialise it below.
-template <GgmlType T>
-__device__ __forceinline__ float unit_dot(const uint8_t* row, int64_t u, const float* x) {
-  using U = Unit<T>;
-  float w[U::kValues];
-  U::decode(row, u, w);
-  float acc = 0.f;
-#pragma unroll
-  for (int r = 0; r < U::kRuns; ++r) {
-    const float4* xr = reinterpret_cast<const float4*>(x + U::run_start(u, r));
-#pragma unroll
-    for (int q = 0; q < U::kRunLen / 4; ++q) {
-      const float4 xv = xr[q];
-      const float* wv = w + r * U::kRunLen + 4 * q;
-      acc += wv[0] * xv.x + wv[1] * xv.y + wv[2] * xv.z + wv[3] * xv.w;
-    }
-  }
-  return acc;
-}
-
 // The specialised dots are bound by instructions, not bytes, so they (1) factor the block scales
 // out of the sums — Σ(d·q − m)·x = d·Σq·x − m·Σx — and (2) turn each quant byte into a float with
 // one byte-permute and one add instead of a quarter-rate int→float conversion: the byte is placed
@@ -252,6 +232,38 @@ __device__ __forceinline__ uint32_t ld_u32_a2(const uint8_t* p) {  // 2-byte ali
 }
 
 constexpr float kMagic = 8388608.0f;  // 2^23
+
+}  // namespace ferry::cuda::detail
+
+#include "kernels/cuda/quant_device_more.cuh"  // IWYU pragma: export
+
+namespace ferry::cuda::detail {
+
+// Dot of unit u of a weight row with activation vector x (float, 16-byte aligned): the unit's own
+// dot() where it has one (quant_device_more.cuh), else decode, then dot. Q8_0 and the K-quants
+// above specialise it below.
+template <GgmlType T>
+__device__ __forceinline__ float unit_dot(const uint8_t* row, int64_t u, const float* x) {
+  using U = Unit<T>;
+  if constexpr (HasUnitDot<U>::value) {
+    return U::dot(row, u, x);
+  } else {
+    float w[U::kValues];
+    U::decode(row, u, w);
+    float acc = 0.f;
+#pragma unroll
+    for (int r = 0; r < U::kRuns; ++r) {
+      const float4* xr = reinterpret_cast<const float4*>(x + U::run_start(u, r));
+#pragma unroll
+      for (int q = 0; q < U::kRunLen / 4; ++q) {
+        const float4 xv = xr[q];
+        const float* wv = w + r * U::kRunLen + 4 * q;
+        acc += wv[0] * xv.x + wv[1] * xv.y + wv[2] * xv.z + wv[3] * xv.w;
+      }
+    }
+    return acc;
+  }
+}
 
 template <>
 __device__ __forceinline__ float unit_dot<GgmlType::Q8_0>(const uint8_t* row, int64_t u, const float* x) {
@@ -385,14 +397,25 @@ __device__ __forceinline__ float warp_max(float v) {
     break;                                        \
   }
 
+// FERRY_WEIGHT_TYPE_CASES(CODE): one FERRY_TYPE_CASE per weight type the CUDA kernels ship.
+// clang-format off
+#define FERRY_WEIGHT_TYPE_CASES(...)                                                             \
+  FERRY_TYPE_CASE(F32, __VA_ARGS__) FERRY_TYPE_CASE(F16, __VA_ARGS__)                            \
+  FERRY_TYPE_CASE(BF16, __VA_ARGS__) FERRY_TYPE_CASE(Q8_0, __VA_ARGS__)                          \
+  FERRY_TYPE_CASE(Q4_K, __VA_ARGS__) FERRY_TYPE_CASE(Q5_K, __VA_ARGS__)                          \
+  FERRY_TYPE_CASE(Q6_K, __VA_ARGS__) FERRY_TYPE_CASE(Q4_0, __VA_ARGS__)                          \
+  FERRY_TYPE_CASE(Q4_1, __VA_ARGS__) FERRY_TYPE_CASE(Q5_0, __VA_ARGS__)                          \
+  FERRY_TYPE_CASE(Q5_1, __VA_ARGS__) FERRY_TYPE_CASE(Q2_K, __VA_ARGS__)                          \
+  FERRY_TYPE_CASE(Q3_K, __VA_ARGS__) FERRY_TYPE_CASE(IQ4_NL, __VA_ARGS__)                        \
+  FERRY_TYPE_CASE(IQ4_XS, __VA_ARGS__) FERRY_TYPE_CASE(MXFP4, __VA_ARGS__)
+
 // FERRY_DISPATCH_WEIGHT_TYPE(t, op, CODE): runs CODE with `constexpr GgmlType kT` set to t for the
 // weight types the CUDA kernels ship; any other type throws unsupported naming op.
 #define FERRY_DISPATCH_WEIGHT_TYPE(t, op, ...)                                                   \
   switch (t) {                                                                                   \
-    FERRY_TYPE_CASE(F32, __VA_ARGS__) FERRY_TYPE_CASE(F16, __VA_ARGS__)                          \
-    FERRY_TYPE_CASE(BF16, __VA_ARGS__) FERRY_TYPE_CASE(Q8_0, __VA_ARGS__)                        \
-    FERRY_TYPE_CASE(Q4_K, __VA_ARGS__) FERRY_TYPE_CASE(Q5_K, __VA_ARGS__)                        \
-    FERRY_TYPE_CASE(Q6_K, __VA_ARGS__)                                                           \
+    FERRY_WEIGHT_TYPE_CASES(__VA_ARGS__)                                                         \
     default:                                                                                     \
-      ::ferry::cuda::detail::throw_no_kernel(t, op, "has no CUDA kernel (F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K)"); \
+      ::ferry::cuda::detail::throw_no_kernel(t, op, "has no CUDA kernel (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, " \
+                                             "Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4)"); \
   }
+// clang-format on

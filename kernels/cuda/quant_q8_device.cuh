@@ -25,6 +25,7 @@
 //   Q6_K        unit u = 4b + 2n + p: half n, planes p (low nibbles of ql[64n+32p..+32], qh bits
 //               2p) and p+2 (high nibbles, qh bits 2p+4); columns 256b+128n+32p..+32 and +64..+32;
 //               scales per 16 values                        x blocks: 8b+4n+p, 8b+4n+p+2
+//   Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, IQ4_XS, Q2_K, Q3_K: quant_q8_device_more.cuh
 #include <cuda_fp16.h>
 
 #include <cstdint>
@@ -58,11 +59,13 @@ __device__ __forceinline__ void load_q8_block(const int8_t* xq, const float2* xd
   ds = xds[ib];
 }
 
-// Per-byte q − 32 for bytes 0..63 without borrows between bytes: setting each byte's top bit
-// first keeps every byte ≥ 96 through the subtraction, and flipping it back yields
-// (q − 32) mod 256.
-__device__ __forceinline__ uint32_t sub32_bytes(uint32_t v) {
-  return ((v | 0x80808080u) - 0x20202020u) ^ 0x80808080u;
+// Per-byte q − kSub for bytes below 128 without borrows between bytes: setting each byte's top
+// bit first keeps every byte ≥ 128 − kSub through the subtraction, and flipping it back yields
+// (q − kSub) mod 256.
+template <uint32_t kSub>
+__device__ __forceinline__ uint32_t sub_bytes(uint32_t v) {
+  static_assert(kSub <= 128);
+  return ((v | 0x80808080u) - kSub * 0x01010101u) ^ 0x80808080u;
 }
 
 template <GgmlType T>
@@ -175,9 +178,9 @@ struct Q8Dot<GgmlType::Q6_K> {
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
       const uint32_t l = ld_u32_a2(ql + 4 * k), h = ld_u32_a2(qh + 4 * k);
-      const uint32_t q_lo = sub32_bytes((l & 0x0F0F0F0Fu) | (((h >> (2 * p)) & 0x03030303u) << 4));
+      const uint32_t q_lo = sub_bytes<32>((l & 0x0F0F0F0Fu) | (((h >> (2 * p)) & 0x03030303u) << 4));
       const uint32_t q_hi =
-          sub32_bytes(((l >> 4) & 0x0F0F0F0Fu) | (((h >> (2 * p + 4)) & 0x03030303u) << 4));
+          sub_bytes<32>(((l >> 4) & 0x0F0F0F0Fu) | (((h >> (2 * p + 4)) & 0x03030303u) << 4));
       lo[k >> 2] = __dp4a(static_cast<int>(q_lo), f.q[0][k], lo[k >> 2]);
       hi[k >> 2] = __dp4a(static_cast<int>(q_hi), f.q[1][k], hi[k >> 2]);
     }
@@ -190,13 +193,24 @@ struct Q8Dot<GgmlType::Q6_K> {
 
 }  // namespace ferry::cuda::detail
 
-// FERRY_DISPATCH_Q8_DOT_TYPE(t, op, CODE): CODE with `constexpr GgmlType kT` for the types with an
-// integer dot; any other type throws unsupported naming op.
+#include "kernels/cuda/quant_q8_device_more.cuh"  // IWYU pragma: export
+
+// FERRY_Q8_DOT_TYPE_CASES(CODE): one FERRY_TYPE_CASE per type with an integer dot.
+// FERRY_DISPATCH_Q8_DOT_TYPE(t, op, CODE): CODE with `constexpr GgmlType kT` for those types; any
+// other type throws unsupported naming op.
 // clang-format off
+#define FERRY_Q8_DOT_TYPE_CASES(...)                                                              \
+  FERRY_TYPE_CASE(Q8_0, __VA_ARGS__) FERRY_TYPE_CASE(Q4_K, __VA_ARGS__)                          \
+  FERRY_TYPE_CASE(Q5_K, __VA_ARGS__) FERRY_TYPE_CASE(Q6_K, __VA_ARGS__)                          \
+  FERRY_TYPE_CASE(Q4_0, __VA_ARGS__) FERRY_TYPE_CASE(Q4_1, __VA_ARGS__)                          \
+  FERRY_TYPE_CASE(Q5_0, __VA_ARGS__) FERRY_TYPE_CASE(Q5_1, __VA_ARGS__)                          \
+  FERRY_TYPE_CASE(Q2_K, __VA_ARGS__) FERRY_TYPE_CASE(Q3_K, __VA_ARGS__)                          \
+  FERRY_TYPE_CASE(IQ4_NL, __VA_ARGS__) FERRY_TYPE_CASE(IQ4_XS, __VA_ARGS__)                      \
+  FERRY_TYPE_CASE(MXFP4, __VA_ARGS__)
+#define FERRY_Q8_DOT_TYPE_NAMES "Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4"
 #define FERRY_DISPATCH_Q8_DOT_TYPE(t, op, ...)                                                    \
   switch (t) {                                                                                   \
-    FERRY_TYPE_CASE(Q8_0, __VA_ARGS__) FERRY_TYPE_CASE(Q4_K, __VA_ARGS__)                        \
-    FERRY_TYPE_CASE(Q5_K, __VA_ARGS__) FERRY_TYPE_CASE(Q6_K, __VA_ARGS__)                        \
-    default: ::ferry::cuda::detail::throw_no_kernel(t, op, "has no integer dot (Q8_0, Q4_K, Q5_K, Q6_K)"); \
+    FERRY_Q8_DOT_TYPE_CASES(__VA_ARGS__)                                                         \
+    default: ::ferry::cuda::detail::throw_no_kernel(t, op, "has no integer dot (" FERRY_Q8_DOT_TYPE_NAMES ")"); \
   }
 // clang-format on

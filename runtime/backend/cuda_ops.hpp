@@ -26,9 +26,9 @@ struct CudaOpsOptions {
   // decorators): recorded as one graph per stretch between MoE steps. Off until measured on a GPU
   // (`--cuda-graphs segments`).
   bool graph_segments = false;
-  // One-token matmuls of Q8_0/Q4_K/Q5_K/Q6_K weights through the integer matvec (activations
-  // quantized to 8 bits, __dp4a; cuda::matvec_q8) using the matmul workspace. Off until a GPU run
-  // shows it is faster (`--cuda-int8-dot`).
+  // One-token matmuls of quantized weights (every type but F32/F16/BF16) through the integer
+  // matvec (activations quantized to 8 bits, __dp4a; cuda::matvec_q8) using the matmul workspace.
+  // Off until a GPU run shows it is faster (`--cuda-int8-dot`).
   bool int8_dot = false;
   // The Gated DeltaNet delta rule's form for prefill batches (runtime/backend/gdn_cuda.hpp):
   // the recurrence, which needs no scratch and took 351 µs against the chunked form's 424 µs for

@@ -14,8 +14,8 @@ void add_backend_args(CLI::App& app, BackendArgs& a) {
       ->capture_default_str();
   app.add_flag(
       "--cuda-int8-dot", a.cuda_int8_dot,
-      "cuda: integer dp4a matvec for one-token quantized matmuls (Q8_0/Q4_K/Q5_K/Q6_K; activations "
-      "rounded to 8 bits); no faster end to end on an H200, where decode is launch-bound");
+      "cuda: integer dp4a matvec for one-token quantized matmuls (every type but F32/F16/BF16; "
+      "activations rounded to 8 bits); no faster end to end on an H200, where decode is launch-bound");
   app.add_option(
          "--gdn-prefill", a.gdn_prefill,
          "Gated DeltaNet delta rule for prompt batches of 16+ tokens: auto (cpu: recurrent, "

@@ -12,8 +12,12 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/quants.hpp"
 #include "runtime/backend/cuda_device.hpp"
 #include "runtime/core/error.hpp"
+#include "runtime/core/types.hpp"
+#include "runtime/synth/quantize_extra.hpp"
+#include "runtime/synth/random_blocks.hpp"
 
 #if FERRY_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -43,6 +47,37 @@ inline std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.f
   std::vector<float> v(n);
   for (auto& x : v) x = u(rng);
   return v;
+}
+
+// Every weight type the CUDA kernels compute with.
+inline constexpr GgmlType kCudaWeightTypes[] = {
+    GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q8_0,   GgmlType::Q4_K,   GgmlType::Q5_K,
+    GgmlType::Q6_K, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0,   GgmlType::Q5_1,   GgmlType::Q2_K,
+    GgmlType::Q3_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS, GgmlType::MXFP4};
+
+// (rows, cols) weights of type t: src quantized as llama-quantize does (kernels/cpu's reference
+// quantizers; synth's for MXFP4, IQ4_NL, IQ4_XS), or for Q2_K/Q3_K, which Ferry has no quantizer
+// for, random valid blocks (synth, stream `seed`) with values of RMS 0.5; src is then unused.
+inline std::vector<uint8_t> quantize_rows(GgmlType t, const std::vector<float>& src, int64_t rows, int64_t cols,
+                                          uint32_t seed) {
+  const uint64_t rb = row_bytes(t, static_cast<uint64_t>(cols));
+  std::vector<uint8_t> q(static_cast<size_t>(rows) * rb);
+  if (synth::is_random_block_type(t)) {
+    synth::random_block_rows(t, seed, 0, static_cast<uint64_t>(rows), static_cast<uint64_t>(cols), 0.5f, q.data());
+  } else if (synth::quantize_extra_supports(t)) {
+    synth::quantize_extra_rows(t, src.data(), q.data(), rows, cols);
+  } else {
+    for (int64_t r = 0; r < rows; ++r) cpu::quantize_row_ref(t, src.data() + r * cols, q.data() + r * rb, cols);
+  }
+  return q;
+}
+
+// (rows, cols) floats ← rows of type t by the CPU reference (bit-exact with ggml).
+inline std::vector<float> dequantize_rows(GgmlType t, const uint8_t* q, int64_t rows, int64_t cols) {
+  const uint64_t rb = row_bytes(t, static_cast<uint64_t>(cols));
+  std::vector<float> out(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) cpu::dequantize_row_ref(t, q + r * rb, out.data() + r * cols, cols);
+  return out;
 }
 
 // Σ(ref − got)² / Σ ref² in double (the test-backend-ops measure).

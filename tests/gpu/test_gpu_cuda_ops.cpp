@@ -6,7 +6,6 @@
 
 #include <cstring>
 
-#include "kernels/cpu/quants.hpp"
 #include "runtime/backend/cpu_ops.hpp"
 #include "runtime/backend/cuda_ops.hpp"
 #include "runtime/backend/device.hpp"
@@ -42,11 +41,7 @@ struct Backends {
 };
 
 std::vector<uint8_t> quantized(GgmlType t, int64_t rows, int64_t cols, uint32_t seed) {
-  const auto src = random_floats(rows * cols, seed);
-  const uint64_t rb = row_bytes(t, cols);
-  std::vector<uint8_t> q(rows * rb);
-  for (int64_t r = 0; r < rows; ++r) cpu::quantize_row_ref(t, src.data() + r * cols, q.data() + r * rb, cols);
-  return q;
+  return quantize_rows(t, random_floats(rows * cols, seed), rows, cols, seed);
 }
 
 TEST(GpuCudaOps, MatmulAndEmbed) {
@@ -54,8 +49,7 @@ TEST(GpuCudaOps, MatmulAndEmbed) {
   Backends b;
   const int64_t rows = 200, cols = 512;
   std::vector<std::vector<uint8_t>> keep;  // host weights outlive the Ops, as mmapped GGUF data does
-  for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K,
-                     GgmlType::Q6_K}) {
+  for (GgmlType t : kCudaWeightTypes) {
     const auto& wq = keep.emplace_back(quantized(t, rows, cols, 3 + static_cast<uint32_t>(t)));
     const WeightView host{wq.data(), t, rows, cols};
     const WeightView dw = b.gpu->resident(host);
@@ -105,7 +99,8 @@ TEST(GpuCudaOps, MatmulInt8Dot) {
   auto gpu8 = make_cuda_ops(*b.dev, int8_opts);
   auto gpu8_no_ws = make_cuda_ops(*b.dev, no_ws_opts);
   const int64_t rows = 200, cols = 512;
-  for (GgmlType t : {GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
+  for (GgmlType t : kCudaWeightTypes) {
+    if (t == GgmlType::F32 || t == GgmlType::BF16) continue;  // F16 stands for the float types
     const auto wq = quantized(t, rows, cols, 13 + static_cast<uint32_t>(t));
     const WeightView host{wq.data(), t, rows, cols};
     for (int64_t n : {1, 5}) {

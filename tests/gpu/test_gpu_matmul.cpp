@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "kernels/cpu/quants.hpp"
 #include "runtime/core/fp16.hpp"
 #include "runtime/core/types.hpp"
 
@@ -19,8 +18,7 @@ namespace {
 
 #if FERRY_HAVE_CUDA
 
-const GgmlType kTypes[] = {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0,
-                           GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+const auto& kTypes = kCudaWeightTypes;
 
 struct QuantMatrix {
   std::vector<uint8_t> bytes;  // (rows, row_bytes)
@@ -28,20 +26,14 @@ struct QuantMatrix {
 };
 
 QuantMatrix make_matrix(GgmlType t, int64_t rows, int64_t cols, uint32_t seed) {
-  const auto src = random_floats(static_cast<size_t>(rows * cols), seed);
-  const uint64_t rb = row_bytes(t, static_cast<uint64_t>(cols));
   QuantMatrix m;
-  m.bytes.resize(rows * rb);
-  m.deq.resize(rows * cols);
-  for (int64_t r = 0; r < rows; ++r) {
-    cpu::quantize_row_ref(t, src.data() + r * cols, m.bytes.data() + r * rb, cols);
-    cpu::dequantize_row_ref(t, m.bytes.data() + r * rb, m.deq.data() + r * cols, cols);
-  }
+  m.bytes = quantize_rows(t, random_floats(static_cast<size_t>(rows * cols), seed), rows, cols, seed);
+  m.deq = dequantize_rows(t, m.bytes.data(), rows, cols);
   return m;
 }
 
-// Random bytes in every field (all bit patterns of scales, highs, quants) with finite fp16 scales:
-// exercises the decoders beyond what the quantizers produce.
+// Random bytes in every field (all bit patterns of scales, highs, quants) with finite fp16 scales
+// (MXFP4: exponents 2^-11..2^7): exercises the decoders beyond what the quantizers produce.
 std::vector<uint8_t> random_blocks(GgmlType t, int64_t rows, int64_t cols, uint32_t seed) {
   const auto info = type_info(t);
   const uint64_t rb = row_bytes(t, static_cast<uint64_t>(cols));
@@ -56,10 +48,19 @@ std::vector<uint8_t> random_blocks(GgmlType t, int64_t rows, int64_t cols, uint3
   for (size_t off = 0; off < b.size(); off += info.block_bytes) {
     uint8_t* blk = b.data() + off;
     switch (t) {
-      case GgmlType::Q8_0: put_half(blk); break;
+      case GgmlType::Q8_0:
+      case GgmlType::Q4_0:
+      case GgmlType::Q5_0:
+      case GgmlType::IQ4_NL:
+      case GgmlType::IQ4_XS: put_half(blk); break;
+      case GgmlType::Q4_1:
+      case GgmlType::Q5_1:
       case GgmlType::Q4_K:
       case GgmlType::Q5_K: put_half(blk); put_half(blk + 2); break;
+      case GgmlType::Q2_K: put_half(blk + 80); put_half(blk + 82); break;
+      case GgmlType::Q3_K: put_half(blk + 108); break;
       case GgmlType::Q6_K: put_half(blk + 208); break;
+      case GgmlType::MXFP4: blk[0] = static_cast<uint8_t>(117 + rng() % 19); break;
       default: break;
     }
   }
@@ -154,7 +155,9 @@ bool q8_matches_cpu(const Q8Activations& a, const std::vector<float>& x) {
   return true;
 }
 
-const GgmlType kQ8DotTypes[] = {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q5_K, GgmlType::Q8_0};
+const GgmlType kQ8DotTypes[] = {GgmlType::Q4_K, GgmlType::Q6_K,   GgmlType::Q5_K,   GgmlType::Q8_0,  GgmlType::Q4_0,
+                                GgmlType::Q4_1, GgmlType::Q5_0,   GgmlType::Q5_1,   GgmlType::Q2_K,  GgmlType::Q3_K,
+                                GgmlType::IQ4_NL, GgmlType::IQ4_XS, GgmlType::MXFP4};
 
 // matvec_q8 against two references:
 //  * tight: W (dequantized by the CPU reference) times the kernel's own dequantized 8-bit
@@ -180,10 +183,7 @@ TEST(GpuMatmul, MatvecQ8MatchesReference) {
       QuantMatrix m;
       if (sh.random_bytes) {
         m.bytes = random_blocks(t, sh.rows, sh.cols, seed);
-        const uint64_t rb = row_bytes(t, static_cast<uint64_t>(sh.cols));
-        m.deq.resize(sh.rows * sh.cols);
-        for (int64_t r = 0; r < sh.rows; ++r)
-          cpu::dequantize_row_ref(t, m.bytes.data() + r * rb, m.deq.data() + r * sh.cols, sh.cols);
+        m.deq = dequantize_rows(t, m.bytes.data(), sh.rows, sh.cols);
       } else {
         m = make_matrix(t, sh.rows, sh.cols, seed);
       }
@@ -304,9 +304,7 @@ TEST(GpuMatmul, DequantizeIsBitExact) {
   for (GgmlType t : kTypes) {
     const bool quant = type_info(t).block_values > 1;
     const auto bytes = quant ? random_blocks(t, rows, cols, 51) : make_matrix(t, rows, cols, 52).bytes;
-    const uint64_t rb = row_bytes(t, cols);
-    std::vector<float> ref(rows * cols);
-    for (int64_t r = 0; r < rows; ++r) cpu::dequantize_row_ref(t, bytes.data() + r * rb, ref.data() + r * cols, cols);
+    const auto ref = dequantize_rows(t, bytes.data(), rows, cols);
     DevBuf<uint8_t> dW(bytes);
     DevBuf<float> out(ref.size());
     cuda::dequantize(t, dW.get(), rows, cols, out.get(), nullptr);
@@ -350,7 +348,7 @@ TEST(GpuMatmul, RejectsBadArguments) {
   DevBuf<float> x(1024), y(16);
   EXPECT_THROW(cuda::matvec(GgmlType::Q4_K, w.get(), 2, 300, x.get(), y.get(), nullptr), Error);  // cols % 256
   EXPECT_THROW(cuda::matvec(GgmlType::Q4_K, w.get() + 4, 2, 256, x.get(), y.get(), nullptr), Error);  // misaligned
-  EXPECT_THROW(cuda::matvec(GgmlType::IQ4_XS, w.get(), 2, 256, x.get(), y.get(), nullptr), Error);  // no kernel
+  EXPECT_THROW(cuda::matvec(GgmlType::IQ2_XXS, w.get(), 2, 256, x.get(), y.get(), nullptr), Error);  // no kernel
   EXPECT_THROW(cuda::matvec(GgmlType::Q4_K, w.get(), 2, 256, x.get() + 1, y.get(), nullptr), Error);  // x alignment
 }
 

@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <cstring>
 #include <random>
+#include <utility>
 
-#include "kernels/cpu/quants.hpp"
 #include "offload/moe/group.hpp"
 #include "runtime/core/types.hpp"
 #include "tests/gpu/gpu_test_util.hpp"
@@ -24,14 +24,11 @@ struct Expert {
   size_t off_gate = 0, off_up = 0, off_down = 0;  // byte offsets in the pool
 };
 
-void quantize_into(GgmlType t, const std::vector<float>& src, int64_t rows, int64_t cols,
+void quantize_into(GgmlType t, const std::vector<float>& src, int64_t rows, int64_t cols, uint32_t seed,
                    std::vector<uint8_t>& pool, size_t off, std::vector<float>& deq) {
-  const uint64_t rb = row_bytes(t, cols);
-  deq.resize(rows * cols);
-  for (int64_t r = 0; r < rows; ++r) {
-    cpu::quantize_row_ref(t, src.data() + r * cols, pool.data() + off + r * rb, cols);
-    cpu::dequantize_row_ref(t, pool.data() + off + r * rb, deq.data() + r * cols, cols);
-  }
+  const auto q = quantize_rows(t, src, rows, cols, seed);
+  std::copy(q.begin(), q.end(), pool.begin() + static_cast<std::ptrdiff_t>(off));
+  deq = dequantize_rows(t, q.data(), rows, cols);
 }
 
 // Fills y_slots before a per-slot kernel: rows it must not write still hold it afterwards.
@@ -70,9 +67,10 @@ void run_case(GgmlType t_gu, GgmlType t_down, int64_t n_embd, int64_t n_ff, int6
   }
   std::vector<uint8_t> pool(off);
   for (int e = 0; e < n_experts; ++e) {
-    quantize_into(t_gu, random_floats(n_ff * n_embd, 100 + e), n_ff, n_embd, pool, ex[e].off_gate, ex[e].gate);
-    quantize_into(t_gu, random_floats(n_ff * n_embd, 200 + e), n_ff, n_embd, pool, ex[e].off_up, ex[e].up);
-    quantize_into(t_down, random_floats(n_embd * n_ff, 300 + e), n_embd, n_ff, pool, ex[e].off_down, ex[e].down);
+    quantize_into(t_gu, random_floats(n_ff * n_embd, 100 + e), n_ff, n_embd, 100 + e, pool, ex[e].off_gate, ex[e].gate);
+    quantize_into(t_gu, random_floats(n_ff * n_embd, 200 + e), n_ff, n_embd, 200 + e, pool, ex[e].off_up, ex[e].up);
+    quantize_into(t_down, random_floats(n_embd * n_ff, 300 + e), n_embd, n_ff, 300 + e, pool, ex[e].off_down,
+                  ex[e].down);
   }
   DevBuf<uint8_t> dpool(pool);
   std::vector<cuda::ExpertPtrs> table(n_experts);
@@ -258,6 +256,21 @@ TEST(GpuMoe, OtherTypes) {
   run_case(GgmlType::Q8_0, GgmlType::Q5_K, 512, 256, 2, 4);
   run_case(GgmlType::F16, GgmlType::F32, 256, 96, 2, 3);
   run_case(GgmlType::BF16, GgmlType::Q8_0, 256, 128, 1, 2);
+}
+
+// The types of llama.cpp's legacy, low-bit, IQ4 and MXFP4 files, each as gate/up and as down; one
+// token (moe_decode_slots runs too) and three.
+TEST(GpuMoe, MoreTypes) {
+  FERRY_REQUIRE_GPU();
+  const std::pair<GgmlType, GgmlType> pairs[] = {{GgmlType::Q4_0, GgmlType::Q4_1},   {GgmlType::Q5_0, GgmlType::Q5_1},
+                                                 {GgmlType::IQ4_NL, GgmlType::MXFP4}, {GgmlType::Q2_K, GgmlType::Q3_K},
+                                                 {GgmlType::IQ4_XS, GgmlType::Q4_0},  {GgmlType::Q3_K, GgmlType::IQ4_NL},
+                                                 {GgmlType::MXFP4, GgmlType::IQ4_XS}, {GgmlType::Q4_1, GgmlType::Q2_K},
+                                                 {GgmlType::Q5_1, GgmlType::Q5_0}};
+  for (const auto& [gu, down] : pairs) {
+    run_case(gu, down, 256, 256, 1, 4);
+    run_case(gu, down, 512, 256, 3, 2);
+  }
 }
 
 TEST(GpuMoe, PerSlotF32Q4K) {
