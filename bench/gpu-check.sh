@@ -6,7 +6,9 @@
 # synthetic 35b-a3b, then the GPU benchmarks (bench_gpu_kernels
 # first, then any other bench_gpu_* with the time left), and prints a summary table LAST. Logs go
 # to $OUT (when set, e.g. by the device runner) or BUNDLE_DIR/../gpu-check-out. The whole run stays
-# within GPU_CHECK_BUDGET_S (default 450 s, under the 8-minute limit).
+# within GPU_CHECK_BUDGET_S (default 450 s, under the 8-minute limit). GPU_CHECK_E2E=0 skips the
+# Q4_K_M end-to-end and offload section (for a short run after a kernel change); GPU_E2E_TYPES names
+# the other weight types run resident at the end (default q4_0 mxfp4_moe iq4_xs; empty: none).
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bundle="${1:-$root/build-gpu/gpu-bundle}"
@@ -66,7 +68,7 @@ run_prog "ferry-help" 20 "$bundle/bin/ferry" --help
 e2e_summary=""
 offload_summary=""
 compare_summary=""
-if [[ -x "$bundle/bin/bench_gpu_e2e" ]]; then
+if [[ -x "$bundle/bin/bench_gpu_e2e" && "${GPU_CHECK_E2E:-1}" != 0 ]]; then
   e2e_dir="${GPU_E2E_DIR:-${TMPDIR:-/tmp}/ferry-e2e}"
   mkdir -p "$e2e_dir"
   for preset in "${GPU_E2E_PRESET:-35b-a3b}" small; do
@@ -176,6 +178,30 @@ for b in "$bundle"/bin/bench_gpu_*; do
   run_prog "$(basename "$b")" $((left - 10)) "$b"
   echo; tail -40 "$logs/$(basename "$b").log"
 done
+
+# The other weight types end to end, fully resident (GPU_E2E_TYPES, ferry synth --quant names; each
+# a 35b-a3b made here, ~45 s on 16 cores, then bench_gpu_e2e), while time is left.
+if [[ -x "$bundle/bin/bench_gpu_e2e" ]]; then
+  e2e_dir="${GPU_E2E_DIR:-${TMPDIR:-/tmp}/ferry-e2e}"
+  mkdir -p "$e2e_dir"
+  for quant in ${GPU_E2E_TYPES-q4_0 mxfp4_moe iq4_xs}; do
+    left=$((budget_s - (SECONDS - t_start)))
+    ((left < 90)) && { echo "== e2e $quant: skipped (time)"; continue; }
+    model="$e2e_dir/qwen35moe-35b-a3b-$quant.gguf"
+    t0=$SECONDS
+    if timeout $((left - 40 > 150 ? 150 : left - 40)) "$bundle/bin/ferry" synth --arch qwen35moe --preset 35b-a3b \
+        --quant "$quant" -q -o "$model" > "$logs/synth-$quant.log" 2>&1; then
+      rows+=("$(printf '| %-28s | %-12s | %6s | %6s | %7s | %5ss |' "synth-35b-a3b-$quant" PASS - - - $((SECONDS - t0)))")
+      left=$((budget_s - (SECONDS - t_start)))
+      run_prog "bench_gpu_e2e-$quant" $((left > 120 ? 120 : left - 5)) "$bundle/bin/bench_gpu_e2e" "$model" \
+        --prompt 512 --decode 128 --reps 2
+      e2e_summary="$e2e_summary$(grep -A2 '^| model' "$logs/bench_gpu_e2e-$quant.log" | tail -1)"$'\n'
+    else
+      rows+=("$(printf '| %-28s | %-12s | %6s | %6s | %7s | %5ss |' "synth-35b-a3b-$quant" TIMEOUT - - - $((SECONDS - t0)))")
+    fi
+    rm -f "$model"
+  done
+fi
 
 echo
 echo "== kernel checks: $(grep -h '^\[gpu-op\]' "$logs"/gpu_test_*.log 2>/dev/null | grep -c '| PASS$') PASS, $(grep -h '^\[gpu-op\]' "$logs"/gpu_test_*.log 2>/dev/null | grep -c '| FAIL$') FAIL"
