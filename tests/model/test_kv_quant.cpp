@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "kernels/cpu/hadamard.hpp"
 #include "kernels/cpu/quants.hpp"
 #include "model_test_util.hpp"
 #include "offload/moe/cpu_executor.hpp"
@@ -27,6 +28,14 @@ constexpr GgmlType kKvTypes[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16,
                                  GgmlType::IQ4_NL, GgmlType::Q5_0, GgmlType::Q5_1};
 
 bool plain(GgmlType t) { return t == GgmlType::F16 || t == GgmlType::F32; }
+bool block_type(GgmlType t) { return type_info(t).block_values > 1; }
+
+// x with each head row of d values Hadamard-rotated as llama.cpp rotates a quantized cache's rows
+// (n_rot: kv_rotation_k / _v; 0 leaves x as it is).
+std::vector<float> rotated(std::vector<float> x, int32_t n_rot) {
+  if (n_rot) cpu::hadamard_rotate(x.data(), static_cast<int64_t>(x.size()), n_rot);
+  return x;
+}
 
 std::vector<float> randn(size_t n, std::mt19937& rng, float sd = 1.0f) {
   std::normal_distribution<float> nd(0.0f, sd);
@@ -65,23 +74,26 @@ TEST(KvQuant, StoreWritesWhatGgmlCpuWrites) {
     auto k = randn(static_cast<size_t>(n_ctx * W), rng, 2.0f), v = randn(k.size(), rng, 0.5f);
     ops.kv_store(c.view, 0, 5, k.data(), v.data());
     ops.kv_store(c.view, 5, n_ctx - 5, k.data() + 5 * W, v.data() + 5 * W);
+    // A quantized cache holds the rows Hadamard-rotated (K: 64 for D = 64, V: 64).
+    const auto kr = rotated(k, cpu::kv_rotation_k(block_type(t), D)), vr = rotated(v, cpu::kv_rotation_v(block_type(t), D));
+    EXPECT_EQ(cpu::kv_rotation_k(block_type(t), D), block_type(t) ? 64 : 0);
     const size_t bytes = row_bytes(t, static_cast<uint64_t>(n_ctx * W));
     std::vector<uint8_t> want_k(bytes), want_v(bytes), ref(bytes);
     for (int64_t r = 0; r < n_ctx; ++r) {
       const size_t rb = bytes / n_ctx;
-      cpu::quantize_row_cpu(t, k.data() + r * W, want_k.data() + r * rb, W);
-      cpu::quantize_row_cpu(t, v.data() + r * W, want_v.data() + r * rb, W);
+      cpu::quantize_row_cpu(t, kr.data() + r * W, want_k.data() + r * rb, W);
+      cpu::quantize_row_cpu(t, vr.data() + r * W, want_v.data() + r * rb, W);
     }
     EXPECT_EQ(std::memcmp(c.k.data(), want_k.data(), bytes), 0) << type_name(t);
     EXPECT_EQ(std::memcmp(c.v.data(), want_v.data(), bytes), 0) << type_name(t);
     // Every type but Q8_0 is ggml's reference quantizer (Q8_0: x86 ggml's SIMD variant).
-    cpu::quantize_row_ref(t, k.data(), ref.data(), n_ctx * W);
+    cpu::quantize_row_ref(t, kr.data(), ref.data(), n_ctx * W);
     if (t != GgmlType::Q8_0) {
       EXPECT_EQ(std::memcmp(ref.data(), want_k.data(), bytes), 0) << type_name(t);
     }
     // And the rows hold the values: dequantized K close to the input.
     const auto back = c.dequantized(true, n_ctx);
-    EXPECT_LT(test::nmse(back.data(), k.data(), k.size()), type_info(t).block_bytes == 18 || t == GgmlType::Q4_1 ? 2e-2 : 5e-3)
+    EXPECT_LT(test::nmse(back.data(), kr.data(), kr.size()), type_info(t).block_bytes == 18 || t == GgmlType::Q4_1 ? 2e-2 : 5e-3)
         << type_name(t);
   }
 }
@@ -136,9 +148,9 @@ void run_attention(CpuOps& ops, const KvLayerView& kv, const float* q, const flo
 }
 
 // Every pair of the nine types, prefill (6 tokens after a prefix of 13) with the qwen35 gate on
-// half of them. The reference sees the dequantized cache and, on the flash-attention path (any
-// pair that is not F16/F32 only), the query as the kernel dots it (converted to vec_dot_type(K)):
-// what remains is float rounding, and the F16 accumulator where V is F16.
+// half of them. The reference sees the dequantized (rotated) cache and, on the flash-attention path
+// (any pair that is not F16/F32 only), the query as the kernel dots it (rotated like K, converted to
+// vec_dot_type(K)): what remains is float rounding, and the F16 accumulator where V is F16.
 TEST(KvQuant, AttentionEveryPairMatchesReference) {
   std::mt19937 rng(17);
   CpuOps ops;
@@ -155,17 +167,26 @@ TEST(KvQuant, AttentionEveryPairMatchesReference) {
       std::vector<float> out(q.size());
       run_attention(ops, c.view, q.data(), gated ? gate.data() : nullptr, T, H, prefix, out.data());
       const bool flash = !plain(tk) || !plain(tv);
-      std::vector<float> q_ref = q;
+      const int32_t n_rot_k = cpu::kv_rotation_k(block_type(tk), D), n_rot_v = cpu::kv_rotation_v(block_type(tv), D);
+      std::vector<float> q_ref = rotated(q, n_rot_k);
       if (flash) {
         const GgmlType qt = cpu::vec_dot_type(tk);
         std::vector<uint8_t> qq(row_bytes(qt, D));
         for (size_t r = 0; r < q.size() / D; ++r) {
-          cpu::quantize_activation(tk, q.data() + r * D, qq.data(), D);
+          cpu::quantize_activation(tk, q_ref.data() + r * D, qq.data(), D);
           cpu::dequantize_row_ref(qt, qq.data(), q_ref.data() + r * D, D);
         }
       }
-      const auto ref = naive(q_ref, c.dequantized(true, n_ctx), c.dequantized(false, n_ctx), gated ? &gate : nullptr,
-                             T, H, Hkv, D, prefix, 1.0f / 8.0f);
+      // The reference attends over the rotated cache, rotates its output back, then gates it.
+      auto ref = naive(q_ref, c.dequantized(true, n_ctx), c.dequantized(false, n_ctx), nullptr, T, H, Hkv, D,
+                       prefix, 1.0f / 8.0f);
+      if (n_rot_v) {
+        std::vector<float> rf(ref.begin(), ref.end());
+        cpu::hadamard_rotate(rf.data(), static_cast<int64_t>(rf.size()), n_rot_v);
+        ref.assign(rf.begin(), rf.end());
+      }
+      if (gated)
+        for (size_t i = 0; i < ref.size(); ++i) ref[i] /= 1.0 + std::exp(-double{gate[i]});
       // F16 V: llama.cpp's F16 probabilities (non-flash) or F16 accumulator (flash); F16 K without
       // flash: the query rounded to F16 as ggml does; Q4_1/Q5_1 K: the Q8_1 query's F16 sum field
       // (d·Σq, rounded) carries the min term of the dot — none of these modelled by the reference.
@@ -195,6 +216,29 @@ TEST(KvQuant, DecodeEqualsPrefillRow) {
           << type_name(tk) << "/" << type_name(tv) << " token " << t;
     }
   }
+}
+
+// llama.cpp's rotation: orthonormal and its own inverse, sizes as llama-kv-cache.cpp picks them.
+TEST(KvQuant, HadamardRotationIsSelfInverse) {
+  std::mt19937 rng(19);
+  for (int32_t n : {64, 128, 256}) {
+    const auto x = randn(static_cast<size_t>(3 * n), rng);
+    const auto y = rotated(x, n), z = rotated(y, n);
+    double nx = 0, ny = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      nx += double{x[i]} * x[i];
+      ny += double{y[i]} * y[i];
+      EXPECT_NEAR(z[i], x[i], 1e-5f);
+    }
+    EXPECT_NEAR(ny / nx, 1.0, 1e-6);
+  }
+  EXPECT_EQ(cpu::kv_rotation_k(true, 128), 128);
+  EXPECT_EQ(cpu::kv_rotation_k(true, 192), 64);
+  EXPECT_EQ(cpu::kv_rotation_k(true, 256), 256);
+  EXPECT_EQ(cpu::kv_rotation_k(true, 96), 0);
+  EXPECT_EQ(cpu::kv_rotation_k(false, 128), 0);
+  EXPECT_EQ(cpu::kv_rotation_v(true, 256), 64);
+  EXPECT_EQ(cpu::kv_rotation_v(false, 256), 0);
 }
 
 TEST(KvQuant, UnsupportedTypesAndHeadSizesAreRejected) {

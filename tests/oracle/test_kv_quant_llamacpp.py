@@ -7,7 +7,9 @@ Ferry's CPU attention follows it for those pairs. On tiny synthetic qwen3moe and
 (`ferry synth --quant f32`), Ferry's logits at every position of a 96-token prefill are compared
 with llama.cpp's (Llama(flash_attn=True, type_k=..., type_v=...)) for -ctk q8_0 with each of the
 nine -ctv types, and for q4_0/q4_0, f16/q8_0, bf16/bf16, iq4_nl/q5_1; two pairs also as 40 decode
-steps. Bounds: NMSE <= 1e-4 and argmax agreement >= 99% (the issue's); bit-identity is printed.
+steps. Bounds: NMSE <= 1e-4 and argmax agreement >= 99% (the issue's); bit-identity is printed
+(llama.cpp 0.3.36 Hadamard-rotates quantized K/V rows, and Q and the output with them; Ferry does
+the same, and most pairs come out bit-identical).
 Also: an unknown -ctk type is refused with the list of valid names.
 """
 import os
