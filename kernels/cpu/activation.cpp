@@ -73,8 +73,11 @@ GgmlType vec_dot_type(GgmlType weight) {
 }
 
 void quantize_activation(GgmlType weight, const float* x, void* dst, int64_t n) {
-  const GgmlType t = vec_dot_type(weight);
-  const int64_t nb = check_row(t, n, "quantize_activation");
+  quantize_row_cpu(vec_dot_type(weight), x, dst, n);
+}
+
+void quantize_row_cpu(GgmlType t, const float* x, void* dst, int64_t n) {
+  const int64_t nb = check_row(t, n, "quantize_row_cpu");
   if (t == GgmlType::Q8_0) {
     quantize_q8_0_activation(x, static_cast<BlockQ8_0*>(dst), nb);
     return;

@@ -401,6 +401,59 @@ void quantize_q5_1(const float* x, BlockQ5_1* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i) quantize_min_block<31>(x + i * kQK8_0, y[i].d, y[i].m, y[i].qs, y[i].qh);
 }
 
+// ---- IQ4_NL: ggml's quantize_row_iq4_nl_ref (what ggml-cpu's from_float writes into a KV cache),
+// i.e. quantize_row_iq4_nl_impl with one 32-value block, no importance weights and ntry = −1: the
+// levels nearest x·(−127/max) on the grid (bisection, best_index_int8), then the least-squares scale
+// d = Σw·q·x / Σw·q² (w = x²) for those levels; no scale search (that is llama-quantize's
+// quantize_iq4_nl, ntry 7) and no re-choice of levels.
+int best_index_iq4nl(float x) {
+  const int8_t* val = kIq4nlValues;
+  if (x <= val[0]) return 0;
+  if (x >= val[15]) return 15;
+  int ml = 0, mu = 15;
+  while (mu - ml > 1) {
+    const int mav = (ml + mu) / 2;
+    if (x < val[mav]) mu = mav;
+    else ml = mav;
+  }
+  return x - val[mu - 1] < val[mu] - x ? mu - 1 : mu;
+}
+
+// L: the levels, kept from block to block as ggml keeps its stack array: a block of (near-)zeros
+// gets d = 0 and the previous block's levels (ggml's first block would get whatever its stack held;
+// Ferry's gets zeros — the values are 0 either way).
+void quantize_iq4_nl_block(const float* x, BlockIQ4NL& y, uint8_t* L) {
+  float amax = 0, max = 0;
+  for (int j = 0; j < kQK8_0; ++j) {
+    const float ax = std::fabs(x[j]);
+    if (ax > amax) {
+      amax = ax;
+      max = x[j];
+    }
+  }
+  float d = 0;
+  if (amax >= kGroupMaxEps) {
+    const float id = 1 / (max / kIq4nlValues[0]);
+    float sumqx = 0, sumq2 = 0;
+    for (int j = 0; j < kQK8_0; ++j) {
+      const int l = best_index_iq4nl(id * x[j]);
+      L[j] = static_cast<uint8_t>(l);
+      const float q = kIq4nlValues[l];
+      const float w = x[j] * x[j];
+      sumqx += w * q * x[j];
+      sumq2 += w * q * q;
+    }
+    d = sumq2 > 0 ? sumqx / sumq2 : 0.f;
+  }
+  y.d = fp32_to_fp16(d);
+  for (int j = 0; j < 16; ++j) y.qs[j] = static_cast<uint8_t>(L[j] | (L[16 + j] << 4));
+}
+
+void quantize_iq4_nl(const float* x, BlockIQ4NL* y, int64_t nb) {
+  uint8_t L[kQK8_0] = {};
+  for (int64_t i = 0; i < nb; ++i) quantize_iq4_nl_block(x + i * kQK8_0, y[i], L);
+}
+
 }  // namespace
 
 void quantize_row_ref(GgmlType t, const float* src, void* dst, int64_t n) {
@@ -426,6 +479,7 @@ void quantize_row_ref(GgmlType t, const float* src, void* dst, int64_t n) {
     case GgmlType::Q4_1: quantize_q4_1(src, static_cast<BlockQ4_1*>(dst), nb); return;
     case GgmlType::Q5_0: quantize_q5_0(src, static_cast<BlockQ5_0*>(dst), nb); return;
     case GgmlType::Q5_1: quantize_q5_1(src, static_cast<BlockQ5_1*>(dst), nb); return;
+    case GgmlType::IQ4_NL: quantize_iq4_nl(src, static_cast<BlockIQ4NL*>(dst), nb); return;
     default: break;
   }
   fail(ErrorKind::unsupported, "quantize_row_ref: no CPU quantizer for type {}", type_name(t));

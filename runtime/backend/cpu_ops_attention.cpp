@@ -1,4 +1,6 @@
-// CpuOps: NEOX RoPE, KV-cache writes and causal GQA attention over the cache.
+// CpuOps: NEOX RoPE, KV-cache writes and causal GQA attention over the cache. F16/F32 caches
+// follow llama.cpp without flash attention (its KQ and KQV products); any other cache type (or
+// pair) follows its CPU flash attention, the only path llama.cpp has for a quantized V.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -6,6 +8,7 @@
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
 
+#include "kernels/cpu/hadamard.hpp"
 #include "kernels/cpu/matmul.hpp"
 #include "kernels/cpu/quants.hpp"
 #include "runtime/backend/cpu_ops.hpp"
@@ -18,24 +21,101 @@ namespace {
 
 void check_kv(const KvLayerView& kv, const char* what) {
   for (GgmlType t : {kv.type_k, kv.type_v})
-    if (t != GgmlType::F16 && t != GgmlType::F32)
-      fail(ErrorKind::unsupported, "{}: KV cache type {} is not supported (f16, f32)", what, type_name(t));
+    if (!kv_cache_type_supported(t))
+      fail(ErrorKind::unsupported, "{}: KV cache type {} is not supported ({})", what, type_name(t),
+           kv_cache_type_names());
   if (!kv.k || !kv.v || kv.n_ctx <= 0 || kv.n_head_kv <= 0 || kv.head_dim_k <= 0 || kv.head_dim_v <= 0)
     fail(ErrorKind::internal, "{}: KV cache view is empty", what);
 }
 
-size_t elem_bytes(GgmlType t) { return t == GgmlType::F16 ? 2 : 4; }
+bool is_plain(GgmlType t) { return t == GgmlType::F16 || t == GgmlType::F32; }
 
-void store_rows(GgmlType t, const float* src, void* dst, int64_t n) {
-  if (t == GgmlType::F32) {
-    std::copy(src, src + n, static_cast<float*>(dst));
-  } else {
-    auto* d = static_cast<uint16_t*>(dst);
-    for (int64_t i = 0; i < n; ++i) d[i] = fp32_to_fp16(src[i]);
-  }
+// ggml_is_quantized for the cache types: everything but F32, F16, BF16.
+bool is_block_type(GgmlType t) { return type_info(t).block_values > 1; }
+
+// llama.cpp's Hadamard rotation sizes for this cache (kernels/cpu/hadamard.hpp; 0: none).
+int32_t rot_k(const KvLayerView& kv) { return cpu::kv_rotation_k(is_block_type(kv.type_k), kv.head_dim_k); }
+int32_t rot_v(const KvLayerView& kv) { return cpu::kv_rotation_v(is_block_type(kv.type_v), kv.head_dim_v); }
+
+// llama.cpp's CPU flash attention (ggml_compute_forward_flash_attn_ext_f16_one_chunk, the path it
+// takes whenever a cache is neither F16 nor F32 or K and V differ in type), per query row: the
+// query converted to vec_dot_type(K) (Q8_0/Q8_1 for quantized K, as its from_float writes them),
+// s = vec_dot(k_j, q)·scale, an online softmax with libm expf, and V accumulated in F16 (an F16 V
+// cache: each step rounds to F16) or in F32 (any other V, dequantized row by row). A quantized
+// cache holds Hadamard-rotated rows (kv_store): the query is rotated like K, the output back like V.
+void attention_flash(const AttentionArgs& a) {
+  const KvLayerView& kv = a.kv;
+  const int32_t group = a.n_head / kv.n_head_kv;
+  const int32_t dk = kv.head_dim_k, dv = kv.head_dim_v;
+  const size_t k_head_bytes = kv.k_head_bytes(), v_head_bytes = kv.v_head_bytes();
+  const size_t k_row_bytes = k_head_bytes * kv.n_head_kv, v_row_bytes = v_head_bytes * kv.n_head_kv;
+  const size_t q_bytes = static_cast<size_t>(row_bytes(cpu::vec_dot_type(kv.type_k), static_cast<uint64_t>(dk)));
+  const auto* kbase = static_cast<const uint8_t*>(kv.k);
+  const auto* vbase = static_cast<const uint8_t*>(kv.v);
+  const bool v16 = kv.type_v == GgmlType::F16, v32 = kv.type_v == GgmlType::F32;
+  const int32_t n_rot_k = rot_k(kv), n_rot_v = rot_v(kv);
+  const int64_t n_tasks = int64_t{a.n_tokens} * a.n_head;
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, n_tasks, 1), [&](auto r) {
+    std::vector<uint8_t> qq(q_bytes);                       // the query in vec_dot_type(K)
+    std::vector<float> acc(static_cast<size_t>(dv)), vrow(static_cast<size_t>(dv));
+    std::vector<uint16_t> acc16(static_cast<size_t>(dv));   // F16 V: ggml's F16 accumulator
+    std::vector<float> qrot(static_cast<size_t>(dk));
+    for (int64_t task = r.begin(); task < r.end(); ++task) {
+      const int64_t t = task / a.n_head;
+      const int32_t h = static_cast<int32_t>(task % a.n_head), hk = h / group;
+      const int64_t n_kv = a.pos0 + t + 1;
+      const float* q = a.q + t * a.q_token_stride + h * a.q_head_stride;
+      if (n_rot_k) {  // the query rotated as the cache's keys were
+        std::copy(q, q + dk, qrot.data());
+        cpu::hadamard_rotate(qrot.data(), dk, n_rot_k);
+        q = qrot.data();
+      }
+      cpu::quantize_activation(kv.type_k, q, qq.data(), dk);
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      std::fill(acc16.begin(), acc16.end(), uint16_t{0});
+      float S = 0.0f, M = -INFINITY;
+      for (int64_t j = 0; j < n_kv; ++j) {
+        const uint8_t* krow = kbase + static_cast<size_t>(j) * k_row_bytes + static_cast<size_t>(hk) * k_head_bytes;
+        const uint8_t* vr = vbase + static_cast<size_t>(j) * v_row_bytes + static_cast<size_t>(hk) * v_head_bytes;
+        const float s = cpu::vec_dot(kv.type_k, krow, qq.data(), dk) * a.scale;
+        float ms = 1.0f, vs = 1.0f;
+        if (s > M) {  // a new maximum: rescale what was summed, this row counts exp(0) = 1
+          ms = std::exp(M - s);
+          M = s;
+          if (v16)
+            for (int32_t d = 0; d < dv; ++d) acc16[d] = fp32_to_fp16(fp16_to_fp32(acc16[d]) * ms);
+          else
+            for (int32_t d = 0; d < dv; ++d) acc[d] *= ms;
+        } else {
+          vs = std::exp(s - M);
+        }
+        if (v16) {
+          const auto* vh = reinterpret_cast<const uint16_t*>(vr);
+          for (int32_t d = 0; d < dv; ++d)
+            acc16[d] = fp32_to_fp16(std::fma(fp16_to_fp32(vh[d]), vs, fp16_to_fp32(acc16[d])));
+        } else {
+          const float* vf = reinterpret_cast<const float*>(vr);
+          if (!v32) {
+            cpu::dequantize_row(kv.type_v, vr, vrow.data(), dv);
+            vf = vrow.data();
+          }
+          cpu_math::axpy_fma(vs, vf, acc.data(), dv);
+        }
+        S = std::fma(S, ms, vs);  // ggml's S*ms + vs, contracted by its compiler
+      }
+      if (v16)
+        for (int32_t d = 0; d < dv; ++d) acc[d] = fp16_to_fp32(acc16[d]);
+      const float s_inv = S == 0.0f ? 0.0f : 1.0f / S;
+      float* out = a.out + (t * a.n_head + h) * int64_t{dv};
+      for (int32_t d = 0; d < dv; ++d) out[d] = acc[d] * s_inv;
+      if (n_rot_v) cpu::hadamard_rotate(out, dv, n_rot_v);  // back from the cache's rotated V
+      if (a.gate) {
+        const float* gt = a.gate + t * a.q_token_stride + h * a.q_head_stride;
+        for (int32_t d = 0; d < dv; ++d) out[d] = out[d] * (1.0f / (1.0f + std::exp(-gt[d])));
+      }
+    }
+  });
 }
-
-
 
 }  // namespace
 
@@ -72,10 +152,32 @@ void CpuOps::kv_store(const KvLayerView& kv, int64_t pos0, int64_t n_tokens, con
          pos0 + n_tokens, kv.n_ctx);
   const int64_t nk = int64_t{kv.n_head_kv} * kv.head_dim_k;
   const int64_t nv = int64_t{kv.n_head_kv} * kv.head_dim_v;
-  auto* kd = static_cast<uint8_t*>(kv.k) + static_cast<size_t>(pos0 * nk) * elem_bytes(kv.type_k);
-  auto* vd = static_cast<uint8_t*>(kv.v) + static_cast<size_t>(pos0 * nv) * elem_bytes(kv.type_v);
-  store_rows(kv.type_k, k, kd, n_tokens * nk);
-  store_rows(kv.type_v, v, vd, n_tokens * nv);
+  // A cache row of one position is n_head_kv head rows of whole blocks, so quantizing the token's
+  // (n_head_kv·head_dim) values as one row gives each head row its own blocks.
+  const size_t k_row_bytes = kv.k_head_bytes() * kv.n_head_kv, v_row_bytes = kv.v_head_bytes() * kv.n_head_kv;
+  auto* kd = static_cast<uint8_t*>(kv.k) + static_cast<size_t>(pos0) * k_row_bytes;
+  auto* vd = static_cast<uint8_t*>(kv.v) + static_cast<size_t>(pos0) * v_row_bytes;
+  // Quantized K and V rows are Hadamard-rotated first, as llama.cpp does (attention undoes it).
+  const int32_t n_rot_k = rot_k(kv), n_rot_v = rot_v(kv);
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, n_tokens, 1), [&](auto r) {
+    std::vector<float> rk(n_rot_k ? static_cast<size_t>(nk) : 0), rv(n_rot_v ? static_cast<size_t>(nv) : 0);
+    for (int64_t t = r.begin(); t < r.end(); ++t) {
+      const float* kt = k + t * nk;
+      const float* vt = v + t * nv;
+      if (n_rot_k) {
+        std::copy(kt, kt + nk, rk.data());
+        cpu::hadamard_rotate(rk.data(), nk, n_rot_k);
+        kt = rk.data();
+      }
+      if (n_rot_v) {
+        std::copy(vt, vt + nv, rv.data());
+        cpu::hadamard_rotate(rv.data(), nv, n_rot_v);
+        vt = rv.data();
+      }
+      cpu::quantize_row_cpu(kv.type_k, kt, kd + static_cast<size_t>(t) * k_row_bytes, nk);
+      cpu::quantize_row_cpu(kv.type_v, vt, vd + static_cast<size_t>(t) * v_row_bytes, nv);
+    }
+  });
 }
 
 void CpuOps::attention(const AttentionArgs& a) {
@@ -87,10 +189,14 @@ void CpuOps::attention(const AttentionArgs& a) {
   if (a.pos0 < 0 || a.pos0 + a.n_tokens > kv.n_ctx)
     fail(ErrorKind::context, "attention: positions [{}, {}) outside the cache of {} rows", a.pos0,
          a.pos0 + a.n_tokens, kv.n_ctx);
+  if (!is_plain(kv.type_k) || !is_plain(kv.type_v)) {
+    attention_flash(a);
+    return;
+  }
   const int32_t group = a.n_head / kv.n_head_kv;
   const int32_t dk = kv.head_dim_k, dv = kv.head_dim_v;
   const bool k16 = kv.type_k == GgmlType::F16, v16 = kv.type_v == GgmlType::F16;
-  const size_t kb = elem_bytes(kv.type_k), vb = elem_bytes(kv.type_v);
+  const size_t kb = kv.type_k == GgmlType::F16 ? 2 : 4, vb = kv.type_v == GgmlType::F16 ? 2 : 4;
   const size_t k_row_bytes = static_cast<size_t>(kv.n_head_kv) * dk * kb;  // one cache row
   const size_t v_row_bytes = static_cast<size_t>(kv.n_head_kv) * dv * vb;
   const auto* kbase = static_cast<const uint8_t*>(kv.k);

@@ -203,8 +203,18 @@ class CudaOps final : public Ops {
     cuda::rope_neox(x, n_tokens, static_cast<int>(n_head), n_rot, n_rot, token_stride, head_stride, pos, freq_base, s_);
   }
 
+  // The CUDA kernels read F16/F32 caches only (quantized caches run on the cpu backend).
+  bool kv_type_supported(GgmlType t) const override { return t == GgmlType::F16 || t == GgmlType::F32; }
+  static void check_kv_types(const KvLayerView& kv, const char* op) {
+    for (GgmlType t : {kv.type_k, kv.type_v})
+      if (t != GgmlType::F16 && t != GgmlType::F32)
+        fail(ErrorKind::unsupported, "cuda {}: KV cache type {} is not supported on the cuda backend (f16, f32; "
+             "the cpu backend takes {})", op, type_name(t), kv_cache_type_names());
+  }
+
   void kv_store(const KvLayerView& kv, int64_t pos0, int64_t n_tokens, const float* k, const float* v) override {
     ++calls_;
+    check_kv_types(kv, "kv_store");
     if (pos0 < 0 || pos0 + n_tokens > kv.n_ctx)
       fail(ErrorKind::context, "kv_store: rows [{}, {}) outside the cache of {} positions", pos0, pos0 + n_tokens, kv.n_ctx);
     const int64_t kw = int64_t{kv.n_head_kv} * kv.head_dim_k, vw = int64_t{kv.n_head_kv} * kv.head_dim_v;
@@ -214,6 +224,7 @@ class CudaOps final : public Ops {
 
   void attention(const AttentionArgs& a) override {
     ++calls_;
+    check_kv_types(a.kv, "attention");
     if (a.kv.head_dim_k != a.kv.head_dim_v)
       fail(ErrorKind::unsupported, "cuda attention: K and V head sizes differ ({} vs {})", a.kv.head_dim_k, a.kv.head_dim_v);
     if (a.kv.type_k != a.kv.type_v)

@@ -72,8 +72,9 @@ class DeviceBuffer {
 // One layer's KV cache. Layout (fixed for all backends, token-major so that appending a batch is
 // one contiguous write and attention kernels stream keys in order):
 //   k: (n_ctx, n_head_kv, head_dim_k) of type_k      v: (n_ctx, n_head_kv, head_dim_v) of type_v
-// Types are F16 or F32, chosen separately (quantized caches later: new types, same layout with
-// blocks along each head row).
+// Types are chosen separately among kv_cache_type_supported() ones; a quantized type stores each
+// head row as row_bytes(type, head_dim) bytes of blocks (head_dim a multiple of the block size),
+// so a cache row of one position is n_head_kv such head rows.
 struct KvLayerView {
   void* k = nullptr;
   void* v = nullptr;
@@ -83,7 +84,16 @@ struct KvLayerView {
   int32_t n_head_kv = 0;
   int32_t head_dim_k = 0;
   int32_t head_dim_v = 0;
+  // Bytes of one head row (one position, one KV head) of K / V.
+  size_t k_head_bytes() const { return static_cast<size_t>(row_bytes(type_k, static_cast<uint64_t>(head_dim_k))); }
+  size_t v_head_bytes() const { return static_cast<size_t>(row_bytes(type_v, static_cast<uint64_t>(head_dim_v))); }
 };
+
+// The KV cache types (llama.cpp's -ctk/-ctv set): F32, F16, BF16, Q8_0, Q4_0, Q4_1, IQ4_NL, Q5_0,
+// Q5_1. Quantized ones are written as ggml-cpu writes them (cpu::quantize_row_cpu).
+bool kv_cache_type_supported(GgmlType t);
+// "f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1": for messages.
+const char* kv_cache_type_names();
 
 // Causal GQA attention for a batch of new tokens at positions [pos0, pos0 + n_tokens) whose K/V are
 // already stored in the cache (kv_store); token i attends to cache rows [0, pos0 + i].
@@ -142,6 +152,10 @@ class Ops {
   // these ops; the result must not outlive them. Default: ErrorKind::unsupported naming the
   // backend.
   virtual std::unique_ptr<GdnOps> make_gdn_ops();
+
+  // Whether kv_store/attention of this backend take a KV cache of type t (KvCache asks when a
+  // session is made). Default: every kv_cache_type_supported() type.
+  virtual bool kv_type_supported(GgmlType t) const { return kv_cache_type_supported(t); }
 
   // --- ops. In-place use is allowed where marked (dst may equal src).
   // dst[i] = dequantized row ids[i] of table.   ids: (n)   dst: (n, table.cols)

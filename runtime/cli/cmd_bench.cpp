@@ -75,8 +75,8 @@ int bench_main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("-r,--repetitions", reps, "repetitions of each test")->check(CLI::Range(1, 100000))->capture_default_str();
   app.add_option("-t,--threads", threads, "CPU threads (default: physical cores)");
-  app.add_option("--cache-type-k", ctk, "KV cache type for K, f16 or f32 (-ctk)")->capture_default_str();
-  app.add_option("--cache-type-v", ctv, "KV cache type for V, f16 or f32 (-ctv)")->capture_default_str();
+  app.add_option("--cache-type-k", ctk, "KV cache types for K, comma-separated: f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1 (-ctk)")->capture_default_str();
+  app.add_option("--cache-type-v", ctv, "KV cache types for V, comma-separated: f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1 (-ctv)")->capture_default_str();
   app.add_option("-b,--batch-size", n_batch, "tokens per forward step of the prompt")
       ->check(CLI::Range(1, 65536))->capture_default_str();
   app.add_option("--device", devices, "where routed experts run: cpu, sim, cuda, auto (comma-separated sweep)")
@@ -155,8 +155,15 @@ int bench_main(int argc, char** argv) {
   int64_t plan_ctx = 1;
   for (const TestShape& s : shapes)
     for (int32_t d : depth_list) plan_ctx = std::max<int64_t>(plan_ctx, int64_t{d} + s.n_prompt + s.n_gen);
-  const bool any_f32_k = std::find(ctk_list.begin(), ctk_list.end(), "f32") != ctk_list.end();
-  const bool any_f32_v = std::find(ctv_list.begin(), ctv_list.end(), "f32") != ctv_list.end();
+  // The placement plans for the largest cache type of each list (bytes per value, blocks included).
+  auto largest_type = [](const std::vector<std::string>& list, const char* flag) {
+    GgmlType best = GgmlType::F16;
+    auto per_value = [](GgmlType t) { return double(type_info(t).block_bytes) / type_info(t).block_values; };
+    for (const auto& s : list)
+      if (const GgmlType t = parse_cache_type(s, flag); per_value(t) > per_value(best)) best = t;
+    return best;
+  };
+  const GgmlType plan_type_k = largest_type(ctk_list, "-ctk"), plan_type_v = largest_type(ctv_list, "-ctv");
 
   struct Load {
     std::string model, device, vram, routing, decode;
@@ -194,8 +201,8 @@ int bench_main(int argc, char** argv) {
     spec.observe = oa;
     spec.backend = backend;
     spec.plan_ctx = plan_ctx;
-    spec.plan_type_k = any_f32_k ? GgmlType::F32 : GgmlType::F16;
-    spec.plan_type_v = any_f32_v ? GgmlType::F32 : GgmlType::F16;
+    spec.plan_type_k = plan_type_k;
+    spec.plan_type_v = plan_type_v;
     spec.n_batch = n_batch;
     std::string what = fmt::format("{} on {}", L.model, L.device);
     if (!L.vram.empty()) what += fmt::format(" --vram {}", L.vram);

@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "runtime/backend/device_size.hpp"
+#include "runtime/backend/ops.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/synth/synth.hpp"
 
@@ -20,8 +21,8 @@ void add_model_args(CLI::App& app, ModelArgs& a) {
   app.add_option("-c,--ctx-size", a.ctx, "context size in tokens (default: min(model context, 4096))");
   app.add_option("-b,--batch-size", a.batch, "tokens per forward step when evaluating a prompt")
       ->check(CLI::Range(1, 65536));
-  app.add_option("--cache-type-k", a.cache_type_k, "KV cache type for K: f16 or f32 (-ctk)");
-  app.add_option("--cache-type-v", a.cache_type_v, "KV cache type for V: f16 or f32 (-ctv)");
+  app.add_option("--cache-type-k", a.cache_type_k, "KV cache type for K: f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0 or q5_1 (-ctk)");
+  app.add_option("--cache-type-v", a.cache_type_v, "KV cache type for V: f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0 or q5_1 (-ctv)");
   add_backend_args(app, a.backend);
 }
 
@@ -62,9 +63,8 @@ int parse(CLI::App& app, int argc, char** argv, bool& stop) {
 }
 
 GgmlType parse_cache_type(const std::string& s, const char* flag) {
-  if (s == "f16" || s == "F16") return GgmlType::F16;
-  if (s == "f32" || s == "F32") return GgmlType::F32;
-  fail(ErrorKind::invalid_arg, "{} {}: unsupported KV cache type (use f16 or f32)", flag, s);
+  if (const auto t = type_from_name(s); t && kv_cache_type_supported(*t)) return *t;
+  fail(ErrorKind::invalid_arg, "{} {}: unsupported KV cache type (use one of {})", flag, s, kv_cache_type_names());
 }
 
 SessionOptions session_options(const ModelArgs& a) {

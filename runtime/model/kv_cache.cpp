@@ -1,21 +1,34 @@
 #include "runtime/model/kv_cache.hpp"
 
+#include <tuple>
+
 #include "runtime/core/error.hpp"
 
 namespace ferry {
 
 KvCache::KvCache(Ops& ops, const ModelConfig& cfg, int64_t n_ctx, GgmlType type_k, GgmlType type_v) {
   for (GgmlType t : {type_k, type_v})
-    if (t != GgmlType::F16 && t != GgmlType::F32)
-      fail(ErrorKind::invalid_arg, "KV cache type {} is not supported (use f16 or f32)", type_name(t));
+    if (!kv_cache_type_supported(t))
+      fail(ErrorKind::invalid_arg, "KV cache type {} is not supported (use one of {})", type_name(t),
+           kv_cache_type_names());
+  for (GgmlType t : {type_k, type_v})
+    if (!ops.kv_type_supported(t))
+      fail(ErrorKind::unsupported, "KV cache type {} is not supported on the {} backend (quantized KV caches "
+           "run on the cpu backend)", type_name(t), ops.name());
   if (n_ctx < 1 || n_ctx > INT32_MAX)
     fail(ErrorKind::invalid_arg, "context size {} must be in [1, {}]", n_ctx, INT32_MAX);
-  const size_t kb = type_k == GgmlType::F16 ? 2 : 4, vb = type_v == GgmlType::F16 ? 2 : 4;
+  for (auto [t, dim, what] : {std::tuple{type_k, cfg.head_dim_k, "K"}, std::tuple{type_v, cfg.head_dim_v, "V"}})
+    if (dim % static_cast<int64_t>(type_info(t).block_values) != 0)
+      fail(ErrorKind::invalid_arg, "KV cache type {} for {}: the head size {} is not a multiple of its block of {}",
+           type_name(t), what, dim, type_info(t).block_values);
+  // Bytes of one position of one layer: n_head_kv head rows of whole blocks.
+  const size_t kb = cfg.n_head_kv * row_bytes(type_k, static_cast<uint64_t>(cfg.head_dim_k));
+  const size_t vb = cfg.n_head_kv * row_bytes(type_v, static_cast<uint64_t>(cfg.head_dim_v));
   views_.resize(cfg.layer_kind.size());
   for (size_t il = 0; il < cfg.layer_kind.size(); ++il) {
     if (cfg.layer_kind[il] != LayerKind::attention) continue;
-    const size_t k_bytes = static_cast<size_t>(n_ctx) * cfg.n_head_kv * cfg.head_dim_k * kb;
-    const size_t v_bytes = static_cast<size_t>(n_ctx) * cfg.n_head_kv * cfg.head_dim_v * vb;
+    const size_t k_bytes = static_cast<size_t>(n_ctx) * kb;
+    const size_t v_bytes = static_cast<size_t>(n_ctx) * vb;
     DeviceBuffer k = ops.alloc(k_bytes), v = ops.alloc(v_bytes);
     KvLayerView& view = views_[il];
     view.k = k.data();

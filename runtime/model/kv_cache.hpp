@@ -12,7 +12,8 @@ namespace ferry {
 class KvCache {
  public:
   // One K and one V buffer per layer whose kind is attention; ErrorKind::invalid_arg for a type
-  // other than f16/f32 or an n_ctx < 1.
+  // outside kv_cache_type_supported(), a head size that is not a multiple of the type's block, or
+  // an n_ctx < 1.
   KvCache(Ops& ops, const ModelConfig& cfg, int64_t n_ctx, GgmlType type_k, GgmlType type_v);
   // The view of layer il (must be an attention layer).
   const KvLayerView& layer(int32_t il) const;

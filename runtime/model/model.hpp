@@ -20,7 +20,7 @@ namespace ferry {
 
 struct StateOptions {
   int64_t n_ctx = 4096;               // positions the caches hold
-  GgmlType type_k = GgmlType::F16;    // KV cache element types (f16 or f32)
+  GgmlType type_k = GgmlType::F16;    // KV cache types (kv_cache_type_supported())
   GgmlType type_v = GgmlType::F16;
   int32_t n_batch = 512;              // tokens per forward step (longer inputs are split)
 };
