@@ -17,7 +17,7 @@ from pathlib import Path
 CONFIG_KEYS = [
     "hidden_size", "num_hidden_layers", "layer_types", "num_attention_heads", "num_key_value_heads",
     "head_dim", "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
-    "linear_value_head_dim", "linear_conv_kernel_dim", "num_experts", "num_experts_per_tok",
+    "linear_value_head_dim", "linear_conv_kernel_dim", "num_experts", "num_local_experts", "num_experts_per_tok",
     "moe_intermediate_size", "shared_expert_intermediate_size", "norm_topk_prob", "vocab_size",
     "rope_parameters", "rms_norm_eps", "tie_word_embeddings", "router_aux_loss_coef",
 ]
@@ -67,7 +67,10 @@ def main() -> None:
     pre = "qwen2" if arch == "qwen3moe" else "qwen35"
     files = [f"{args.name}-f32.gguf", f"{args.name}-q8_0.gguf"]
     cfg = res["config"]
-    source = args.source.read_text().strip().replace("\n", ", ") if args.source else "bible-kjv-text"
+    source = "bible-kjv-text"
+    if args.source:  # dpkg-deb -f output: "Package: ...", "Version: ..."
+        fields = dict(l.split(": ", 1) for l in args.source.read_text().splitlines() if ": " in l)
+        source = f"{fields.get('Package', source)} {fields.get('Version', '')}".strip()
     epochs = res["tokens_seen"] / res["train_tokens"]
 
     L = []
@@ -135,8 +138,9 @@ def main() -> None:
         L.append(f"llama.cpp's tokenizer gives {'the same' if match else 'DIFFERENT'} ids as the "
                  "training tokenizer on the held-out text.\n")
         L.append("## Greedy samples (llama.cpp, F32 file, 48 tokens)\n")
+        L.append("Prompt and continuation, no template, no special tokens:\n")
         for p, s in f32.get("samples", {}).items():
-            L.append(f"- **{p}**{s}")
+            L.append(f"```text\n{p}{s}\n```")
         q8 = verify.get(files[1], {}).get("samples", {})
         same = [p for p in q8 if q8[p] == f32.get("samples", {}).get(p)]
         L.append(f"\nThe Q8_0 file gives the same continuation for {len(same)} of {len(q8)} prompts.\n")
