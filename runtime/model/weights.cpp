@@ -46,7 +46,10 @@ WeightView WeightLoader::matrix(std::string_view name, int64_t cols, int64_t row
 WeightView WeightLoader::vector(std::string_view name, int64_t n) const {
   const std::string expected = fmt::format("{{{}}}", n);
   const gguf::TensorInfo& t = find(f_, name, expected);
-  if (t.n_dims != 1 || t.ne[0] != static_cast<uint64_t>(n))
+  // llama.cpp's converter writes a one-row projection such as ffn_gate_inp_shexp (HF shape
+  // [1, n_embd]) as {n, 1}; llama.cpp's loader treats missing dimensions as 1, so accept both.
+  const bool trailing_ones = t.n_dims == 2 && t.ne[1] == 1;
+  if ((t.n_dims != 1 && !trailing_ones) || t.ne[0] != static_cast<uint64_t>(n))
     fail(ErrorKind::format, "tensor '{}' in {} has shape {}, expected {}", name, f_.path(), shape_str(t), expected);
   if (t.type != GgmlType::F32)
     fail(ErrorKind::unsupported, "tensor '{}' in {} has type {}, expected f32", name, f_.path(), type_name(t.type));
