@@ -3,11 +3,15 @@
 # one vendored in llama-cpp-python's source distribution (the version installed in .venv, so the
 # benchmark and the oracle tests use the same llama.cpp).
 #
-#   bench/build-llamacpp.sh [cpu|cpu-noamx|cuda]      (default cpu)
+#   bench/build-llamacpp.sh [cpu|cpu-noamx|cpu-pinned|cuda]      (default cpu)
 #
 #   cpu   -DGGML_NATIVE=ON, CPU backend only     → .cache/llama.cpp-build/cpu/bin/llama-bench
 #   cpu-noamx  the same with the compiler's AMX extensions off (-mno-amx-*), so ggml has no AMX
 #         path even on a CPU that reports AMX   → .cache/llama.cpp-build/cpu-noamx/bin/llama-bench
+#   cpu-pinned  the flags scripts/install-deps.sh builds the venv's llama-cpp-python with (AVX2, FMA,
+#         F16C, not native): the same logits as the oracle library, bit for bit; the llama-perplexity
+#         whose files and statistics ferry perplexity is checked against
+#                                               → .cache/llama.cpp-build/cpu-pinned/bin/llama-perplexity
 #   cuda  -DGGML_CUDA=ON for sm_90 (H200/H100)   → .cache/llama.cpp-build/cuda/bin/llama-bench
 #         (AVX-512 host code: build it here, bench/gpu-bundle.sh takes it to the GPU machine)
 #
@@ -32,8 +36,8 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 variant="${1:-cpu}"
-case "$variant" in cpu | cpu-noamx | cuda) ;; *)
-  echo "usage: $0 [cpu|cpu-noamx|cuda]" >&2
+case "$variant" in cpu | cpu-noamx | cpu-pinned | cuda) ;; *)
+  echo "usage: $0 [cpu|cpu-noamx|cpu-pinned|cuda]" >&2
   exit 2
   ;;
 esac
@@ -58,7 +62,7 @@ bin="$build/bin/llama-bench"
 stamp="$build/.ferry-version"
 # The compilers (see "About AMX" above): named in the stamp, so a change rebuilds.
 cc="${FERRY_LLAMACPP_CC:-}" cxx="${FERRY_LLAMACPP_CXX:-}"
-if [[ -z "$cxx" && "$variant" != cuda ]]; then
+if [[ -z "$cxx" && "$variant" != cuda && "$variant" != cpu-pinned ]]; then  # pinned: the compiler pip used
   gcc_major="$(c++ -dumpfullversion 2>/dev/null | cut -d. -f1 || true)"
   if c++ -v 2>&1 | grep -q '^gcc version' && [[ -n "$gcc_major" && "$gcc_major" -lt 13 ]]; then
     for v in "" -14 -15 -16; do
@@ -108,6 +112,8 @@ flags+=(-DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DLL
   -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TOOLS=ON)
 if [[ "$variant" == cpu ]]; then
   flags+=(-DGGML_NATIVE=ON -DGGML_CUDA=OFF)
+elif [[ "$variant" == cpu-pinned ]]; then
+  flags+=(-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_CUDA=OFF)
 elif [[ "$variant" == cpu-noamx ]]; then
   # -march=native turns AMX on where the CPU reports it; -mno-amx-* after it turns it back off, so
   # ggml's AMX buffer type is not compiled.
@@ -160,6 +166,7 @@ PY
 case "$variant" in
   cpu) amx_built=$([[ -n "$amx_flags" ]] && echo "yes (-march=native on a CPU with ${amx_flags% })" || echo "no (the CPU reports no AMX)") ;;
   cpu-noamx) amx_built="no (-mno-amx-*)" ;;
+  cpu-pinned) amx_built="no (AVX2/FMA/F16C only, as the venv's llama-cpp-python)" ;;
   *) amx_built="no (host ISA named: AVX-512, VNNI, BF16)" ;;
 esac
 {
