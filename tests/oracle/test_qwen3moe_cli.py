@@ -80,8 +80,8 @@ def main():
     r = run("logits", "-m", no_tok, "--tokens", "1,2,3", "-o", out)
     check(r.returncode == 0 and np.load(out).shape == (3, 768), "logits: --tokens needs no tokenizer")
 
-    r = run("run", "-m", model, "-p", "hi", "-ctk", "q4_0")
-    check(r.returncode == 1 and "-ctk q4_0" in r.stderr, "run: unsupported -ctk is a clear error", r.stderr[-300:])
+    r = run("run", "-m", model, "-p", "hi", "-ctk", "q4_k")
+    check(r.returncode == 1 and "-ctk q4_k" in r.stderr and "q8_0" in r.stderr, "run: unsupported -ctk is a clear error", r.stderr[-300:])
     r = run("run", "-m", scratch("does-not-exist.gguf"), "-p", "hi")
     check(r.returncode == 1 and "does-not-exist.gguf" in r.stderr, "run: missing file names the path", r.stderr[-300:])
 
