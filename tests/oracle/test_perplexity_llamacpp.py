@@ -14,7 +14,10 @@ converter) on their held-out books:
     log-probabilities within the packing's resolution, and `--kl-divergence` on the Q8_0 model must
     print llama-perplexity's blocks with a mean KLD equal, within 1%, to the KLD computed here from
     llama.cpp's Q8_0 logits against the decoded base records.
-(3) Bad input: a truncated base file and a text too short for two chunks are refused with a message
+(3) A base file written by llama-perplexity itself (tests/data/perplexity, made by the pinned
+    build, see its README): `ferry perplexity --kl-divergence` on the trained Q8_0 model against it
+    prints every figure of the tool's three statistics blocks within 1% (they are equal).
+(4) Bad input: a truncated base file and a text too short for two chunks are refused with a message
     naming the problem, and a failed run leaves no base file behind.
 """
 import os
@@ -187,6 +190,26 @@ for arch in ("qwen3moe", "qwen35moe"):
     run_pair(arch, *synthetic(arch))
     run_pair(f"kjv-{arch}", os.path.join(TRAINED, f"kjv-{arch}-f32.gguf"), os.path.join(TRAINED, f"kjv-{arch}-q8_0.gguf"),
              os.path.join(TRAINED, "heldout.txt"))
+
+# (3) llama-perplexity's own file and figures
+FIX = os.path.join(os.environ.get("FERRY_SOURCE_DIR", "."), "tests", "data", "perplexity")
+r = ferry("perplexity", "-m", os.path.join(TRAINED, "kjv-qwen3moe-q8_0.gguf"), "--kl-divergence-base",
+          os.path.join(FIX, "kjv-qwen3moe-f32-c64.kld"), "--kl-divergence", "-t", "2")
+want = open(os.path.join(FIX, "kjv-qwen3moe-q8_0-kld.txt")).read()
+NUM = re.compile(r"(?<![\w.])-?[0-9]+\.[0-9]+")
+wl = [l for l in want.splitlines() if NUM.search(l)]
+gl = [l for l in r.stdout.splitlines() if NUM.search(l) and ":" in l and not l.lstrip().startswith(("1 ", "2 ", "3 ", "4 "))]
+gl = gl[-len(wl):]
+check(len(gl) == len(wl), f"llama-perplexity file: {len(gl)} statistics lines vs the tool's {len(wl)}")
+worst = 0.0
+for w, g in zip(wl, gl):
+    check(w.split(":")[0].strip() == g.split(":")[0].strip(), f"llama-perplexity file: line '{g}' vs '{w}'")
+    for a, b in zip(NUM.findall(g), NUM.findall(w)):
+        a, b = float(a), float(b)
+        dev = abs(a - b) / max(abs(b), 1e-3)  # figures printed to 3-6 decimals: tiny ones by 1e-3
+        worst = max(worst, dev)
+        check(dev <= 0.01, f"llama-perplexity file: '{g.strip()}' vs the tool's '{w.strip()}'")
+print(f"llama-perplexity's own base file: {len(wl)} statistics lines, largest relative difference {worst:.2e}")
 
 if failures:
     print(f"{len(failures)} failure(s)")
