@@ -21,7 +21,9 @@ inline constexpr GgmlType kWeightTypes[] = {
     GgmlType::Q5_1, GgmlType::IQ4_NL, GgmlType::MXFP4, GgmlType::Q2_K, GgmlType::Q3_K,
     GgmlType::IQ4_XS};
 
-// The weight types Ferry has no quantizer for; their tests use random valid blocks.
+// The weight types whose kernel tests use random valid blocks rather than a quantizer's output:
+// every field random reaches bit patterns a quantizer never writes (Q2_K and Q3_K have no quantizer
+// in Ferry; the others' reference quantizers are tested against ggml on their own).
 inline bool random_block_type(GgmlType t) {
   switch (t) {
     case GgmlType::Q4_0: case GgmlType::Q4_1: case GgmlType::Q5_0: case GgmlType::Q5_1:
