@@ -174,10 +174,16 @@ uint64_t host_mem_available() {
   return 0;
 }
 
-void check_host_memory(uint64_t bytes, std::string_view what) {
+std::optional<uint64_t> host_mem_usable() {
   const uint64_t avail = host_mem_available();
-  if (avail == 0) return;  // unknown: let the allocation decide
-  const uint64_t usable = avail > kHostReserve ? avail - kHostReserve : 0;
+  if (avail == 0) return std::nullopt;
+  return avail > kHostReserve ? avail - kHostReserve : 0;
+}
+
+void check_host_memory(uint64_t bytes, std::string_view what) {
+  const std::optional<uint64_t> usable_or = host_mem_usable();
+  if (!usable_or) return;  // unknown: let the allocation decide
+  const uint64_t usable = *usable_or, avail = host_mem_available();
   if (bytes > usable)
     fail(ErrorKind::budget,
          "{} need {} of host RAM but only {} is available (MemAvailable {} minus a {} reserve): "

@@ -16,6 +16,7 @@
 // fit, saying how much is missing.
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -72,6 +73,9 @@ class HostStore {
 
 // MemAvailable from /proc/meminfo in bytes (0 when it cannot be read).
 uint64_t host_mem_available();
+// What Ferry may take of it: MemAvailable minus a reserve for the OS and the rest of the process
+// (1 GiB); nullopt when MemAvailable cannot be read.
+std::optional<uint64_t> host_mem_usable();
 // ErrorKind::budget when `bytes` exceed MemAvailable minus a reserve (what = what they are for).
 void check_host_memory(uint64_t bytes, std::string_view what);
 

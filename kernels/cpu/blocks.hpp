@@ -74,6 +74,20 @@ inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22,
                                             1,    13,   25,  38,  53,  69,  89,  113};
 inline constexpr int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
+// ggml's best_index_int8(16, kvalues_iq4nl, x): the index of the grid level nearest x (bisection;
+// a tie between two levels goes to the upper one), what every IQ4 quantizer picks levels with.
+inline int iq4nl_nearest_level(float x) {
+  if (x <= kIq4nlValues[0]) return 0;
+  if (x >= kIq4nlValues[15]) return 15;
+  int ml = 0, mu = 15;
+  while (mu - ml > 1) {
+    const int mav = (ml + mu) / 2;
+    if (x < kIq4nlValues[mav]) mu = mav;
+    else ml = mav;
+  }
+  return x - kIq4nlValues[mu - 1] < kIq4nlValues[mu] - x ? mu - 1 : mu;
+}
+
 // d·q[i]
 struct BlockQ8_0 {
   uint16_t d;

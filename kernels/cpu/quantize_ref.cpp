@@ -403,21 +403,9 @@ void quantize_q5_1(const float* x, BlockQ5_1* y, int64_t nb) {
 
 // ---- IQ4_NL: ggml's quantize_row_iq4_nl_ref (what ggml-cpu's from_float writes into a KV cache),
 // i.e. quantize_row_iq4_nl_impl with one 32-value block, no importance weights and ntry = −1: the
-// levels nearest x·(−127/max) on the grid (bisection, best_index_int8), then the least-squares scale
+// levels nearest x·(−127/max) on the grid (iq4nl_nearest_level), then the least-squares scale
 // d = Σw·q·x / Σw·q² (w = x²) for those levels; no scale search (that is llama-quantize's
 // quantize_iq4_nl, ntry 7) and no re-choice of levels.
-int best_index_iq4nl(float x) {
-  const int8_t* val = kIq4nlValues;
-  if (x <= val[0]) return 0;
-  if (x >= val[15]) return 15;
-  int ml = 0, mu = 15;
-  while (mu - ml > 1) {
-    const int mav = (ml + mu) / 2;
-    if (x < val[mav]) mu = mav;
-    else ml = mav;
-  }
-  return x - val[mu - 1] < val[mu] - x ? mu - 1 : mu;
-}
 
 // L: the levels, kept from block to block as ggml keeps its stack array: a block of (near-)zeros
 // gets d = 0 and the previous block's levels (ggml's first block would get whatever its stack held;
@@ -436,7 +424,7 @@ void quantize_iq4_nl_block(const float* x, BlockIQ4NL& y, uint8_t* L) {
     const float id = 1 / (max / kIq4nlValues[0]);
     float sumqx = 0, sumq2 = 0;
     for (int j = 0; j < kQK8_0; ++j) {
-      const int l = best_index_iq4nl(id * x[j]);
+      const int l = iq4nl_nearest_level(id * x[j]);
       L[j] = static_cast<uint8_t>(l);
       const float q = kIq4nlValues[l];
       const float w = x[j] * x[j];

@@ -196,9 +196,9 @@ void CpuOps::attention(const AttentionArgs& a) {
   const int32_t group = a.n_head / kv.n_head_kv;
   const int32_t dk = kv.head_dim_k, dv = kv.head_dim_v;
   const bool k16 = kv.type_k == GgmlType::F16, v16 = kv.type_v == GgmlType::F16;
-  const size_t kb = kv.type_k == GgmlType::F16 ? 2 : 4, vb = kv.type_v == GgmlType::F16 ? 2 : 4;
-  const size_t k_row_bytes = static_cast<size_t>(kv.n_head_kv) * dk * kb;  // one cache row
-  const size_t v_row_bytes = static_cast<size_t>(kv.n_head_kv) * dv * vb;
+  const size_t k_head_bytes = kv.k_head_bytes(), v_head_bytes = kv.v_head_bytes();
+  const size_t k_row_bytes = k_head_bytes * kv.n_head_kv;  // one cache row
+  const size_t v_row_bytes = v_head_bytes * kv.n_head_kv;
   const auto* kbase = static_cast<const uint8_t*>(kv.k);
   const auto* vbase = static_cast<const uint8_t*>(kv.v);
   const int64_t n_tasks = int64_t{a.n_tokens} * kv.n_head_kv;
@@ -235,7 +235,7 @@ void CpuOps::attention(const AttentionArgs& a) {
         }
       }
       for (int64_t j = 0; j < n_kv; ++j) {
-        const uint8_t* krow = kbase + static_cast<size_t>(j) * k_row_bytes + static_cast<size_t>(hk) * dk * kb;
+        const uint8_t* krow = kbase + static_cast<size_t>(j) * k_row_bytes + static_cast<size_t>(hk) * k_head_bytes;
         for (int32_t g = 0; g < group; ++g) {
           const float dot = !single ? cpu_math::dot_lanes(krow, k16, qr.data() + g * dk, dk, W)
                             : k16   ? cpu_math::dot_vecdot(krow, qh.data() + g * dk, true, dk)
@@ -253,7 +253,7 @@ void CpuOps::attention(const AttentionArgs& a) {
       // for a single token, its vec_dot) runs over the (masked, zero-probability-padded) KV window.
       std::fill(lanes.begin(), lanes.end(), 0.0f);
       for (int64_t j = 0; j < n_kv; ++j) {
-        const uint8_t* vr = vbase + static_cast<size_t>(j) * v_row_bytes + static_cast<size_t>(hk) * dv * vb;
+        const uint8_t* vr = vbase + static_cast<size_t>(j) * v_row_bytes + static_cast<size_t>(hk) * v_head_bytes;
         const float* vf = reinterpret_cast<const float*>(vr);
         if (v16) {
           cpu::dequantize_row(GgmlType::F16, vr, vrow.data(), dv);

@@ -205,9 +205,9 @@ class CudaOps final : public Ops {
 
   // The CUDA kernels read F16/F32 caches only (quantized caches run on the cpu backend).
   bool kv_type_supported(GgmlType t) const override { return t == GgmlType::F16 || t == GgmlType::F32; }
-  static void check_kv_types(const KvLayerView& kv, const char* op) {
+  void check_kv_types(const KvLayerView& kv, const char* op) const {
     for (GgmlType t : {kv.type_k, kv.type_v})
-      if (t != GgmlType::F16 && t != GgmlType::F32)
+      if (!kv_type_supported(t))
         fail(ErrorKind::unsupported, "cuda {}: KV cache type {} is not supported on the cuda backend (f16, f32; "
              "the cpu backend takes {})", op, type_name(t), kv_cache_type_names());
   }

@@ -64,16 +64,17 @@ namespace {
 
 // A state on the host must fit in the RAM that is free: its pages are committed lazily, so an
 // oversized context would otherwise be accepted and fail (or swap) only once the cache fills.
-void check_state_fits_host(const ModelConfig& c, const StateOptions& so, uint64_t limit_bytes) {
+// need: the bytes of the state already made for `so` (untouched pages cost nothing); its parts
+// for the message are measured only when it does not fit.
+void check_state_fits_host(const ModelConfig& c, const StateOptions& so, uint64_t need, uint64_t limit_bytes) {
   uint64_t usable = limit_bytes;
   if (usable == 0) {
-    const uint64_t avail = host_mem_available();
-    if (avail == 0) return;  // unknown: let the allocation decide
-    usable = avail > (1ull << 30) ? avail - (1ull << 30) : 0;
+    const std::optional<uint64_t> u = host_mem_usable();
+    if (!u) return;  // unknown: let the allocation decide
+    usable = *u;
   }
-  const StateFootprint fp = state_footprint(c, so);
-  const uint64_t need = fp.kv_bytes + fp.recurrent_bytes + fp.workspace_bytes;
   if (need <= usable) return;
+  const StateFootprint fp = state_footprint(c, so);
   const uint64_t per_token = fp.kv_bytes / static_cast<uint64_t>(so.n_ctx);
   const uint64_t fixed = fp.recurrent_bytes + fp.workspace_bytes;
   const uint64_t fits = per_token && usable > fixed ? (usable - fixed) / per_token : 0;
@@ -93,11 +94,12 @@ Session::Session(LoadedModel& m, const SessionOptions& o) : model_(m) {
   so.type_k = o.type_k;
   so.type_v = o.type_v;
   so.n_batch = o.n_batch;
-  if (std::string_view(m.ops().name()) == "cpu") check_state_fits_host(m.config(), so, o.host_memory_bytes);
+  state_ = m.model().new_state(so);
+  if (std::string_view(m.ops().name()) == "cpu")
+    check_state_fits_host(m.config(), so, state_->bytes(), o.host_memory_bytes);
   if (m.config().n_ctx_train > 0 && so.n_ctx > m.config().n_ctx_train)
     log::warn("the context of {} tokens exceeds the {} the model was trained on: quality may degrade past it",
               so.n_ctx, m.config().n_ctx_train);
-  state_ = m.model().new_state(so);
   logits_.resize(static_cast<size_t>(m.config().n_vocab));
 }
 

@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/cpu/blocks.hpp"
 #include "runtime/core/fp16.hpp"
 #include "runtime/synth/quantize_extra.hpp"
 
@@ -28,20 +29,9 @@ namespace {
 constexpr int kBlock = 32;
 constexpr int kTries = 7;
 constexpr float kGroupMaxEps = 1e-15f;
-// ggml's kvalues_iq4nl.
-constexpr int8_t kValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
-
-// ggml's best_index_int8(16, kvalues_iq4nl, x).
-int best_index(float x) {
-  if (x <= kValues[0]) return 0;
-  if (x >= kValues[15]) return 15;
-  int ml = 0, mu = 15;
-  while (mu - ml > 1) {
-    const int mav = (ml + mu) / 2;
-    if (x < kValues[mav]) mu = mav; else ml = mav;
-  }
-  return x - kValues[mu - 1] < kValues[mu] - x ? mu - 1 : mu;
-}
+// ggml's kvalues_iq4nl and best_index_int8 over them (kernels/cpu/blocks.hpp).
+constexpr const auto& kValues = cpu::kIq4nlValues;
+int best_index(float x) { return cpu::iq4nl_nearest_level(x); }
 
 int nearest_int(float x) {
   const float v = x + 12582912.f;

@@ -6,8 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 namespace ferry::test {
 
@@ -64,6 +66,14 @@ class Ggml {
   void* cpu_ = nullptr;
   std::string why_;
 };
+
+// How many of the block_bytes-sized blocks of a and b (same size) differ.
+inline size_t differing_blocks(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b, size_t block_bytes) {
+  size_t n = 0;
+  for (size_t off = 0; off + block_bytes <= a.size(); off += block_bytes)
+    n += std::memcmp(a.data() + off, b.data() + off, block_bytes) != 0;
+  return n;
+}
 
 #define REQUIRE_GGML()                                     \
   if (!Ggml::get().ok()) GTEST_SKIP() << Ggml::get().why(); \

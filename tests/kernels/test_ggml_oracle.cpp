@@ -46,9 +46,7 @@ TEST(GgmlOracle, ReferenceQuantizersAreBitExact) {
     Ggml::get().sym<QuantizeFn>(nt.quantize)(x.data(), q_ggml.data(), n);
     const auto q_ours = quantize(nt.t, x);
     const size_t bb = type_info(nt.t).block_bytes;
-    size_t differing = 0;
-    for (size_t b = 0; b < q_ours.size() / bb; ++b)
-      differing += std::memcmp(q_ours.data() + b * bb, q_ggml.data() + b * bb, bb) != 0;
+    const size_t differing = differing_blocks(q_ours, q_ggml, bb);
     EXPECT_EQ(differing, 0u) << type_name(nt.t) << ": " << differing << " of " << q_ours.size() / bb
                              << " blocks differ from " << nt.quantize;
   }

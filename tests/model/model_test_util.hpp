@@ -43,6 +43,16 @@ inline double nmse(const float* a, const float* ref, size_t n) {
   return num / den;
 }
 
+// The same against a float64 reference of ref.size() values.
+inline double nmse(const float* a, const std::vector<double>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    num += (a[i] - ref[i]) * (a[i] - ref[i]);
+    den += ref[i] * ref[i];
+  }
+  return num / den;
+}
+
 inline void remove_scratch() {
   std::error_code ec;
   std::filesystem::remove_all(scratch_dir(), ec);

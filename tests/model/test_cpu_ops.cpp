@@ -10,6 +10,7 @@
 #include "runtime/backend/cpu_ops.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/core/fp16.hpp"
+#include "model_test_util.hpp"
 
 namespace ferry {
 namespace {
@@ -21,14 +22,7 @@ std::vector<float> randn(size_t n, std::mt19937& rng, float sd = 1.0f) {
   return v;
 }
 
-double nmse(const float* a, const std::vector<double>& ref) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    num += (a[i] - ref[i]) * (a[i] - ref[i]);
-    den += ref[i] * ref[i];
-  }
-  return num / den;
-}
+using test::nmse;
 
 TEST(CpuOps, RmsnormStridedRows) {
   std::mt19937 rng(1);

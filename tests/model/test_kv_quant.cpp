@@ -122,14 +122,7 @@ std::vector<double> naive(const std::vector<float>& q, const std::vector<float>&
   return out;
 }
 
-double nmse(const float* a, const std::vector<double>& ref) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    num += (a[i] - ref[i]) * (a[i] - ref[i]);
-    den += ref[i] * ref[i];
-  }
-  return num / den;
-}
+using test::nmse;
 
 void run_attention(CpuOps& ops, const KvLayerView& kv, const float* q, const float* gate, int32_t T, int32_t H,
                    int64_t pos0, float* out) {
