@@ -9,7 +9,10 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include "runtime/core/error.hpp"
 #include "runtime/engine/perplexity.hpp"
@@ -140,7 +143,11 @@ TEST(Perplexity, ReportHasLlamaPerplexitysBlocks) {
 
 class PerplexityFile : public ::testing::Test {
  protected:
-  std::string path = (std::filesystem::temp_directory_path() / "ferry-test-logprobs.kld").string();
+  // ctest runs the tests of this fixture in parallel processes: one file each.
+  std::string path = (std::filesystem::temp_directory_path() /
+                      ("ferry-test-logprobs-" + std::to_string(::getpid()) + "-" +
+                       ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".kld"))
+                         .string();
   void TearDown() override {
     std::filesystem::remove(path);
     std::filesystem::remove(path + ".tmp");
