@@ -93,13 +93,13 @@ if [[ -x "$bundle/bin/bench_gpu_e2e" && "${GPU_CHECK_E2E:-1}" != 0 ]]; then
         run_prog "offload-bench-$preset" $((left > 240 ? 240 : left - 20)) "$bundle/bin/ferry" bench -m "$model" \
           --device cuda --vram "$vrams" --routing model,locality -p 512 -n 64 -r 1 -o md
         offload_summary="$(grep -E '^\||host store' "$logs/offload-bench-$preset.log")"
-        # Decode from the device tables (no host sync per MoE step, whole-step CUDA graphs; opt-in
-        # until this measures it) beside the host-routed decode, both budgets, locality routing:
+        # Decode from the device tables (no host sync per MoE step, whole-step CUDA graphs, which are
+        # opt-in since eager decode won on the H200; table decode opt-in until this measures it) beside the host-routed decode, both budgets, locality routing:
         # compare its tg64 with the host rows and the unconstrained row above.
         left=$((budget_s - (SECONDS - t_start)))
         if ((left > 90)); then
           run_prog "offload-table-$preset" $((left > 150 ? 150 : left - 20)) "$bundle/bin/ferry" bench -m "$model" \
-            --device cuda --vram "${vrams#none,}" --routing locality --offload-decode table -p 0 -n 64 -r 1 -o md
+            --device cuda --vram "${vrams#none,}" --routing locality --cuda-graphs on --offload-decode table -p 0 -n 64 -r 1 -o md
           offload_summary="$offload_summary"$'\n'"decode from device tables:"$'\n'"$(grep -E '^\|' "$logs/offload-table-$preset.log")"
         fi
         # The integer (dp4a) matvec end to end (--int8-dot, opt-in until measured): the

@@ -20,8 +20,11 @@ struct CudaOpsOptions {
   size_t matmul_workspace_bytes = 64ull << 20;
   size_t attention_workspace_bytes = 16ull << 20;
   bool use_cublas = true;  // false: tiled kernel for large batches
-  // One-token steps as CUDA graphs (Ops::begin_graph). `--cuda-graphs off` turns them off.
-  bool graphs = true;
+  // One-token steps as CUDA graphs (Ops::begin_graph; `--cuda-graphs on`). Off by default: on the
+  // H200, 8 interleaved resident decode runs gave kernel by kernel a median of 174.6 tok/s against
+  // 167.0 with graphs, which capture and update the whole step every token
+  // (bench/results/2026-12-04-gpu-check-h200-weight-types.md).
+  bool graphs = false;
   // Also steps whose MoE executor synchronises with the host (offload, the host bridge, the
   // decorators): recorded as one graph per stretch between MoE steps. Off until measured on a GPU
   // (`--cuda-graphs segments`).

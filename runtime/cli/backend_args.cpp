@@ -7,9 +7,9 @@ namespace ferry::cli {
 void add_backend_args(CLI::App& app, BackendArgs& a) {
   app.add_option(
          "--cuda-graphs", a.cuda_graphs,
-         "cuda: one-token steps as CUDA graphs: on, off (kernel by kernel), segments (also the "
-         "offloaded steps, recorded around their MoE steps; 0.91x the default on an H200, "
-         "bench/results/2026-12-04-gpu-check-h200.md)")
+         "cuda: one-token steps as CUDA graphs: off (kernel by kernel; measured faster on an H200), on, "
+         "segments (also the offloaded steps, recorded around their MoE steps); "
+         "bench/results/2026-12-04-gpu-check-h200*.md")
       ->check(CLI::IsMember({"on", "off", "segments"}))
       ->capture_default_str();
   app.add_flag(

@@ -10,7 +10,7 @@
 namespace ferry::cli {
 
 struct BackendArgs {
-  std::string cuda_graphs = "on";  // --cuda-graphs on | off | segments
+  std::string cuda_graphs = "off";  // --cuda-graphs on | off | segments
   bool cuda_int8_dot = false;      // --cuda-int8-dot
   std::string gdn_prefill =
       "auto";  // --gdn-prefill auto | chunked | recurrent (auto: the backend's)

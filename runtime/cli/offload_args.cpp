@@ -33,7 +33,7 @@ void add_offload_args(CLI::App& app, OffloadArgs& a) {
                  "cost-model rates from a hardware profile JSON (default: calibrate)");
   app.add_option("--offload-decode", a.decode,
                  "cuda decode steps: host (routing copied to the host per MoE step: CPU experts, cost model, "
-                 "prediction) or table (device tables, no host sync, recorded as CUDA graphs; misses read in "
+                 "prediction) or table (device tables, no host sync, one CUDA graph a token with --cuda-graphs on; misses read in "
                  "place from pinned host memory and admitted behind)")
       ->check(CLI::IsMember({"host", "table"}));
   app.add_flag("--offload-stats", a.stats, "print the offload executor's counters at the end");
@@ -48,9 +48,10 @@ void print_offload_stats(LoadedModel& m) {
     const CudaGraphStats g = cuda_ops_graph_stats(m.ops());
     std::fprintf(stderr, "offload: cuda graphs %s: %llu launched, %llu instantiated%s\n", g.enabled ? "on" : "off",
                  static_cast<unsigned long long>(g.launches), static_cast<unsigned long long>(g.instantiations),
-                 g.launches ? ""
-                            : " (offloaded decode is recorded with --offload-decode table, or around its MoE steps "
-                              "with --cuda-graphs segments)");
+                 g.launches || !g.enabled
+                     ? ""
+                     : " (offloaded decode is recorded with --offload-decode table, or around its MoE steps "
+                       "with --cuda-graphs segments)");
   }
 }
 

@@ -304,7 +304,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{synth::Arch::qwen35moe, synth::QuantMix::mxfp4_moe, GgmlType::F32}),
     case_name);
 
-// Decode steps recorded as CUDA graphs (CudaOpsOptions::graphs, on by default) run the same
+// Decode steps recorded as CUDA graphs (CudaOpsOptions::graphs, off by default) run the same
 // kernels as eager launches: bit-identical logits. The first one-token step runs eagerly (warm-up),
 // every later one is a graph launch, and the executable graph is instantiated once and then
 // updated in place while only kernel arguments change — and instantiated anew when the step's
@@ -581,7 +581,9 @@ TEST_P(GpuOffload, LogitsMatchResidentInsideTheBudget) {
   {
     o.budget_bytes = budget;
     auto dev = make_device(DeviceKind::cuda, o);
-    auto ops = make_cuda_ops(*dev);
+    CudaOpsOptions graphs_on;
+    graphs_on.graphs = true;  // table decode records each token as one graph
+    auto ops = make_cuda_ops(*dev, graphs_on);
     Ops& g = *ops;
     g.sync();
     const CudaMemInfo before = cuda_mem_info();

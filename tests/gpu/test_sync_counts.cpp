@@ -1,5 +1,5 @@
-// What one decoded token of a resident model costs the host, counted by the CUDA emulator: one
-// graph launch, no stream, event or device synchronisation and no device→host copy other than the
+// What one decoded token of a resident model costs the host with `--cuda-graphs on`, counted by
+// the CUDA emulator: one graph launch, no stream, event or device synchronisation and no device→host copy other than the
 // logits read — and with --stats one asynchronous routing-log copy more. Through the engine as the
 // CLI loads a model (MoeSetup builds the executor), with and without a --vram above the model's
 // size (which must fall back to the resident executor, with nothing in front of it), with and
@@ -52,6 +52,7 @@ PerToken count_decode(const std::string& path, const std::string& vram, bool sta
   BackendOptions bo;
   bo.kind = DeviceKind::cuda;
   bo.vram_bytes = 1ull << 30;
+  bo.cuda.graphs = true;  // --cuda-graphs on (off by default)
   auto m = LoadedModel::load(path, {}, mo, bo);
   EXPECT_EQ(m->moe().offload(), nullptr)
       << "a budget above the model's size keeps every expert resident";

@@ -210,8 +210,8 @@ TEST_F(OffloadCli, CudaOffloadIsCloseToCudaResident) {
   {
     const std::string vram = vram_for("--device cuda --decode ", 64);
     const std::string flags = "--device cuda --decode --cold copy --offload-stats --vram " + vram;
-    const std::string eager = logits(flags, "cuda-eager-d");
-    EXPECT_NE(last_output_.find("cuda graphs on: 0 launched"), std::string::npos) << last_output_;
+    const std::string eager = logits(flags, "cuda-eager-d");  // graphs are off by default
+    EXPECT_NE(last_output_.find("cuda graphs off: 0 launched"), std::string::npos) << last_output_;
     const std::string segmented = logits(flags + " --cuda-graphs segments", "cuda-segments-d");
     // 16 tokens one at a time: the first eagerly, then 5 segments (4 layers + 1) per token.
     EXPECT_NE(last_output_.find("cuda graphs on: 75 launched, 5 instantiated"), std::string::npos) << last_output_;
@@ -219,7 +219,7 @@ TEST_F(OffloadCli, CudaOffloadIsCloseToCudaResident) {
     EXPECT_EQ(segmented, eager);
     // Decode from the device tables: no host routing, each token one whole graph (the first one
     // eager); slot and mapped experts run the same kernels as copy-now: the same bytes.
-    const std::string table = logits(flags + " --offload-decode table", "cuda-table-d");
+    const std::string table = logits(flags + " --cuda-graphs on --offload-decode table", "cuda-table-d");
     EXPECT_NE(last_output_.find("cuda graphs on: 15 launched, 1 instantiated"), std::string::npos) << last_output_;
     EXPECT_NE(last_output_.find("offload: 16 decode tokens from the device tables"), std::string::npos)
         << last_output_;
@@ -227,13 +227,15 @@ TEST_F(OffloadCli, CudaOffloadIsCloseToCudaResident) {
     const auto [peak, budget] = peak_and_budget_mib(last_output_);
     EXPECT_LE(peak, budget);
     // A routing override is uploaded in the recorded step (ids out of range would fail the log).
-    ASSERT_FALSE(logits(flags + " --offload-decode table --routing locality", "cuda-table-loc-d").empty());
+    ASSERT_FALSE(
+        logits(flags + " --cuda-graphs on --offload-decode table --routing locality", "cuda-table-loc-d").empty());
     EXPECT_NE(last_output_.find("cuda graphs on: 15 launched"), std::string::npos) << last_output_;
     EXPECT_NE(last_output_.find("offload: 16 decode tokens from the device tables"), std::string::npos)
         << last_output_;
     // --stats observes the routing from the tables' log: decode stays on the tables, one graph a
     // token, and the same logits.
-    const std::vector<float> observed = npy_floats(logits(flags + " --offload-decode table --stats", "cuda-table-stats-d"));
+    const std::vector<float> observed =
+        npy_floats(logits(flags + " --cuda-graphs on --offload-decode table --stats", "cuda-table-stats-d"));
     EXPECT_NE(last_output_.find("cuda graphs on: 15 launched"), std::string::npos) << last_output_;
     EXPECT_NE(last_output_.find("offload: 16 decode tokens from the device tables"), std::string::npos)
         << last_output_;
