@@ -89,7 +89,8 @@ int bench_main(int argc, char** argv) {
   app.add_option("--device", devices, "where routed experts run: cpu, sim, cuda, auto (comma-separated sweep)")
       ->capture_default_str();
   app.add_option("--vram", vrams, "device memory budgets (e.g. none,16G,12G; sim/cuda only; none or no --vram: every expert resident)");
-  app.add_option("--routing", routings, "expert choice: model, uniform, locality, trace:FILE (sweep)")
+  app.add_option("--routing", routings,
+                 "expert choice: model, uniform, locality, locality:FILE, trace:FILE (sweep)")
       ->capture_default_str();
   app.add_option("--routing-seed", oa.routing_seed, "seed of --routing uniform|locality")->capture_default_str();
   app.add_option("--prefetch", offa.prefetch, "offload: layers ahead to predict and prefetch (0: off)")
