@@ -1,7 +1,8 @@
 // Quantized KV caches on the CPU: kv_store writes each token's row as ggml-cpu writes it, attention
 // over every (K type, V type) pair agrees with a double-precision reference that sees the cache's
-// dequantized contents, decode equals the matching row of a prefill, and the cache and the
-// placement count the real bytes per type. Random data throughout (never zeros).
+// dequantized contents, decode equals the matching row of a prefill, the cache and the placement
+// count the real bytes per type, and replicate (the bench's copied depth) copies whole rows.
+// Random data throughout (never zeros).
 #include <gtest/gtest.h>
 
 #include <cmath>
