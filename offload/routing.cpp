@@ -68,11 +68,9 @@ RoutingExecutor::RoutingExecutor(std::unique_ptr<MoeExecutor> inner, RoutingOpti
         par = locality_params_from_trace(read_routing_trace(o_.spec.locality_path), o_.n_layer,
                                          o_.n_expert, o_.top_k);
         for (size_t l = 0; l < L; ++l)
-          log::info(
-              "routing locality from {}: layer {}: repeat-next {:.1f}%, recur-in-{} {:.1f}%, skew "
-              "{:.2f}",
-              o_.spec.locality_path, l, 100 * par[l].target_repeat_next, par[l].window,
-              100 * par[l].target_recur_window, par[l].skew_lambda);
+          log::info("routing locality from {}: layer {}: repeat-next {:.1f}%, recur-in-{} {:.1f}%, skew {:.2f}",
+                    o_.spec.locality_path, l, 100 * par[l].target_repeat_next, par[l].window,
+                    100 * par[l].target_recur_window, par[l].skew_lambda);
       }
       for (size_t l = 0; l < L; ++l)
         locality_.push_back(std::make_unique<LocalityRouting>(

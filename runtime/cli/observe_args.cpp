@@ -13,12 +13,10 @@
 namespace ferry::cli {
 
 void add_observe_args(CLI::App& app, ObserveArgs& a) {
-  app.add_option(
-         "--routing", a.routing,
-         "expert choice: model (the router's), uniform, locality (Qwen3-30B-A3B-like temporal "
-         "locality), locality:FILE (the same process with the per-layer statistics of a "
-         "--record-routing trace), or trace:FILE (replay --record-routing output); see "
-         "docs/routing.md")
+  app.add_option("--routing", a.routing,
+                 "expert choice: model (the router's), uniform, locality (Qwen3-30B-A3B-like temporal "
+                 "locality), locality:FILE (the same process with the per-layer statistics of a "
+                 "--record-routing trace), or trace:FILE (replay --record-routing output); see docs/routing.md")
       ->capture_default_str();
   app.add_option("--routing-seed", a.routing_seed, "seed of --routing uniform|locality")->capture_default_str();
   app.add_option("--record-routing", a.record_routing, "write the routing of this run to FILE (FRRT format)");
