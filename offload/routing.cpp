@@ -15,11 +15,15 @@ RoutingSpec parse_routing_spec(const std::string& s, uint64_t seed) {
   if (s == "model") r.mode = RoutingMode::model;
   else if (s == "uniform") r.mode = RoutingMode::uniform;
   else if (s == "locality") r.mode = RoutingMode::locality;
-  else if (s.rfind("trace:", 0) == 0 && s.size() > 6) {
+  else if (s.rfind("locality:", 0) == 0 && s.size() > 9) {
+    r.mode = RoutingMode::locality;
+    r.locality_path = s.substr(9);
+  } else if (s.rfind("trace:", 0) == 0 && s.size() > 6) {
     r.mode = RoutingMode::trace;
     r.trace_path = s.substr(6);
   } else {
-    fail(ErrorKind::invalid_arg, "--routing '{}': expected model, uniform, locality or trace:FILE", s);
+    fail(ErrorKind::invalid_arg,
+         "--routing '{}': expected model, uniform, locality, locality:FILE or trace:FILE", s);
   }
   return r;
 }
@@ -58,10 +62,21 @@ RoutingExecutor::RoutingExecutor(std::unique_ptr<MoeExecutor> inner, RoutingOpti
     case RoutingMode::uniform:
       for (size_t l = 0; l < L; ++l) uniform_rng_.emplace_back(o_.spec.seed * 1000003ull + l);
       break;
-    case RoutingMode::locality:
+    case RoutingMode::locality: {
+      std::vector<LocalityParams> par(L);
+      if (!o_.spec.locality_path.empty()) {
+        par = locality_params_from_trace(read_routing_trace(o_.spec.locality_path), o_.n_layer,
+                                         o_.n_expert, o_.top_k);
+        for (size_t l = 0; l < L; ++l)
+          log::info("routing locality from {}: layer {}: repeat-next {:.1f}%, recur-in-{} {:.1f}%, skew {:.2f}",
+                    o_.spec.locality_path, l, 100 * par[l].target_repeat_next, par[l].window,
+                    100 * par[l].target_recur_window, par[l].skew_lambda);
+      }
       for (size_t l = 0; l < L; ++l)
-        locality_.push_back(std::make_unique<LocalityRouting>(o_.n_expert, o_.top_k, o_.spec.seed * 1000003ull + l));
+        locality_.push_back(std::make_unique<LocalityRouting>(
+            o_.n_expert, o_.top_k, o_.spec.seed * 1000003ull + l, par[l]));
       break;
+    }
     case RoutingMode::trace: {
       trace_ = read_routing_trace(o_.spec.trace_path);
       const auto& h = trace_->header;

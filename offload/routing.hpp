@@ -7,6 +7,7 @@
 //   model        the model's own choice (pass-through; with --record-routing it is recorded)
 //   uniform      k distinct experts drawn uniformly per token and layer (seeded)
 //   locality     LocalityRouting: a seeded per-layer process with Qwen3-30B-A3B-like statistics
+//   locality:FILE  the same process with per-layer targets measured on a routing trace
 //   trace:FILE   replays a routing trace (routing_trace.hpp), per layer token by token
 //
 // Weights of a replaced choice: the model's softmax probabilities of the chosen ids, renormalised
@@ -33,11 +34,13 @@ enum class RoutingMode { model, uniform, locality, trace };
 
 struct RoutingSpec {
   RoutingMode mode = RoutingMode::model;
-  std::string trace_path;  // trace:FILE
+  std::string trace_path;     // trace:FILE
+  std::string locality_path;  // locality:FILE (a routing trace whose statistics set the targets)
   uint64_t seed = 1;
 };
 
-// "model" | "uniform" | "locality" | "trace:FILE"; ErrorKind::invalid_arg otherwise.
+// "model" | "uniform" | "locality" | "locality:FILE" | "trace:FILE"; ErrorKind::invalid_arg
+// otherwise.
 RoutingSpec parse_routing_spec(const std::string& s, uint64_t seed = 1);
 const char* routing_mode_name(RoutingMode m);
 
@@ -88,6 +91,19 @@ class LocalityRouting {
   double p_prev_, p_window_;
   std::vector<int32_t> last_use_;            // (n_expert) token index of the last use, -1: never
 };
+
+// The skew λ whose popularity ∝ exp(−λ·r/E) over E ranks puts `share` of the weight on the more
+// popular half (0 when share is at or below the uniform half's).
+double skew_for_top_half(double share, int32_t n_expert);
+
+// Per-layer locality parameters for a model of (n_layer, n_expert, top_k) from a recorded trace:
+// model layer l takes trace layer l·n_layer_trace / n_layer (the same relative depth); that layer's
+// measured repeat-next and recur-in-8 become the targets, and λ is calibrated on a short run of the
+// process itself so that the generated top-half share matches the measured one (reuse flattens the
+// realised counts, see docs/routing.md). ErrorKind::invalid_arg when a trace layer holds fewer than
+// 64 tokens.
+std::vector<LocalityParams> locality_params_from_trace(const RoutingTrace& trace, int32_t n_layer,
+                                                       int32_t n_expert, int32_t top_k);
 
 // Softmax of one row of router logits, as ggml: exp summed in double, scaled by float(1/sum).
 void routing_softmax(const float* logits, int32_t n, float* probs);

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "offload/routing.hpp"
+#include "offload/stats_routing.hpp"
 #include "runtime/core/error.hpp"
 
 namespace ferry {
@@ -108,6 +109,84 @@ void LocalityRouting::next(int32_t* ids) {
   }
   for (int32_t j = 0; j < top_k_; ++j) last_use_[static_cast<size_t>(ids[j])] = t;
   ++t_;
+}
+
+namespace {
+
+// Share of exp(−λ·r/E) over ranks r < E/2.
+double top_half_of_skew(double lambda, int32_t n_expert) {
+  double top = 0, all = 0;
+  for (int32_t r = 0; r < n_expert; ++r) {
+    const double w = std::exp(-lambda * r / n_expert);
+    all += w;
+    if (r < n_expert / 2) top += w;
+  }
+  return top / all;
+}
+
+// Statistics of `tokens` tokens of the process with parameters p (a fixed seed: calibration must be
+// deterministic).
+RoutingLocalityStats::Layer simulate(const LocalityParams& p, int32_t n_expert, int32_t top_k,
+                                     int64_t tokens) {
+  LocalityRouting gen(n_expert, top_k, 0x5eed, p);
+  RoutingLocalityStats stats(1, n_expert, p.window);
+  std::vector<int32_t> ids(static_cast<size_t>(top_k));
+  for (int64_t t = 0; t < tokens; ++t) {
+    gen.next(ids.data());
+    stats.observe(0, ids.data(), 1, top_k);
+  }
+  return stats.layer(0);
+}
+
+}  // namespace
+
+double skew_for_top_half(double share, int32_t n_expert) {
+  if (n_expert < 2 || share <= top_half_of_skew(0.0, n_expert)) return 0.0;
+  double lo = 0.0, hi = 1.0;
+  while (hi < 1e3 && top_half_of_skew(hi, n_expert) < share) hi *= 2;
+  for (int i = 0; i < 60; ++i) {
+    const double mid = 0.5 * (lo + hi);
+    (top_half_of_skew(mid, n_expert) < share ? lo : hi) = mid;
+  }
+  return 0.5 * (lo + hi);
+}
+
+std::vector<LocalityParams> locality_params_from_trace(const RoutingTrace& trace, int32_t n_layer,
+                                                       int32_t n_expert, int32_t top_k) {
+  const RoutingTraceHeader& h = trace.header;
+  if (n_layer < 1 || h.n_layer < 1)
+    fail(ErrorKind::invalid_arg, "locality from a trace: {} model layers, {} trace layers", n_layer,
+         h.n_layer);
+  constexpr int64_t kMinTokens = 64, kCalibrationTokens = 2048;
+  RoutingLocalityStats measured(h.n_layer, h.n_expert, LocalityParams{}.window);
+  for (int32_t l = 0; l < h.n_layer; ++l) {
+    if (trace.tokens(l) < kMinTokens)
+      fail(ErrorKind::invalid_arg,
+           "locality from a trace: layer {} holds {} tokens; at least {} are needed", l,
+           trace.tokens(l), kMinTokens);
+    measured.observe(l, trace.ids[static_cast<size_t>(l)].data(),
+                     static_cast<int32_t>(trace.tokens(l)), h.top_k);
+  }
+  std::vector<LocalityParams> out;
+  for (int32_t l = 0; l < n_layer; ++l) {
+    const int32_t src = static_cast<int32_t>(int64_t{l} * h.n_layer / n_layer);
+    const RoutingLocalityStats::Layer m = measured.layer(src);
+    LocalityParams p;
+    p.target_repeat_next = m.repeat_next;
+    p.target_recur_window = m.recur_window;
+    p.initial_p_prev = m.repeat_next;
+    p.initial_p_window = std::max(0.0, m.recur_window - m.repeat_next) / 2;
+    // The analytic λ for the measured share, then a few corrections on the process's own output:
+    // λ += λ(target) − λ(achieved), each with the analytic inverse as the slope.
+    const double want = m.top_half_share, analytic = skew_for_top_half(want, n_expert);
+    p.skew_lambda = analytic;
+    for (int i = 0; i < 4 && analytic > 0; ++i) {
+      const double got = simulate(p, n_expert, top_k, kCalibrationTokens).top_half_share;
+      p.skew_lambda = std::max(0.0, p.skew_lambda + analytic - skew_for_top_half(got, n_expert));
+    }
+    out.push_back(p);
+  }
+  return out;
 }
 
 }  // namespace ferry

@@ -30,6 +30,7 @@ void RoutingLocalityStats::observe(int32_t layer, const int32_t* ids, int32_t n_
       if (t >= 1) {
         a.rep += u == t - 1;
         ++a.rep_n;
+        ++a.reuse[static_cast<size_t>(reuse_bin(u < 0 ? 0 : t - u))];
       }
       if (t >= window_) {
         a.win += u >= t - window_;
@@ -43,8 +44,24 @@ void RoutingLocalityStats::observe(int32_t layer, const int32_t* ids, int32_t n_
   }
 }
 
+int RoutingLocalityStats::reuse_bin(int64_t distance) {
+  if (distance < 1) return kReuseBins - 1;
+  for (size_t b = 0; b < kReuseUpper.size(); ++b)
+    if (distance <= kReuseUpper[b]) return static_cast<int>(b);
+  return kReuseBins - 2;
+}
+
+std::string RoutingLocalityStats::reuse_bin_name(int bin) {
+  if (bin == kReuseBins - 1) return "first";
+  if (bin == kReuseBins - 2) return fmt::format(">{}", kReuseUpper.back());
+  const int64_t hi = kReuseUpper[static_cast<size_t>(bin)],
+                lo = bin == 0 ? 1 : kReuseUpper[static_cast<size_t>(bin) - 1] + 1;
+  return lo == hi ? std::to_string(hi) : fmt::format("{}-{}", lo, hi);
+}
+
 RoutingLocalityStats::Layer RoutingLocalityStats::summarize(const Acc& a) const {
   Layer s;
+  s.reuse = a.reuse;
   s.tokens = a.tokens;
   s.repeat_next = a.rep_n ? double(a.rep) / double(a.rep_n) : 0.0;
   s.recur_window = a.win_n ? double(a.win) / double(a.win_n) : 0.0;
@@ -72,6 +89,8 @@ RoutingLocalityStats::Layer RoutingLocalityStats::all() const {
     win += a.win;
     win_n += a.win_n;
     const Layer l = summarize(a);
+    for (int b = 0; b < kReuseBins; ++b)
+      s.reuse[static_cast<size_t>(b)] += a.reuse[static_cast<size_t>(b)];
     top += l.top_half_share;
     s.tokens = std::max(s.tokens, a.tokens);
     s.distinct = std::max(s.distinct, l.distinct);
@@ -93,6 +112,20 @@ std::string RoutingLocalityStats::table() const {
   };
   for (size_t l = 0; l < acc_.size(); ++l) row(std::to_string(l), summarize(acc_[l]));
   row("all", all());
+
+  out += "reuse distance (tokens since the expert's last use; % of the uses from token 1 on)\n";
+  out += fmt::format("{:>5}", "layer");
+  for (int b = 0; b < kReuseBins; ++b) out += fmt::format(" {:>6}", reuse_bin_name(b));
+  out += "\n";
+  const auto hist = [&](const std::string& name, const Layer& s) {
+    const int64_t n = std::accumulate(s.reuse.begin(), s.reuse.end(), int64_t{0});
+    out += fmt::format("{:>5}", name);
+    for (int64_t c : s.reuse)
+      out += fmt::format(" {:>6.1f}", n ? 100.0 * double(c) / double(n) : 0.0);
+    out += "\n";
+  };
+  for (size_t l = 0; l < acc_.size(); ++l) hist(std::to_string(l), summarize(acc_[l]));
+  hist("all", all());
   return out;
 }
 

@@ -57,6 +57,17 @@ std::string ftype_name(std::optional<uint32_t> ft) {
   }
 }
 
+// Tokens evaluated before a depth made by copying (BenchTestSpec::depth_by_copy).
+constexpr int32_t kDepthSeedTokens = 256;
+
+// Bytes one position takes in the KV caches of all attention layers (whole blocks per head row).
+double kv_bytes_per_token(const ModelConfig& c, GgmlType tk, GgmlType tv) {
+  const int64_t n_attn = std::count(c.layer_kind.begin(), c.layer_kind.end(), LayerKind::attention);
+  return static_cast<double>(n_attn) * c.n_head_kv *
+         static_cast<double>(row_bytes(tk, static_cast<uint64_t>(c.head_dim_k)) +
+                             row_bytes(tv, static_cast<uint64_t>(c.head_dim_v)));
+}
+
 std::string utc_now_iso() {
   const std::time_t t = std::time(nullptr);
   std::tm tm{};
@@ -224,6 +235,9 @@ BenchResult BenchModel::run(const BenchTestSpec& t, std::optional<double> mem_bw
   so.type_k = parse_cache_type(t.type_k, "-ctk");
   so.type_v = parse_cache_type(t.type_v, "-ctv");
   Session session(*model_, so);
+  std::fprintf(stderr, "%s: KV cache %s/%s: %.0f bytes per token\n", progress.c_str(),
+               t.type_k.c_str(), t.type_v.c_str(),
+               kv_bytes_per_token(model_->config(), so.type_k, so.type_v));
 
   if (t.warmup) {
     std::fprintf(stderr, "%s: warm-up\n", progress.c_str());
@@ -237,7 +251,11 @@ BenchResult BenchModel::run(const BenchTestSpec& t, std::optional<double> mem_bw
   double wait_ms = 0, timed_ms = 0;
   for (int32_t rep = 0; rep < t.reps; ++rep) {
     std::fprintf(stderr, "%s: repetition %d/%d\n", progress.c_str(), rep + 1, t.reps);
-    if (t.n_depth > 0 && session.n_past() >= t.n_depth) {
+    if (t.depth_by_copy && t.n_depth > 0) {
+      session.reset();
+      eval_random(session, std::min(t.n_depth, kDepthSeedTokens), spec_.n_batch);
+      if (t.n_depth > session.n_past()) session.extend_by_copy(t.n_depth);
+    } else if (t.n_depth > 0 && session.n_past() >= t.n_depth) {
       session.keep_prefix(t.n_depth);  // KV: truncated; recurrent state: re-evaluated (untimed)
     } else {
       session.reset();

@@ -38,6 +38,11 @@ struct BenchTestSpec {
   std::string type_k = "f16", type_v = "f16";
   int32_t reps = 5;
   bool warmup = true;
+  // How the depth is made: evaluated (llama-bench's way), or by evaluating min(depth, 256) tokens
+  // and copying their KV rows up to the depth (Session::extend_by_copy: the same attention work
+  // per generated token without the quadratic prefill; the recurrent state is that of the
+  // evaluated tokens).
+  bool depth_by_copy = false;
 };
 
 // Counts what the forward reads, from the MoE steps' routing (an observer; host-side executors).

@@ -64,6 +64,7 @@ int bench_main(int argc, char** argv) {
   int32_t reps = 5, n_batch = 512;
   std::string output = "md";
   bool no_warmup = false;
+  std::string depth_fill = "eval";
   OffloadArgs offa;
   ObserveArgs oa;
   BackendArgs backend;
@@ -72,6 +73,12 @@ int bench_main(int argc, char** argv) {
   app.add_option("-n,--n-gen", gens, "generated tokens of the tg tests (0: none)")->capture_default_str();
   app.add_option("--pg", pgs, "PP,TG: a test of a PP-token prompt then TG generated tokens (-pg; repeatable)");
   app.add_option("-d,--n-depth", depths, "context depth: tokens evaluated (untimed) before each test")
+      ->capture_default_str();
+  app.add_option("--depth-fill", depth_fill,
+                 "how the -d depth is made: eval (evaluated, as llama-bench) or copy (256 tokens "
+                 "evaluated, their KV rows copied up to the depth: same attention work, no quadratic "
+                 "prefill)")
+      ->check(CLI::IsMember({"eval", "copy"}))
       ->capture_default_str();
   app.add_option("-r,--repetitions", reps, "repetitions of each test")->check(CLI::Range(1, 100000))->capture_default_str();
   app.add_option("-t,--threads", threads, "CPU threads (default: physical cores)");
@@ -82,7 +89,8 @@ int bench_main(int argc, char** argv) {
   app.add_option("--device", devices, "where routed experts run: cpu, sim, cuda, auto (comma-separated sweep)")
       ->capture_default_str();
   app.add_option("--vram", vrams, "device memory budgets (e.g. none,16G,12G; sim/cuda only; none or no --vram: every expert resident)");
-  app.add_option("--routing", routings, "expert choice: model, uniform, locality, trace:FILE (sweep)")
+  app.add_option("--routing", routings,
+                 "expert choice: model, uniform, locality, locality:FILE, trace:FILE (sweep)")
       ->capture_default_str();
   app.add_option("--routing-seed", oa.routing_seed, "seed of --routing uniform|locality")->capture_default_str();
   app.add_option("--prefetch", offa.prefetch, "offload: layers ahead to predict and prefetch (0: off)")
@@ -243,6 +251,7 @@ int bench_main(int argc, char** argv) {
               t.type_v = tv;
               t.reps = reps;
               t.warmup = !no_warmup;
+              t.depth_by_copy = depth_fill == "copy";
               ++index;
               BenchResult probe;
               probe.n_prompt = s.n_prompt;

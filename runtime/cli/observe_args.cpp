@@ -15,12 +15,13 @@ namespace ferry::cli {
 void add_observe_args(CLI::App& app, ObserveArgs& a) {
   app.add_option("--routing", a.routing,
                  "expert choice: model (the router's), uniform, locality (Qwen3-30B-A3B-like temporal "
-                 "locality), or trace:FILE (replay --record-routing output); see docs/routing.md")
+                 "locality), locality:FILE (the same process with the per-layer statistics of a "
+                 "--record-routing trace), or trace:FILE (replay --record-routing output); see docs/routing.md")
       ->capture_default_str();
   app.add_option("--routing-seed", a.routing_seed, "seed of --routing uniform|locality")->capture_default_str();
   app.add_option("--record-routing", a.record_routing, "write the routing of this run to FILE (FRRT format)");
   app.add_flag("--stats", a.stats,
-               "print routing locality, prediction precision/recall (depth: --prefetch, or 2) and offload counters at the end");
+               "print routing locality with a reuse-distance histogram, prediction precision/recall (depth: --prefetch, or 2) and offload counters at the end");
   app.add_option("--trace", a.trace, "write a Chrome/Perfetto trace (JSON) of ops, MoE steps and (offload) expert copies, waits and expert compute to FILE");
 }
 

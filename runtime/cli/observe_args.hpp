@@ -1,12 +1,12 @@
 #pragma once
 // The observability and routing flags of run / chat / logits, and the object that implements them
 // around a loaded model (docs/routing.md):
-//   --routing model|uniform|locality|trace:FILE   replace the router's choice (benchmarks)
-//   --routing-seed N                              seed of uniform/locality routing
-//   --record-routing FILE                         write the run's routing (FRRT trace)
-//   --stats                                       routing statistics + prediction quality (+ offload
-//                                                 counters when an offload executor fills them)
-//   --trace FILE                                  Chrome/Perfetto JSON of ops and MoE steps
+//   --routing model|uniform|locality[:FILE]|trace:FILE   replace the router's choice (benchmarks)
+//   --routing-seed N                   seed of uniform/locality routing
+//   --record-routing FILE              write the run's routing (FRRT trace)
+//   --stats                            routing statistics + prediction quality (+ offload counters
+//                                      when an offload executor fills them)
+//   --trace FILE                       Chrome/Perfetto JSON of ops and MoE steps
 // The engine builds the routing override and the observers from these (runtime/engine/moe_setup.hpp);
 // this object holds the tracer, installs the op-trace hook and prints the tables at the end.
 #include <memory>

@@ -152,6 +152,15 @@ bool Session::keep_prefix(int64_t n) {
   return false;
 }
 
+void Session::extend_by_copy(int64_t n) {
+  const int64_t have = n_past();
+  if (have < 1 || n < have || n > n_ctx())
+    fail(ErrorKind::invalid_arg,
+         "extend_by_copy to {} positions with {} evaluated and a context of {}", n, have, n_ctx());
+  state_->extend_by_copy(n);
+  for (int64_t i = have; i < n; ++i) tokens_.push_back(tokens_[static_cast<size_t>(i % have)]);
+}
+
 // ---- Generation
 
 const char* stop_reason_name(StopReason r) {

@@ -110,6 +110,10 @@ class Session {
   // back (recurrent layers), in which case the session was reset and re-evaluated to n tokens.
   // Evaluate at least one token before using last_logits() again.
   bool keep_prefix(int64_t n);
+  // Extends the session to n positions by copying its KV rows (ModelState::extend_by_copy), the
+  // token list by repeating it: a context depth for benchmarks without evaluating it. Needs at
+  // least one evaluated token; the logits after it mean nothing.
+  void extend_by_copy(int64_t n);
 
   int64_t n_past() const { return state_->n_past(); }
   int64_t n_ctx() const { return state_->n_ctx(); }

@@ -1,6 +1,8 @@
 #include "runtime/model/kv_cache.hpp"
 
+#include <algorithm>
 #include <tuple>
+#include <utility>
 
 #include "runtime/core/error.hpp"
 
@@ -43,6 +45,31 @@ KvCache::KvCache(Ops& ops, const ModelConfig& cfg, int64_t n_ctx, GgmlType type_
     buffers_.push_back(std::move(k));
     buffers_.push_back(std::move(v));
   }
+}
+
+void KvCache::replicate(Ops& ops, int64_t n_have, int64_t n_to) {
+  if (n_have < 1 || n_to < n_have)
+    fail(ErrorKind::invalid_arg, "KV replicate [0, {}) up to {}: needs 1 <= n_have <= n_to", n_have,
+         n_to);
+  std::vector<uint8_t> staging;
+  for (const KvLayerView& view : views_) {
+    if (!view.k) continue;
+    if (n_to > view.n_ctx)
+      fail(ErrorKind::context, "KV replicate up to {} positions: the cache holds {}", n_to,
+           view.n_ctx);
+    for (auto [base, row] :
+         {std::pair{static_cast<uint8_t*>(view.k), view.n_head_kv * view.k_head_bytes()},
+          std::pair{static_cast<uint8_t*>(view.v), view.n_head_kv * view.v_head_bytes()}}) {
+      staging.resize(static_cast<size_t>(n_have) * row);
+      ops.to_host(staging.data(), base, staging.size());
+      for (int64_t pos = n_have; pos < n_to; pos += n_have) {
+        const int64_t n = std::min(n_have, n_to - pos);
+        ops.to_device(base + static_cast<size_t>(pos) * row, staging.data(),
+                      static_cast<size_t>(n) * row);
+      }
+    }
+  }
+  ops.sync();
 }
 
 const KvLayerView& KvCache::layer(int32_t il) const {

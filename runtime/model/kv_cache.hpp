@@ -18,6 +18,10 @@ class KvCache {
   // The view of layer il (must be an attention layer).
   const KvLayerView& layer(int32_t il) const;
   size_t bytes() const { return bytes_; }
+  // Fills positions [n_have, n_to) of every layer with copies of positions [0, n_have), cyclically.
+  // For benchmarks at a context depth: attention's cost does not depend on the values it reads, so
+  // a depth made this way costs what an evaluated one does, without the quadratic prefill.
+  void replicate(Ops& ops, int64_t n_have, int64_t n_to);
 
  private:
   std::vector<DeviceBuffer> buffers_;

@@ -17,6 +17,10 @@ bool ModelState::truncate(int64_t n) {
   return true;
 }
 
+void ModelState::extend_by_copy(int64_t) {
+  fail(ErrorKind::unsupported, "this model's state cannot be extended by copying its KV cache");
+}
+
 std::unique_ptr<Model> load_model(const gguf::File& f, Ops& ops, const MoeExecutorFactory& moe,
                                   const LoadProgress& progress) {
   ModelConfig cfg = read_config(f);

@@ -37,6 +37,10 @@ class ModelState {
   // cannot go back and reports false (the caller then resets and re-evaluates).
   virtual bool truncate(int64_t n);
   virtual size_t bytes() const = 0;  // backend memory held (caches + workspace)
+  // Extends the evaluated positions to n by copying the KV rows already written (KvCache::
+  // replicate); a recurrent state stays as it is. For benchmarks at a depth only: the model's
+  // output after it means nothing. ErrorKind::unsupported where the state has no KV cache.
+  virtual void extend_by_copy(int64_t n);
   // Called by the model's forward once n positions have been evaluated.
   void advance(int64_t n) { n_past_ += n; }
 

@@ -80,6 +80,11 @@ class State final : public ModelState {
   // A recurrent state cannot drop a suffix: only n == n_past (nothing to do) and n == 0 (reset)
   // succeed; otherwise false and the caller re-evaluates.
   bool truncate(int64_t n) override;
+  // Copies KV rows of the attention blocks; the DeltaNet state stays that of n_past positions.
+  void extend_by_copy(int64_t n) override {
+    kv.replicate(ops, n_past_, n);
+    n_past_ = n;
+  }
 
   static constexpr int64_t kLogitsRows = 16;  // logits produced in slices (see qwen3moe.cpp)
 

@@ -35,7 +35,7 @@ struct Layer {
 class State final : public ModelState {
  public:
   State(Ops& ops, const ModelConfig& c, const StateOptions& o)
-      : ModelState(o.n_ctx, o.n_batch), kv(ops, c, o.n_ctx, o.type_k, o.type_v) {
+      : ModelState(o.n_ctx, o.n_batch), ops(ops), kv(ops, c, o.n_ctx, o.type_k, o.type_v) {
     const int64_t B = o.n_batch;
     const int64_t nq = int64_t{c.n_head} * c.head_dim_k, nk = int64_t{c.n_head_kv} * c.head_dim_k;
     const int64_t nv = int64_t{c.n_head_kv} * c.head_dim_v, na = int64_t{c.n_head} * c.head_dim_v;
@@ -61,11 +61,16 @@ class State final : public ModelState {
     logits = f32(logits_rows * c.n_vocab);
   }
   size_t bytes() const override { return kv.bytes() + ws_bytes; }
+  void extend_by_copy(int64_t n) override {
+    kv.replicate(ops, n_past_, n);
+    n_past_ = n;
+  }
 
   // Logits are produced in slices of this many rows so the workspace stays small for 150k-token
   // vocabularies (512 rows × 151936 × 4 B would be 311 MB).
   static constexpr int64_t kLogitsRows = 16;
 
+  Ops& ops;
   KvCache kv;
   size_t ws_bytes = 0;
   DeviceBuffer tokens;      // (B) int32

@@ -1,7 +1,8 @@
 // Quantized KV caches on the CPU: kv_store writes each token's row as ggml-cpu writes it, attention
 // over every (K type, V type) pair agrees with a double-precision reference that sees the cache's
-// dequantized contents, decode equals the matching row of a prefill, and the cache and the
-// placement count the real bytes per type. Random data throughout (never zeros).
+// dequantized contents, decode equals the matching row of a prefill, the cache and the placement
+// count the real bytes per type, and replicate (the bench's copied depth) copies whole rows.
+// Random data throughout (never zeros).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -249,6 +250,47 @@ TEST(KvQuant, UnsupportedTypesAndHeadSizesAreRejected) {
   }
   EXPECT_THROW(KvCache(ops, c, 8, GgmlType::Q8_0, GgmlType::F16), Error);
   EXPECT_NO_THROW(KvCache(ops, c, 8, GgmlType::BF16, GgmlType::F32));
+}
+
+// replicate (the bench's depth by copy) fills [n_have, n_to) with the first n_have rows,
+// cyclically, in every attention layer, and leaves the rows past n_to alone.
+TEST(KvQuant, ReplicateCopiesRowsCyclically) {
+  CpuOps ops;
+  ModelConfig c;
+  c.n_head = 4;
+  c.n_head_kv = 2;
+  c.head_dim_k = c.head_dim_v = 64;
+  c.layer_kind = {LayerKind::attention, LayerKind::deltanet, LayerKind::attention};
+  const int64_t n_ctx = 24, n_have = 5, n_to = 17;
+  KvCache kv(ops, c, n_ctx, GgmlType::Q8_0, GgmlType::Q4_0);
+  std::mt19937 rng(3);
+  std::vector<std::vector<uint8_t>> before;
+  for (int32_t il : {0, 2})
+    for (void* base : {kv.layer(il).k, kv.layer(il).v}) {
+      const KvLayerView& v = kv.layer(il);
+      const size_t head_bytes = base == v.k ? v.k_head_bytes() : v.v_head_bytes();
+      std::vector<uint8_t> b(static_cast<size_t>(n_ctx) * static_cast<size_t>(v.n_head_kv) *
+                             head_bytes);
+      for (auto& x : b) x = static_cast<uint8_t>(rng());
+      ops.to_device(base, b.data(), b.size());
+      before.push_back(std::move(b));
+    }
+  kv.replicate(ops, n_have, n_to);
+  size_t i = 0;
+  for (int32_t il : {0, 2})
+    for (void* base : {kv.layer(il).k, kv.layer(il).v}) {
+      const std::vector<uint8_t>& b = before[i++];
+      const size_t row = b.size() / static_cast<size_t>(n_ctx);
+      std::vector<uint8_t> after(b.size());
+      ops.to_host(after.data(), base, after.size());
+      for (int64_t pos = 0; pos < n_ctx; ++pos) {
+        const int64_t src = pos < n_have || pos >= n_to ? pos : pos % n_have;
+        EXPECT_EQ(0, std::memcmp(after.data() + pos * row, b.data() + src * row, row))
+            << "layer " << il << " pos " << pos;
+      }
+    }
+  EXPECT_THROW(kv.replicate(ops, n_have, n_ctx + 1), Error);
+  EXPECT_THROW(kv.replicate(ops, 0, 4), Error);
 }
 
 // The placement's KV bytes are the cache's real ones: whole blocks per head row.

@@ -1,17 +1,19 @@
-// Stats counters (concurrent updates, snapshot, table) and the Chrome/Perfetto trace writer
-// (valid JSON parsed back with nlohmann-json, spans from threads, the model-hook spans, atomic write).
+// Stats counters (concurrent updates, snapshot, table), routing locality with its reuse-distance
+// histogram on hand-made and periodic traces, and the Chrome/Perfetto trace writer
+// (valid JSON parsed back with nlohmann-json, spans from threads, the model-hook spans, atomic
+// write).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
 
-#include <nlohmann/json.hpp>
-
+#include "offload/observers.hpp"
 #include "offload/stats.hpp"
 #include "offload/stats_routing.hpp"
-#include "offload/observers.hpp"
 #include "offload/trace.hpp"
 #include "runtime/core/error.hpp"
 
@@ -217,4 +219,56 @@ TEST(Stats, RoutingLocalityHandMade) {
   EXPECT_EQ(l.distinct, 4);
   EXPECT_EQ(s.layer(1).tokens, 0);
   EXPECT_NE(s.table().find("recur-in-2%"), std::string::npos);
+  // Reuse distances from token 1 on: 1 and 2 at token 1 (d1, first), 2 and 3 at token 2 (d1,
+  // first), 0 and 1 at token 3 (d3, d2). Bin 1 is repeat-next's numerator.
+  using R = RoutingLocalityStats;
+  const R::ReuseHistogram want{2, 1, 1, 0, 0, 0, 0, 0, 2};
+  EXPECT_EQ(l.reuse, want);
+  EXPECT_EQ(l.reuse[0], 2);
+}
+
+TEST(Stats, ReuseDistanceBins) {
+  using R = RoutingLocalityStats;
+  const std::pair<int64_t, int> cases[] = {{1, 0},  {2, 1},      {3, 2},  {4, 2},  {5, 3},
+                                           {8, 3},  {9, 4},      {16, 4}, {33, 6}, {64, 6},
+                                           {65, 7}, {100000, 7}, {0, 8},  {-1, 8}};
+  for (auto [d, bin] : cases) EXPECT_EQ(R::reuse_bin(d), bin) << d;
+  EXPECT_EQ(R::reuse_bin_name(0), "1");
+  EXPECT_EQ(R::reuse_bin_name(2), "3-4");
+  EXPECT_EQ(R::reuse_bin_name(6), "33-64");
+  EXPECT_EQ(R::reuse_bin_name(7), ">64");
+  EXPECT_EQ(R::reuse_bin_name(8), "first");
+}
+
+// A constructed trace whose histogram is known: one expert per token, cycling with period P in
+// layer l (P = 1, 3, 6, 100): from token 1 on, tokens 1..P−1 use an expert for the first time and
+// every later token the expert of P tokens before.
+TEST(Stats, ReuseDistanceHistogramOfPeriodicTraces) {
+  using R = RoutingLocalityStats;
+  const int64_t T = 300;
+  const int32_t periods[] = {1, 3, 6, 100};
+  R s(4, 128);
+  for (int32_t l = 0; l < 4; ++l)
+    for (int64_t t = 0; t < T; ++t) {
+      const int32_t e = static_cast<int32_t>(t % periods[l]);
+      s.observe(l, &e, 1, 1);
+    }
+  R::ReuseHistogram pooled{};
+  for (int32_t l = 0; l < 4; ++l) {
+    const int32_t p = periods[l];
+    R::ReuseHistogram want{};
+    want[static_cast<size_t>(R::reuse_bin(p))] = T - p;
+    want[R::kReuseBins - 1] = p - 1;
+    EXPECT_EQ(s.layer(l).reuse, want) << "period " << p;
+    for (int b = 0; b < R::kReuseBins; ++b)
+      pooled[static_cast<size_t>(b)] += want[static_cast<size_t>(b)];
+  }
+  EXPECT_EQ(s.all().reuse, pooled);
+  EXPECT_DOUBLE_EQ(s.layer(0).repeat_next, 1.0);
+  // The table prints shares: layer 1 (period 3) has (T − 3) / (T − 1) of its uses at 3-4.
+  const std::string table = s.table();
+  EXPECT_NE(table.find("reuse distance"), std::string::npos) << table;
+  EXPECT_NE(table.find(fmt::format("{:>6.1f}", 100.0 * (T - 3) / (T - 1))), std::string::npos)
+      << table;
+  EXPECT_NE(table.find(" first"), std::string::npos) << table;
 }

@@ -9,6 +9,8 @@
   tensor (token_embd only one row, unless it doubles as the output) plus top_k experts per layer,
   from the gguf tensor table; pp reads less per token (experts shared across the batch).
 - -o csv / jsonl / md carry the same tests; csv's header is the json keys minus the samples.
+- --depth-fill copy reaches a depth past its 256 evaluated tokens (quantized K/V too) and the KV
+  bytes per token are printed on stderr.
 - sweeps: -t 1,2 and --routing model,uniform multiply the tests; --device sim --vram gives
   offload counters (hit_rate in [0, 1], h2d bytes > 0 when the budget holds only part of the
   experts), the cpu device gives none (null).
@@ -147,6 +149,12 @@ def main():
         md = bench(*base, fmt="md").splitlines()
         check(len(md) == 4 and "t/s" in md[0] and md[1].startswith("|"), f"{arch}: md table {md}")
         check(any("pp16" in x for x in md) and any("tg4" in x for x in md), f"{arch}: md rows {md}")
+        # --depth-fill copy: a depth past the 256 evaluated tokens, made by copying KV rows.
+        r = ferry("bench", "-m", path, "-r", "1", "-p", "0", "-n", "2", "-t", "2", "-d", "600",
+                  "--depth-fill", "copy", "-ctk", "q8_0", "-ctv", "q4_0", "-o", "json")
+        rows = json.loads(r.stdout)
+        check(len(rows) == 1 and rows[0]["n_depth"] == 600 and rows[0]["avg_ts"] > 0, f"{arch}: depth-fill copy {rows}")
+        check("bytes per token" in r.stderr, f"{arch}: KV bytes per token on stderr")
 
     # Sweeps and the offload counters (qwen3moe tiny).
     path = synth("qwen3moe")
