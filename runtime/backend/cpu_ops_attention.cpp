@@ -7,6 +7,7 @@
 
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
 
 #include "kernels/cpu/hadamard.hpp"
 #include "kernels/cpu/matmul.hpp"
@@ -43,6 +44,10 @@ int32_t rot_v(const KvLayerView& kv) { return cpu::kv_rotation_v(is_block_type(k
 // s = vec_dot(k_j, q)·scale, an online softmax with libm expf, and V accumulated in F16 (an F16 V
 // cache: each step rounds to F16) or in F32 (any other V, dequantized row by row). A quantized
 // cache holds Hadamard-rotated rows (kv_store): the query is rotated like K, the output back like V.
+// A task takes a token and a run of query heads that share a KV head, so each cache row is read,
+// and a quantized V row dequantized, once per run instead of once per head; every head keeps its
+// own softmax and accumulator, so the arithmetic per head is unchanged. The runs are halved until
+// there are tasks for every thread (decode of a model with few KV heads).
 void attention_flash(const AttentionArgs& a) {
   const KvLayerView& kv = a.kv;
   const int32_t group = a.n_head / kv.n_head_kv;
@@ -54,64 +59,77 @@ void attention_flash(const AttentionArgs& a) {
   const auto* vbase = static_cast<const uint8_t*>(kv.v);
   const bool v16 = kv.type_v == GgmlType::F16, v32 = kv.type_v == GgmlType::F32;
   const int32_t n_rot_k = rot_k(kv), n_rot_v = rot_v(kv);
-  const int64_t n_tasks = int64_t{a.n_tokens} * a.n_head;
+  int32_t run = group;  // query heads per task, a divisor of group
+  const int64_t want = 2 * int64_t{tbb::this_task_arena::max_concurrency()};
+  while (run % 2 == 0 && int64_t{a.n_tokens} * a.n_head / run < want) run /= 2;
+  const int64_t n_tasks = int64_t{a.n_tokens} * (a.n_head / run);
   tbb::parallel_for(tbb::blocked_range<int64_t>(0, n_tasks, 1), [&](auto r) {
-    std::vector<uint8_t> qq(q_bytes);                       // the query in vec_dot_type(K)
-    std::vector<float> acc(static_cast<size_t>(dv)), vrow(static_cast<size_t>(dv));
-    std::vector<uint16_t> acc16(static_cast<size_t>(dv));   // F16 V: ggml's F16 accumulator
-    std::vector<float> qrot(static_cast<size_t>(dk));
+    const auto R = static_cast<size_t>(run);
+    std::vector<uint8_t> qq(R * q_bytes);                   // the queries in vec_dot_type(K)
+    std::vector<float> acc(R * dv), vrow(static_cast<size_t>(dv));
+    std::vector<uint16_t> acc16(R * dv);                    // F16 V: ggml's F16 accumulator
+    std::vector<float> qrot(static_cast<size_t>(dk)), S(R), M(R);
     for (int64_t task = r.begin(); task < r.end(); ++task) {
-      const int64_t t = task / a.n_head;
-      const int32_t h = static_cast<int32_t>(task % a.n_head), hk = h / group;
+      const int64_t t = task / (a.n_head / run);
+      const int32_t h0 = static_cast<int32_t>(task % (a.n_head / run)) * run, hk = h0 / group;
       const int64_t n_kv = a.pos0 + t + 1;
-      const float* q = a.q + t * a.q_token_stride + h * a.q_head_stride;
-      if (n_rot_k) {  // the query rotated as the cache's keys were
-        std::copy(q, q + dk, qrot.data());
-        cpu::hadamard_rotate(qrot.data(), dk, n_rot_k);
-        q = qrot.data();
+      for (int32_t g = 0; g < run; ++g) {
+        const float* q = a.q + t * a.q_token_stride + (h0 + g) * a.q_head_stride;
+        if (n_rot_k) {  // the query rotated as the cache's keys were
+          std::copy(q, q + dk, qrot.data());
+          cpu::hadamard_rotate(qrot.data(), dk, n_rot_k);
+          q = qrot.data();
+        }
+        cpu::quantize_activation(kv.type_k, q, qq.data() + g * q_bytes, dk);
       }
-      cpu::quantize_activation(kv.type_k, q, qq.data(), dk);
       std::fill(acc.begin(), acc.end(), 0.0f);
       std::fill(acc16.begin(), acc16.end(), uint16_t{0});
-      float S = 0.0f, M = -INFINITY;
+      std::fill(S.begin(), S.end(), 0.0f);
+      std::fill(M.begin(), M.end(), -INFINITY);
       for (int64_t j = 0; j < n_kv; ++j) {
         const uint8_t* krow = kbase + static_cast<size_t>(j) * k_row_bytes + static_cast<size_t>(hk) * k_head_bytes;
         const uint8_t* vr = vbase + static_cast<size_t>(j) * v_row_bytes + static_cast<size_t>(hk) * v_head_bytes;
-        const float s = cpu::vec_dot(kv.type_k, krow, qq.data(), dk) * a.scale;
-        float ms = 1.0f, vs = 1.0f;
-        if (s > M) {  // a new maximum: rescale what was summed, this row counts exp(0) = 1
-          ms = std::exp(M - s);
-          M = s;
-          if (v16)
-            for (int32_t d = 0; d < dv; ++d) acc16[d] = fp32_to_fp16(fp16_to_fp32(acc16[d]) * ms);
-          else
-            for (int32_t d = 0; d < dv; ++d) acc[d] *= ms;
-        } else {
-          vs = std::exp(s - M);
+        const float* vf = reinterpret_cast<const float*>(vr);
+        if (!v16 && !v32) {
+          cpu::dequantize_row(kv.type_v, vr, vrow.data(), dv);
+          vf = vrow.data();
         }
-        if (v16) {
-          const auto* vh = reinterpret_cast<const uint16_t*>(vr);
-          for (int32_t d = 0; d < dv; ++d)
-            acc16[d] = fp32_to_fp16(std::fma(fp16_to_fp32(vh[d]), vs, fp16_to_fp32(acc16[d])));
-        } else {
-          const float* vf = reinterpret_cast<const float*>(vr);
-          if (!v32) {
-            cpu::dequantize_row(kv.type_v, vr, vrow.data(), dv);
-            vf = vrow.data();
+        for (int32_t g = 0; g < run; ++g) {
+          float* ag = acc.data() + static_cast<size_t>(g) * dv;
+          uint16_t* ag16 = acc16.data() + static_cast<size_t>(g) * dv;
+          const float s = cpu::vec_dot(kv.type_k, krow, qq.data() + g * q_bytes, dk) * a.scale;
+          float ms = 1.0f, vs = 1.0f;
+          if (s > M[g]) {  // a new maximum: rescale what was summed, this row counts exp(0) = 1
+            ms = std::exp(M[g] - s);
+            M[g] = s;
+            if (v16)
+              cpu_math::scale_f16(ms, ag16, dv);
+            else
+              for (int32_t d = 0; d < dv; ++d) ag[d] *= ms;
+          } else {
+            vs = std::exp(s - M[g]);
           }
-          cpu_math::axpy_fma(vs, vf, acc.data(), dv);
+          if (v16) {
+            cpu_math::axpy_f16(vs, reinterpret_cast<const uint16_t*>(vr), ag16, dv);
+          } else {
+            cpu_math::axpy_fma(vs, vf, ag, dv);
+          }
+          S[g] = std::fma(S[g], ms, vs);  // ggml's S*ms + vs, contracted by its compiler
         }
-        S = std::fma(S, ms, vs);  // ggml's S*ms + vs, contracted by its compiler
       }
-      if (v16)
-        for (int32_t d = 0; d < dv; ++d) acc[d] = fp16_to_fp32(acc16[d]);
-      const float s_inv = S == 0.0f ? 0.0f : 1.0f / S;
-      float* out = a.out + (t * a.n_head + h) * int64_t{dv};
-      for (int32_t d = 0; d < dv; ++d) out[d] = acc[d] * s_inv;
-      if (n_rot_v) cpu::hadamard_rotate(out, dv, n_rot_v);  // back from the cache's rotated V
-      if (a.gate) {
-        const float* gt = a.gate + t * a.q_token_stride + h * a.q_head_stride;
-        for (int32_t d = 0; d < dv; ++d) out[d] = out[d] * (1.0f / (1.0f + std::exp(-gt[d])));
+      for (int32_t g = 0; g < run; ++g) {
+        const int32_t h = h0 + g;
+        float* ag = acc.data() + static_cast<size_t>(g) * dv;
+        if (v16)
+          for (int32_t d = 0; d < dv; ++d) ag[d] = fp16_to_fp32(acc16[static_cast<size_t>(g) * dv + d]);
+        const float s_inv = S[g] == 0.0f ? 0.0f : 1.0f / S[g];
+        float* out = a.out + (t * a.n_head + h) * int64_t{dv};
+        for (int32_t d = 0; d < dv; ++d) out[d] = ag[d] * s_inv;
+        if (n_rot_v) cpu::hadamard_rotate(out, dv, n_rot_v);  // back from the cache's rotated V
+        if (a.gate) {
+          const float* gt = a.gate + t * a.q_token_stride + h * a.q_head_stride;
+          for (int32_t d = 0; d < dv; ++d) out[d] = out[d] * (1.0f / (1.0f + std::exp(-gt[d])));
+        }
       }
     }
   });

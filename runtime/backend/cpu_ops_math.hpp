@@ -59,6 +59,11 @@ float dot_lanes(const void* k, bool k16, const float* q, int32_t n, int W);
 float dot_lanes_scalar(const void* k, bool k16, const float* q, int32_t n, int W);  // model, for tests
 // acc[d] = fma(p, v[d], acc[d]) for d < n: one lane step of a product whose inner index is j.
 void axpy_fma(float p, const float* v, float* acc, int32_t n);
+// An F16 accumulator, as ggml's flash attention keeps it for an F16 V (each step rounded to F16):
+// acc[d] = f16(fma(f32(v[d]), p, f32(acc[d]))) and acc[d] = f16(f32(acc[d])·s). F16C where the
+// CPU has it (the same round-to-nearest-even as fp32_to_fp16).
+void axpy_f16(float p, const uint16_t* v, uint16_t* acc, int32_t n);
+void scale_f16(float s, uint16_t* acc, int32_t n);
 
 // Σ w[i]·x[i] in the order of ggml_vec_dot_f32 / ggml_vec_dot_f16 (what ggml's expert products
 // use for F32/F16 experts): four accumulators of W lanes over steps of 4·W, folded pairwise, a lane

@@ -128,6 +128,34 @@ TEST(CpuMath, LaneDotMatchesItsScalarModel) {
   EXPECT_EQ(cpu_math::lane_tree(l, 8), ((l[4] + l[0]) + (l[6] + l[2])) + ((l[5] + l[1]) + (l[7] + l[3])));
 }
 
+// The F16 accumulator steps of flash attention with an F16 V: the F16C form equals the scalar
+// formula bit for bit, including values that round to subnormals and overflow to infinity, on a
+// length with a scalar tail.
+TEST(CpuMath, F16AccumulatorStepsMatchTheScalarFormula) {
+  std::mt19937 rng(9);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const int32_t n = 133;
+  std::vector<uint16_t> v(n), acc0(n);
+  for (int32_t i = 0; i < n; ++i) {
+    const float scale = i % 17 == 0 ? 6e4f : i % 13 == 0 ? 1e-6f : 3.0f;
+    v[i] = fp32_to_fp16(nd(rng) * scale);
+    acc0[i] = fp32_to_fp16(nd(rng) * scale);
+  }
+  for (const ExpForm form : available_forms()) {
+    cpu_math::request_exp_form(form);
+    for (const float p : {0.7311f, 1.0f, 1e-3f, 1.9f}) {
+      std::vector<uint16_t> got = acc0, want = acc0;
+      cpu_math::axpy_f16(p, v.data(), got.data(), n);
+      for (int32_t d = 0; d < n; ++d) want[d] = fp32_to_fp16(std::fma(fp16_to_fp32(v[d]), p, fp16_to_fp32(want[d])));
+      EXPECT_EQ(got, want) << "axpy, form " << static_cast<int>(form) << ", p " << p;
+      cpu_math::scale_f16(p, got.data(), n);
+      for (int32_t d = 0; d < n; ++d) want[d] = fp32_to_fp16(fp16_to_fp32(want[d]) * p);
+      EXPECT_EQ(got, want) << "scale, form " << static_cast<int>(form) << ", p " << p;
+    }
+  }
+  cpu_math::request_exp_form(std::nullopt);
+}
+
 TEST(CpuMath, VecdotAndRotationAreAccurate) {
   std::mt19937 rng(5);
   std::normal_distribution<float> nd(0.0f, 1.0f);
