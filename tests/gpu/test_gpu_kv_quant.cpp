@@ -182,12 +182,18 @@ TEST(GpuKvQuant, AttentionMatchesCpu) {
       {GgmlType::Q4_0, GgmlType::Q4_0, 64, false},  {GgmlType::Q5_1, GgmlType::IQ4_NL, 128, false},
       {GgmlType::BF16, GgmlType::Q5_0, 256, true},  {GgmlType::F16, GgmlType::Q8_0, 128, false},
       {GgmlType::Q4_1, GgmlType::F32, 64, false},   {GgmlType::IQ4_NL, GgmlType::BF16, 32, false},
-      {GgmlType::F32, GgmlType::F16, 64, false},
+      {GgmlType::F32, GgmlType::F16, 64, false},    {GgmlType::Q8_0, GgmlType::F16, 128, false},
   };
   // Both follow llama.cpp's CPU flash attention on the same cache bytes with the same query
-  // rounding; what differs is float summation order, V accumulated in float on the GPU (the CPU
-  // rounds an F16 V accumulator to F16 each step) and Q4_1/Q5_1's block-sum term (kv_quant_device.cuh).
-  for (const AttnCase& ac : cases) run_attention_case(b, ac, 1e-6);
+  // rounding; what differs is float summation order, Q4_1/Q5_1's block-sum term
+  // (kv_quant_device.cuh) and, for F32/F16, the F16 probabilities of the CPU's non-flash path:
+  // NMSE ≤ 1e-7. An F16 V under a quantized K is accumulated in float on the GPU, while the CPU's
+  // flash attention rounds its F16 V accumulator to F16 at every key (3e-7 to 2e-6, growing with
+  // the context): that pair gets the F16-cache bound of test_gpu_cuda_ops.cpp.
+  for (const AttnCase& ac : cases) {
+    const bool f16_accumulator = ac.v == GgmlType::F16 && ac.k != GgmlType::F16 && ac.k != GgmlType::F32;
+    run_attention_case(b, ac, f16_accumulator ? 1e-5 : 1e-6);
+  }
 }
 
 #else
