@@ -6,9 +6,9 @@
 
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/check.cuh"
+#include "kernels/cuda/kv_quant_device.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/quant_device.cuh"
-#include "kernels/cuda/kv_quant_device.cuh"
 
 namespace ferry::cuda {
 namespace {
@@ -56,15 +56,29 @@ struct AnyCache {
         kt(a.k_type), vt(a.v_type) {}
   __device__ float k(int64_t r, int d) const { return detail::kv_value(kt, kc + r * k_bytes, d); }
   __device__ float v(int64_t r, int d) const { return detail::kv_value(vt, vc + r * v_bytes, d); }
+  // Q4_1/Q5_1 K only: the min of block b of head row r.
+  __device__ float k_min(int64_t r, int b) const { return detail::kv_block_min(kt, kc + r * k_bytes, b); }
+};
+
+// The part of a score that lane `lane` adds before the warp sum for a Q4_1/Q5_1 K (kv_quant_device.cuh
+// round_query_like_cpu): lanes b < head_dim/32 add block b's min × the query's sum_fix[b].
+struct MinTerm {
+  bool on = false;  // K is Q4_1/Q5_1 (uniform across the grid)
+  float fix = 0.f;  // this lane's sum_fix[lane] × scale (lanes < head_dim/32)
 };
 
 // The query of one head as a warp holds it (q[m] = dim lane + 32m), ready to dot with K: for the
 // general path rotated and rounded as the CPU's flash attention does it, then × scale.
 template <class C, int M>
-__device__ __forceinline__ void prepare_query(const AttentionArgs& a, float (&q)[M], int lane) {
+__device__ __forceinline__ void prepare_query(const AttentionArgs& a, float (&q)[M], int lane, MinTerm& mt) {
   if constexpr (C::kGeneral) {
     if (a.n_rot_k > 0) detail::warp_hadamard(q, a.n_rot_k, a.rot_scale_k, lane);
-    detail::round_query_like_cpu(q, a.k_type);
+    float fix[M];
+    detail::round_query_like_cpu(q, a.k_type, fix);
+    mt.on = detail::kv_affine(a.k_type);
+#pragma unroll
+    for (int m = 0; m < M; ++m)
+      if (lane == m) mt.fix = fix[m] * a.scale;
   }
 #pragma unroll
   for (int m = 0; m < M; ++m) q[m] *= a.scale;
@@ -113,7 +127,8 @@ __global__ void __launch_bounds__(32 * kWarps)
     q[m] = qh[lane + 32 * m];
     acc[m] = 0.f;
   }
-  prepare_query<C>(a, q, lane);
+  MinTerm mt;
+  prepare_query<C>(a, q, lane, mt);
   float mx = -INFINITY, l = 0.f;
   // Two keys per step: their loads and warp reductions are independent, which keeps twice as many
   // memory requests in flight per warp.
@@ -126,6 +141,11 @@ __global__ void __launch_bounds__(32 * kWarps)
       s0 += q[m] * c.k(r0, lane + 32 * m);
       s1 += q[m] * c.k(r1, lane + 32 * m);
     }
+    if constexpr (C::kGeneral)
+      if (mt.on && lane < M) {
+        s0 += mt.fix * c.k_min(r0, lane);
+        s1 += mt.fix * c.k_min(r1, lane);
+      }
     s0 = detail::warp_sum(s0);
     s1 = detail::warp_sum(s1);
     const float m_new = fmaxf(mx, fmaxf(s0, s1));
@@ -142,6 +162,8 @@ __global__ void __launch_bounds__(32 * kWarps)
     float s = 0.f;
 #pragma unroll
     for (int m = 0; m < M; ++m) s += q[m] * c.k(r, lane + 32 * m);
+    if constexpr (C::kGeneral)
+      if (mt.on && lane < M) s += mt.fix * c.k_min(r, lane);
     s = detail::warp_sum(s);
     const float m_new = fmaxf(mx, s);
     const float corr = expf(mx - m_new);  // exp(−inf) = 0 on the first key
@@ -238,6 +260,7 @@ __global__ void __launch_bounds__(32 * kWarps) attention_tiled_kernel(AttentionA
   constexpr int QW = kTileQ / kWarps;
   __shared__ float Ks[kTileKV][HD];
   __shared__ float Vs[kTileKV][HD];
+  __shared__ float Kmin[C::kGeneral ? kTileKV : 1][M];  // Q4_1/Q5_1 K: the tile's block mins
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int h = blockIdx.x;
   const int g = h / (a.n_head / a.n_head_kv);
@@ -247,6 +270,7 @@ __global__ void __launch_bounds__(32 * kWarps) attention_tiled_kernel(AttentionA
   const C c(a);
 
   float q[QW][M], acc[QW][M], mx[QW], l[QW];
+  MinTerm mt[QW];
 #pragma unroll
   for (int i = 0; i < QW; ++i) {
     const int64_t t = t0 + warp * QW + i;
@@ -256,7 +280,7 @@ __global__ void __launch_bounds__(32 * kWarps) attention_tiled_kernel(AttentionA
       q[i][m] = qh[lane + 32 * m];
       acc[i][m] = 0.f;
     }
-    prepare_query<C>(a, q[i], lane);
+    prepare_query<C>(a, q[i], lane, mt[i]);
     mx[i] = -INFINITY;
     l[i] = 0.f;
   }
@@ -268,6 +292,12 @@ __global__ void __launch_bounds__(32 * kWarps) attention_tiled_kernel(AttentionA
       Ks[jj][d] = j <= key_last ? c.k(r, d) : 0.f;
       Vs[jj][d] = j <= key_last ? c.v(r, d) : 0.f;
     }
+    if constexpr (C::kGeneral)
+      if (mt[0].on)
+        for (int e = threadIdx.x; e < kTileKV * M; e += blockDim.x) {
+          const int64_t j = kb + e / M;
+          Kmin[e / M][e % M] = j <= key_last ? c.k_min(j * a.n_head_kv + g, e % M) : 0.f;
+        }
     __syncthreads();
     for (int jj = 0; jj < kTileKV; ++jj) {
       const int64_t j = kb + jj;
@@ -278,6 +308,8 @@ __global__ void __launch_bounds__(32 * kWarps) attention_tiled_kernel(AttentionA
         float s = 0.f;
 #pragma unroll
         for (int m = 0; m < M; ++m) s += q[i][m] * Ks[jj][lane + 32 * m];
+        if constexpr (C::kGeneral)
+          if (mt[i].on && lane < M) s += mt[i].fix * Kmin[jj][lane];
         s = detail::warp_sum(s);
         const float m_new = fmaxf(mx[i], s);
         const float corr = expf(mx[i] - m_new);

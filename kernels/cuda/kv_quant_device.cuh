@@ -1,5 +1,5 @@
 #pragma once
-// Device side of the quantized KV cache (include from .cu files only, after quant_device.cuh):
+// Device side of the quantized KV cache (include from .cu files only):
 // one value of a cache head row of any KV type, the Walsh-Hadamard rotation on a warp's registers,
 // and the query rounding of llama.cpp's CPU flash attention.
 //
@@ -8,6 +8,7 @@
 // quant_device_more.cuh's (Q4_0Layout, ...): values come out bit-exact with ggml's dequantize_row_*.
 #include <cstdint>
 
+#include "kernels/cuda/quant_device.cuh"
 #include "runtime/core/types.hpp"
 
 namespace ferry::cuda::detail {
@@ -79,25 +80,41 @@ __device__ __forceinline__ void warp_hadamard(float (&x)[M], int n, float scale,
       x[m] = upper ? sub(other, x[m]) : add(x[m], other);  // (u + v, u − v): u is the lower lane
     }
   }
-  for (int len = 1; 32 * len < n; len <<= 1) {
+  // Unrolled over the compile-time register distances so that x stays in registers.
+#pragma unroll
+  for (int len = 1; len < M; len <<= 1) {
+    if (32 * len >= n) break;
 #pragma unroll
     for (int m = 0; m < M; ++m) {
-      if (m & len) continue;
-      const float u = x[m], v = x[m + len < M ? m + len : m];
+      if (m & len) continue;  // m + len < M: bit len of m is clear and len < M
+      const float u = x[m], v = x[m + len];
       x[m] = add(u, v);
-      if (m + len < M) x[m + len] = sub(u, v);
+      x[m + len] = sub(u, v);
     }
   }
+}
+
+// Q4_1 and Q5_1 K blocks (d·q + m) are dotted by ggml against Q8_1 query blocks as
+// d·d_q·Σq_k·q_q + m·s with s = F16(d_q·Σq_q) from the unrounded d_q.
+__device__ __forceinline__ bool kv_affine(GgmlType t) { return t == GgmlType::Q4_1 || t == GgmlType::Q5_1; }
+
+// The min m of block b of a Q4_1/Q5_1 head row (both layouts: fp16 d, fp16 m first).
+__device__ __forceinline__ float kv_block_min(GgmlType t, const uint8_t* row, int b) {
+  const int bytes = t == GgmlType::Q4_1 ? Q4_1Layout::kBytes : Q5_1Layout::kBytes;
+  return fp16_bits(ld_u16(row + b * bytes + 2));
 }
 
 // The query as llama.cpp's CPU flash attention dots it with a K cache of type t: converted to
 // vec_dot_type(t) (ggml-cpu's x86 from_float) and read back. F32 unchanged; F16 and BF16 rounded
 // to nearest even; the 32-value types quantized to Q8_0 / Q8_1 blocks (d = amax/127 stored as F16,
 // q = rint(x·127/amax), half to even) whose values are d16·q. Block m of the warp's vector is x[m]
-// over the 32 lanes. (For Q4_1/Q5_1, ggml also uses the block sum s = F16(d·Σq) against the K
-// block's min where this uses d16·Σq: a relative difference ≤ 2^-11 on that term.)
+// over the 32 lanes. For Q4_1/Q5_1 K, sum_fix[m] = s − d16·Σq of block m: dotting the read-back
+// values with a dequantized K block gives d·d16·Σq_k·q + m·d16·Σq, and adding m·sum_fix[m] turns
+// the min term into ggml's m·s.
 template <int M>
-__device__ __forceinline__ void round_query_like_cpu(float (&x)[M], GgmlType t) {
+__device__ __forceinline__ void round_query_like_cpu(float (&x)[M], GgmlType t, float (&sum_fix)[M]) {
+#pragma unroll
+  for (int m = 0; m < M; ++m) sum_fix[m] = 0.f;
   if (t == GgmlType::F32) return;
 #pragma unroll
   for (int m = 0; m < M; ++m) {
@@ -108,9 +125,15 @@ __device__ __forceinline__ void round_query_like_cpu(float (&x)[M], GgmlType t) 
       x[m] = __uint_as_float(((u + (0x7fffu + ((u >> 16) & 1u))) >> 16) << 16);
     } else {
       const float amax = warp_max(fabsf(x[m]));
-      const float d16 = __half2float(__float2half_rn(amax / 127.f));
+      const float d = amax / 127.f;
+      const float d16 = __half2float(__float2half_rn(d));
       const float id = amax != 0.f ? 127.f / amax : 0.f;
-      x[m] = mul(rintf(mul(x[m], id)), d16);
+      const float q = rintf(mul(x[m], id));
+      x[m] = mul(q, d16);
+      if (kv_affine(t)) {
+        const float sum_q = warp_sum(q);  // integers below 2^12: exact in any order
+        sum_fix[m] = sub(__half2float(__float2half_rn(mul(d, sum_q))), mul(d16, sum_q));
+      }
     }
   }
 }

@@ -7,10 +7,10 @@
 #include <string>
 
 #include "kernels/cuda/check.cuh"
+#include "kernels/cuda/kv_quant_device.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/ops.cuh"
 #include "kernels/cuda/quant_device.cuh"
-#include "kernels/cuda/kv_quant_device.cuh"
 
 namespace ferry::cuda {
 namespace {
