@@ -153,7 +153,7 @@ fi
 # Memcheck over the kernel tests (slow: only while time is left).
 if command -v compute-sanitizer >/dev/null || [[ -x /usr/local/cuda/bin/compute-sanitizer ]]; then
   cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-  for b in "$bundle"/bin/gpu_test_gpu_{ops,moe,deltanet,attention,matmul}; do
+  for b in "$bundle"/bin/gpu_test_gpu_{ops,moe,deltanet,attention,kv_quant,matmul}; do
     [[ -x "$b" ]] || continue
     left=$((budget_s - (SECONDS - t_start) - 90))
     ((left < 20)) && { echo "== memcheck: skipped $(basename "$b") (time)"; continue; }

@@ -10,6 +10,7 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/backend/cuda_device.hpp"
@@ -226,12 +227,17 @@ int run(bool quick) {
     rows.push_back({"moe decode (gate/up Q4_K + down Q6_K, 2 launches)", "8 of 256 experts, 2048/512", us, double(k) * (2 * gu + dn), 0});
   }
 
-  // Attention decode, qwen35 full-attention shape, F16 cache.
-  for (int64_t n_kv : {4096ll, 32768ll}) {
+  // Attention decode, qwen35 full-attention shape: F16 cache (the plain kernel) and quantized
+  // caches (the general kernel, rotated as CudaOps rotates them: K by 256, V by 64).
+  std::vector<std::pair<GgmlType, int64_t>> attn_cases;
+  for (GgmlType t : {GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_0})
+    for (int64_t n : {4096ll, 32768ll}) attn_cases.emplace_back(t, n);
+  for (const auto& [kvt, n_kv] : attn_cases) {
     const int n_head = 16, n_kv_head = 2, hd = 256;
-    DeviceMem q(n_head * 2 * hd * 4), kc(n_kv * n_kv_head * hd * 2), vc(n_kv * n_kv_head * hd * 2), out(n_head * hd * 4);
-    FERRY_CUDA_CHECK(cudaMemset(kc.p, 0x11, n_kv * n_kv_head * hd * 2));
-    FERRY_CUDA_CHECK(cudaMemset(vc.p, 0x22, n_kv * n_kv_head * hd * 2));
+    const size_t cache_bytes = static_cast<size_t>(n_kv) * n_kv_head * row_bytes(kvt, hd);
+    DeviceMem q(n_head * 2 * hd * 4), kc(cache_bytes), vc(cache_bytes), out(n_head * hd * 4);
+    FERRY_CUDA_CHECK(cudaMemset(kc.p, 0x11, cache_bytes));
+    FERRY_CUDA_CHECK(cudaMemset(vc.p, 0x22, cache_bytes));
     fill_floats(q.as<float>(), n_head * 2 * hd, 7);
     const size_t wsb = cuda::attention_workspace_bytes(1, n_head, hd, n_kv);
     DeviceMem ws(wsb);
@@ -244,7 +250,13 @@ int run(bool quick) {
     a.gate_ld_token = n_head * 2 * hd;
     a.k_cache = kc.p;
     a.v_cache = vc.p;
-    a.kv_type = GgmlType::F16;
+    a.k_type = a.v_type = kvt;
+    if (kvt != GgmlType::F16) {
+      a.n_rot_k = 256;
+      a.n_rot_v = 64;
+      a.rot_scale_k = 1.f / 16;
+      a.rot_scale_v = 1.f / 8;
+    }
     a.out = out.as<float>();
     a.out_ld_token = n_head * hd;
     a.n_tokens = 1;
@@ -256,7 +268,8 @@ int run(bool quick) {
     a.workspace = ws.p;
     a.workspace_bytes = wsb;
     const double us = time_us([&] { cuda::attention(a, nullptr); }, reps);
-    rows.push_back({"attention decode F16 (16/2 heads, d=256, gated)", "ctx " + std::to_string(n_kv), us, 2.0 * n_kv * n_kv_head * hd * 2, 0});
+    rows.push_back({"attention decode " + std::string(type_name(kvt)) + " (16/2 heads, d=256, gated)",
+                    "ctx " + std::to_string(n_kv), us, 2.0 * static_cast<double>(cache_bytes), 0});
   }
 
   // Gated DeltaNet: decode step (32 heads × 128×128 state read and written) and a 512-token

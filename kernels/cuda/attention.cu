@@ -6,6 +6,7 @@
 
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/check.cuh"
+#include "kernels/cuda/kv_quant_device.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/quant_device.cuh"
 
@@ -28,6 +29,75 @@ __device__ __forceinline__ float load_kv(const KV* p, int64_t i) {
 
 __device__ __forceinline__ float sigmoidf_(float x) { return 1.f / (1.f + expf(-x)); }
 
+// How a kernel reads the cache: value d of head row r (= key·n_head_kv + kv head) of K or V.
+// PlainCache: F16/F16 or F32/F32, element loads (the fast path, unchanged by the quantized one).
+template <int HD, typename T>
+struct PlainCache {
+  static constexpr bool kGeneral = false;
+  const T* kc;
+  const T* vc;
+  __device__ explicit PlainCache(const AttentionArgs& a)
+      : kc(static_cast<const T*>(a.k_cache)), vc(static_cast<const T*>(a.v_cache)) {}
+  __device__ float k(int64_t r, int d) const { return load_kv(kc, r * HD + d); }
+  __device__ float v(int64_t r, int d) const { return load_kv(vc, r * HD + d); }
+};
+// AnyCache: any K type with any V type, decoded value by value (kv_quant_device.cuh); the kernels
+// also rotate and round the query and rotate the output back (AttentionArgs).
+template <int HD>
+struct AnyCache {
+  static constexpr bool kGeneral = true;
+  const uint8_t* kc;
+  const uint8_t* vc;
+  int64_t k_bytes, v_bytes;
+  GgmlType kt, vt;
+  __device__ explicit AnyCache(const AttentionArgs& a)
+      : kc(static_cast<const uint8_t*>(a.k_cache)), vc(static_cast<const uint8_t*>(a.v_cache)),
+        k_bytes(detail::kv_head_bytes(a.k_type, HD)), v_bytes(detail::kv_head_bytes(a.v_type, HD)),
+        kt(a.k_type), vt(a.v_type) {}
+  __device__ float k(int64_t r, int d) const { return detail::kv_value(kt, kc + r * k_bytes, d); }
+  __device__ float v(int64_t r, int d) const { return detail::kv_value(vt, vc + r * v_bytes, d); }
+  // Q4_1/Q5_1 K only: the min of block b of head row r.
+  __device__ float k_min(int64_t r, int b) const { return detail::kv_block_min(kt, kc + r * k_bytes, b); }
+};
+
+// The part of a score that lane `lane` adds before the warp sum for a Q4_1/Q5_1 K (kv_quant_device.cuh
+// round_query_like_cpu): lanes b < head_dim/32 add block b's min × the query's sum_fix[b].
+struct MinTerm {
+  bool on = false;  // K is Q4_1/Q5_1 (uniform across the grid)
+  float fix = 0.f;  // this lane's sum_fix[lane] × scale (lanes < head_dim/32)
+};
+
+// The query of one head as a warp holds it (q[m] = dim lane + 32m), ready to dot with K: for the
+// general path rotated and rounded as the CPU's flash attention does it, then × scale.
+template <class C, int M>
+__device__ __forceinline__ void prepare_query(const AttentionArgs& a, float (&q)[M], int lane, MinTerm& mt) {
+  if constexpr (C::kGeneral) {
+    if (a.n_rot_k > 0) detail::warp_hadamard(q, a.n_rot_k, a.rot_scale_k, lane);
+    float fix[M];
+    detail::round_query_like_cpu(q, a.k_type, fix);
+    mt.on = detail::kv_affine(a.k_type);
+#pragma unroll
+    for (int m = 0; m < M; ++m)
+      if (lane == m) mt.fix = fix[m] * a.scale;
+  }
+#pragma unroll
+  for (int m = 0; m < M; ++m) q[m] *= a.scale;
+}
+
+// Output row o (o[m] = dim lane + 32m, normalised) of token t, head h: rotated back from the V
+// cache's rotation when there is one, gated, stored. Called by all lanes of a warp.
+template <int HD>
+__device__ __forceinline__ void store_rotated_out(const AttentionArgs& a, float (&o)[HD / 32], int64_t t, int h, int lane) {
+  detail::warp_hadamard(o, a.n_rot_v, a.rot_scale_v, lane);
+#pragma unroll
+  for (int m = 0; m < HD / 32; ++m) {
+    const int d = lane + 32 * m;
+    float x = o[m];
+    if (a.gate) x *= sigmoidf_(a.gate[t * a.gate_ld_token + int64_t{h} * a.gate_ld_head + d]);
+    a.out[t * a.out_ld_token + int64_t{h} * HD + d] = x;
+  }
+}
+
 // Weight of a partial softmax state with max m relative to the global max M (0 for empty states).
 __device__ __forceinline__ float rescale(float m, float M) { return m == -INFINITY ? 0.f : expf(m - M); }
 
@@ -35,7 +105,7 @@ __device__ __forceinline__ float rescale(float m, float M) { return m == -INFINI
 // ...: one key per step, lanes over head dims (coalesced K/V row reads), a warp-sum per score,
 // online softmax. The 4 warp states are merged in shared memory; with n_split > 1 the block
 // writes its (max, sum, acc[head_dim]) partial to the workspace for attention_combine_kernel.
-template <int HD, typename KV>
+template <int HD, class C>
 __global__ void __launch_bounds__(32 * kWarps)
     attention_rows_kernel(AttentionArgs a, int n_split, int64_t keys_per_split) {
   constexpr int M = HD / 32;
@@ -48,28 +118,34 @@ __global__ void __launch_bounds__(32 * kWarps)
   const int64_t n_vis = a.p0 + t + 1;
   const int64_t begin = split * keys_per_split;
   const int64_t end = min(n_vis, begin + keys_per_split);
-  const KV* kc = static_cast<const KV*>(a.k_cache);
-  const KV* vc = static_cast<const KV*>(a.v_cache);
+  const C c(a);
 
   float q[M], acc[M];
   const float* qh = a.q + t * a.q_ld_token + int64_t{h} * a.q_ld_head;
 #pragma unroll
   for (int m = 0; m < M; ++m) {
-    q[m] = qh[lane + 32 * m] * a.scale;
+    q[m] = qh[lane + 32 * m];
     acc[m] = 0.f;
   }
+  MinTerm mt;
+  prepare_query<C>(a, q, lane, mt);
   float mx = -INFINITY, l = 0.f;
   // Two keys per step: their loads and warp reductions are independent, which keeps twice as many
   // memory requests in flight per warp.
   int64_t j = begin + warp;
   for (; j + kWarps < end; j += 2 * kWarps) {
-    const int64_t b0 = (j * a.n_head_kv + g) * HD, b1 = ((j + kWarps) * a.n_head_kv + g) * HD;
+    const int64_t r0 = j * a.n_head_kv + g, r1 = (j + kWarps) * a.n_head_kv + g;
     float s0 = 0.f, s1 = 0.f;
 #pragma unroll
     for (int m = 0; m < M; ++m) {
-      s0 += q[m] * load_kv(kc, b0 + lane + 32 * m);
-      s1 += q[m] * load_kv(kc, b1 + lane + 32 * m);
+      s0 += q[m] * c.k(r0, lane + 32 * m);
+      s1 += q[m] * c.k(r1, lane + 32 * m);
     }
+    if constexpr (C::kGeneral)
+      if (mt.on && lane < M) {
+        s0 += mt.fix * c.k_min(r0, lane);
+        s1 += mt.fix * c.k_min(r1, lane);
+      }
     s0 = detail::warp_sum(s0);
     s1 = detail::warp_sum(s1);
     const float m_new = fmaxf(mx, fmaxf(s0, s1));
@@ -78,21 +154,23 @@ __global__ void __launch_bounds__(32 * kWarps)
     l = l * corr + p0 + p1;
 #pragma unroll
     for (int m = 0; m < M; ++m)
-      acc[m] = acc[m] * corr + p0 * load_kv(vc, b0 + lane + 32 * m) + p1 * load_kv(vc, b1 + lane + 32 * m);
+      acc[m] = acc[m] * corr + p0 * c.v(r0, lane + 32 * m) + p1 * c.v(r1, lane + 32 * m);
     mx = m_new;
   }
   if (j < end) {
-    const int64_t base = (j * a.n_head_kv + g) * HD;
+    const int64_t r = j * a.n_head_kv + g;
     float s = 0.f;
 #pragma unroll
-    for (int m = 0; m < M; ++m) s += q[m] * load_kv(kc, base + lane + 32 * m);
+    for (int m = 0; m < M; ++m) s += q[m] * c.k(r, lane + 32 * m);
+    if constexpr (C::kGeneral)
+      if (mt.on && lane < M) s += mt.fix * c.k_min(r, lane);
     s = detail::warp_sum(s);
     const float m_new = fmaxf(mx, s);
     const float corr = expf(mx - m_new);  // exp(−inf) = 0 on the first key
     const float p = expf(s - m_new);
     l = l * corr + p;
 #pragma unroll
-    for (int m = 0; m < M; ++m) acc[m] = acc[m] * corr + p * load_kv(vc, base + lane + 32 * m);
+    for (int m = 0; m < M; ++m) acc[m] = acc[m] * corr + p * c.v(r, lane + 32 * m);
     mx = m_new;
   }
   if (lane == 0) {
@@ -108,12 +186,18 @@ __global__ void __launch_bounds__(32 * kWarps)
   float L = 0.f;
 #pragma unroll
   for (int w = 0; w < kWarps; ++w) L += sm_l[w] * rescale(sm_m[w], Mx);
+  // A rotated V cache: the normalised row goes through sm_acc[0] to warp 0, which rotates it back.
+  const bool rotate_out = C::kGeneral && a.n_rot_v > 0 && n_split == 1;
   for (int d = threadIdx.x; d < HD; d += blockDim.x) {
     float o = 0.f;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) o += sm_acc[w][d] * rescale(sm_m[w], Mx);
     if (n_split == 1) {
       o /= L;
+      if (rotate_out) {
+        sm_acc[0][d] = o;  // column d is this thread's alone
+        continue;
+      }
       if (a.gate) o *= sigmoidf_(a.gate[t * a.gate_ld_token + int64_t{h} * a.gate_ld_head + d]);
       a.out[t * a.out_ld_token + int64_t{h} * HD + d] = o;
     } else {
@@ -125,10 +209,20 @@ __global__ void __launch_bounds__(32 * kWarps)
       }
     }
   }
+  if (rotate_out) {
+    __syncthreads();
+    if (warp == 0) {
+      float o[M];
+#pragma unroll
+      for (int m = 0; m < M; ++m) o[m] = sm_acc[0][lane + 32 * m];
+      store_rotated_out<HD>(a, o, t, h, lane);
+    }
+  }
 }
 
-// grid (n_head, n_tokens), HD threads: merges the n_split partials of one (token, head).
-template <int HD>
+// grid (n_head, n_tokens), HD threads: merges the n_split partials of one (token, head); with
+// kRotateOut (general path, rotated V) warp 0 rotates the merged row back.
+template <int HD, bool kRotateOut>
 __global__ void attention_combine_kernel(AttentionArgs a, int n_split) {
   const int h = blockIdx.x, d = threadIdx.x;
   const int64_t t = blockIdx.y;
@@ -142,37 +236,51 @@ __global__ void attention_combine_kernel(AttentionArgs a, int n_split) {
     o += part[s * (HD + 2) + 2 + d] * w;
   }
   o /= L;
+  if constexpr (kRotateOut) {
+    __shared__ float sm_o[HD];
+    sm_o[d] = o;
+    __syncthreads();
+    if (d < 32) {
+      float r[HD / 32];
+#pragma unroll
+      for (int m = 0; m < HD / 32; ++m) r[m] = sm_o[d + 32 * m];
+      store_rotated_out<HD>(a, r, t, h, d);
+    }
+    return;
+  }
   if (a.gate) o *= sigmoidf_(a.gate[t * a.gate_ld_token + int64_t{h} * a.gate_ld_head + d]);
   a.out[t * a.out_ld_token + int64_t{h} * HD + d] = o;
 }
 
 // Tiled kernel: grid (n_head, ⌈n_tokens/16⌉), 4 warps × 4 queries. Each K/V tile of 16 keys is
 // converted to float in shared memory once and used by all 16 queries of the block.
-template <int HD, typename KV>
+template <int HD, class C>
 __global__ void __launch_bounds__(32 * kWarps) attention_tiled_kernel(AttentionArgs a) {
   constexpr int M = HD / 32;
   constexpr int QW = kTileQ / kWarps;
   __shared__ float Ks[kTileKV][HD];
   __shared__ float Vs[kTileKV][HD];
+  __shared__ float Kmin[C::kGeneral ? kTileKV : 1][M];  // Q4_1/Q5_1 K: the tile's block mins
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int h = blockIdx.x;
   const int g = h / (a.n_head / a.n_head_kv);
   const int64_t t0 = int64_t{blockIdx.y} * kTileQ;
   const int64_t t_last = min(t0 + kTileQ, a.n_tokens) - 1;
   const int64_t key_last = a.p0 + t_last;  // last key any query of the block sees
-  const KV* kc = static_cast<const KV*>(a.k_cache);
-  const KV* vc = static_cast<const KV*>(a.v_cache);
+  const C c(a);
 
   float q[QW][M], acc[QW][M], mx[QW], l[QW];
+  MinTerm mt[QW];
 #pragma unroll
   for (int i = 0; i < QW; ++i) {
     const int64_t t = t0 + warp * QW + i;
     const float* qh = a.q + min(t, a.n_tokens - 1) * a.q_ld_token + int64_t{h} * a.q_ld_head;
 #pragma unroll
     for (int m = 0; m < M; ++m) {
-      q[i][m] = qh[lane + 32 * m] * a.scale;
+      q[i][m] = qh[lane + 32 * m];
       acc[i][m] = 0.f;
     }
+    prepare_query<C>(a, q[i], lane, mt[i]);
     mx[i] = -INFINITY;
     l[i] = 0.f;
   }
@@ -180,10 +288,16 @@ __global__ void __launch_bounds__(32 * kWarps) attention_tiled_kernel(AttentionA
     for (int e = threadIdx.x; e < kTileKV * HD; e += blockDim.x) {
       const int jj = e / HD, d = e % HD;
       const int64_t j = kb + jj;
-      const int64_t idx = (j * a.n_head_kv + g) * HD + d;
-      Ks[jj][d] = j <= key_last ? load_kv(kc, idx) : 0.f;
-      Vs[jj][d] = j <= key_last ? load_kv(vc, idx) : 0.f;
+      const int64_t r = j * a.n_head_kv + g;
+      Ks[jj][d] = j <= key_last ? c.k(r, d) : 0.f;
+      Vs[jj][d] = j <= key_last ? c.v(r, d) : 0.f;
     }
+    if constexpr (C::kGeneral)
+      if (mt[0].on)
+        for (int e = threadIdx.x; e < kTileKV * M; e += blockDim.x) {
+          const int64_t j = kb + e / M;
+          Kmin[e / M][e % M] = j <= key_last ? c.k_min(j * a.n_head_kv + g, e % M) : 0.f;
+        }
     __syncthreads();
     for (int jj = 0; jj < kTileKV; ++jj) {
       const int64_t j = kb + jj;
@@ -194,6 +308,8 @@ __global__ void __launch_bounds__(32 * kWarps) attention_tiled_kernel(AttentionA
         float s = 0.f;
 #pragma unroll
         for (int m = 0; m < M; ++m) s += q[i][m] * Ks[jj][lane + 32 * m];
+        if constexpr (C::kGeneral)
+          if (mt[i].on && lane < M) s += mt[i].fix * Kmin[jj][lane];
         s = detail::warp_sum(s);
         const float m_new = fmaxf(mx[i], s);
         const float corr = expf(mx[i] - m_new);
@@ -209,7 +325,14 @@ __global__ void __launch_bounds__(32 * kWarps) attention_tiled_kernel(AttentionA
 #pragma unroll
   for (int i = 0; i < QW; ++i) {
     const int64_t t = t0 + warp * QW + i;
-    if (t >= a.n_tokens) continue;
+    if (t >= a.n_tokens) continue;  // uniform across the warp
+    if (C::kGeneral && a.n_rot_v > 0) {
+      float o[M];
+#pragma unroll
+      for (int m = 0; m < M; ++m) o[m] = acc[i][m] / l[i];
+      store_rotated_out<HD>(a, o, t, h, lane);
+      continue;
+    }
 #pragma unroll
     for (int m = 0; m < M; ++m) {
       const int d = lane + 32 * m;
@@ -220,6 +343,14 @@ __global__ void __launch_bounds__(32 * kWarps) attention_tiled_kernel(AttentionA
   }
 }
 
+// The kernels' one dispatch over cache types: the two plain pairs, everything else general.
+enum class CacheKind { f16, f32, any };
+CacheKind cache_kind(const AttentionArgs& a) {
+  if (a.k_type == a.v_type && a.k_type == GgmlType::F16) return CacheKind::f16;
+  if (a.k_type == a.v_type && a.k_type == GgmlType::F32) return CacheKind::f32;
+  return CacheKind::any;
+}
+
 void check_args(const char* op, const AttentionArgs& a) {
   require(a.q && a.k_cache && a.v_cache && a.out, op, "null q, k_cache, v_cache or out");
   require(a.n_head >= 1 && a.n_head_kv >= 1 && a.n_head % a.n_head_kv == 0, op,
@@ -227,7 +358,15 @@ void check_args(const char* op, const AttentionArgs& a) {
               std::to_string(a.n_head_kv) + ")");
   require(a.n_tokens >= 1 && a.n_tokens <= 65535 && a.p0 >= 0, op, "n_tokens must be in [1, 65535], p0 ≥ 0");
   require(a.n_head <= 65535, op, "too many heads");
-  require(a.kv_type == GgmlType::F16 || a.kv_type == GgmlType::F32, op, "KV cache type must be F16 or F32");
+  for (GgmlType t : {a.k_type, a.v_type})
+    require(detail::kv_head_bytes(t, 32) > 0, op,
+            "KV cache type id " + std::to_string(static_cast<unsigned>(t)) +
+                " (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL)");
+  require(a.n_rot_k >= 0 && a.n_rot_v >= 0 && a.n_rot_k % 64 == 0 && a.n_rot_v % 64 == 0 &&
+              (a.n_rot_k == 0 || a.head_dim % a.n_rot_k == 0) && (a.n_rot_v == 0 || a.head_dim % a.n_rot_v == 0),
+          op, "rotation sizes must be 0 or multiples of 64 dividing head_dim");
+  require(cache_kind(a) == CacheKind::any || (a.n_rot_k == 0 && a.n_rot_v == 0), op,
+          "F16/F32 caches are not rotated (n_rot_k, n_rot_v must be 0)");
   require(a.out_ld_token >= int64_t{a.n_head} * a.head_dim, op, "out_ld_token too small");
   require(a.q_ld_head >= a.head_dim && a.q_ld_token >= int64_t{a.n_head} * a.q_ld_head, op, "bad q strides");
   if (a.gate) require(a.gate_ld_head >= a.head_dim && a.gate_ld_token >= int64_t{a.n_head} * a.gate_ld_head, op, "bad gate strides");
@@ -267,13 +406,24 @@ void attention_rows(const AttentionArgs& a, cudaStream_t stream) {
   const int64_t keys_per_split = (n_kv + n_split - 1) / n_split;
   const dim3 grid(static_cast<unsigned>(a.n_head), static_cast<unsigned>(a.n_tokens), static_cast<unsigned>(n_split));
   FERRY_DISPATCH_HEAD_DIM(a.head_dim, op, {
-    if (a.kv_type == GgmlType::F16)
-      launch(attention_rows_kernel<kHD, __half>, grid, 32 * kWarps, 0, stream, a, n_split, keys_per_split);
-    else
-      launch(attention_rows_kernel<kHD, float>, grid, 32 * kWarps, 0, stream, a, n_split, keys_per_split);
+    switch (cache_kind(a)) {
+      case CacheKind::f16:
+        launch(attention_rows_kernel<kHD, PlainCache<kHD, __half>>, grid, 32 * kWarps, 0, stream, a, n_split, keys_per_split);
+        break;
+      case CacheKind::f32:
+        launch(attention_rows_kernel<kHD, PlainCache<kHD, float>>, grid, 32 * kWarps, 0, stream, a, n_split, keys_per_split);
+        break;
+      case CacheKind::any:
+        launch(attention_rows_kernel<kHD, AnyCache<kHD>>, grid, 32 * kWarps, 0, stream, a, n_split, keys_per_split);
+        break;
+    }
     FERRY_CUDA_CHECK_LAUNCH("attention_rows_kernel");
     if (n_split > 1) {
-      launch(attention_combine_kernel<kHD>, dim3(static_cast<unsigned>(a.n_head), static_cast<unsigned>(a.n_tokens)), kHD, 0, stream, a, n_split);
+      const dim3 cgrid(static_cast<unsigned>(a.n_head), static_cast<unsigned>(a.n_tokens));
+      if (cache_kind(a) == CacheKind::any && a.n_rot_v > 0)
+        launch(attention_combine_kernel<kHD, true>, cgrid, kHD, 0, stream, a, n_split);
+      else
+        launch(attention_combine_kernel<kHD, false>, cgrid, kHD, 0, stream, a, n_split);
       FERRY_CUDA_CHECK_LAUNCH("attention_combine_kernel");
     }
   });
@@ -284,10 +434,11 @@ void attention_tiled(const AttentionArgs& a, cudaStream_t stream) {
   check_args(op, a);
   const dim3 grid(static_cast<unsigned>(a.n_head), static_cast<unsigned>((a.n_tokens + kTileQ - 1) / kTileQ));
   FERRY_DISPATCH_HEAD_DIM(a.head_dim, op, {
-    if (a.kv_type == GgmlType::F16)
-      launch(attention_tiled_kernel<kHD, __half>, grid, 32 * kWarps, 0, stream, a);
-    else
-      launch(attention_tiled_kernel<kHD, float>, grid, 32 * kWarps, 0, stream, a);
+    switch (cache_kind(a)) {
+      case CacheKind::f16: launch(attention_tiled_kernel<kHD, PlainCache<kHD, __half>>, grid, 32 * kWarps, 0, stream, a); break;
+      case CacheKind::f32: launch(attention_tiled_kernel<kHD, PlainCache<kHD, float>>, grid, 32 * kWarps, 0, stream, a); break;
+      case CacheKind::any: launch(attention_tiled_kernel<kHD, AnyCache<kHD>>, grid, 32 * kWarps, 0, stream, a); break;
+    }
     FERRY_CUDA_CHECK_LAUNCH("attention_tiled_kernel");
   });
 }

@@ -1,8 +1,8 @@
 #pragma once
 // Causal GQA attention over a KV cache, for decode (one or a few new tokens: split-K "rows"
 // kernel) and prefill (tiled kernel: 16 queries share each K/V tile staged in shared memory).
-// Online softmax in float; the KV cache may be F16 or F32. The new tokens' K and V must already be
-// in the cache (kv_store) at rows p0 .. p0+n_tokens−1.
+// Online softmax in float; the KV cache may be any of the nine KV types. The new tokens' K and V
+// must already be in the cache (kv_store) at rows p0 .. p0+n_tokens−1.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -16,9 +16,19 @@ struct AttentionArgs {
   const float* q = nullptr;
   int64_t q_ld_token = 0, q_ld_head = 0;
   // (n_ctx, n_head_kv, head_dim) contiguous: key j of kv head g at k_cache + (j·n_head_kv + g)·head_dim.
+  // Quantized types: each head row is head_dim/32 whole blocks (kv_quant_device.cuh).
   const void* k_cache = nullptr;
   const void* v_cache = nullptr;
-  GgmlType kv_type = GgmlType::F16;  // F16 or F32
+  // Any of the nine KV cache types (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL), K and V
+  // independently. F16/F16 and F32/F32 run the plain kernels; every other pair runs the general
+  // instantiation, which follows llama.cpp's CPU flash attention: the query rotated (n_rot_k) and
+  // rounded to vec_dot_type(k_type), the output rotated back (n_rot_v).
+  GgmlType k_type = GgmlType::F16;
+  GgmlType v_type = GgmlType::F16;
+  // Hadamard rotation of a quantized cache (kv_store's): chunks of n_rot values (0: none), scale
+  // 1/√n_rot as the CPU computes it. Ignored by the plain kernels.
+  int n_rot_k = 0, n_rot_v = 0;
+  float rot_scale_k = 1.f, rot_scale_v = 1.f;
   // Optional output gate (qwen35 full attention): out ⊙= sigmoid(gate), same layout as q.
   const float* gate = nullptr;
   int64_t gate_ld_token = 0, gate_ld_head = 0;

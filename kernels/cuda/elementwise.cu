@@ -119,8 +119,12 @@ void sigmoid_gate_add(float* y, const float* s, const float* gate_logit, int64_t
 }
 
 void kv_store(const float* src, int64_t ld_src, void* cache, GgmlType cache_type, int64_t p0,
-              int64_t n_tokens, int64_t row_elems, cudaStream_t stream) {
+              int64_t n_tokens, int64_t row_elems, cudaStream_t stream, int n_rot, float rot_scale) {
   const char* op = "kv_store";
+  if (cache_type != GgmlType::F16 && cache_type != GgmlType::F32) {
+    kv_store_quantized(src, ld_src, cache, cache_type, p0, n_tokens, row_elems, n_rot, rot_scale, stream);
+    return;
+  }
   require(src && cache && p0 >= 0 && ld_src >= row_elems && row_elems > 0, op, "bad arguments");
   if (n_tokens <= 0) return;
   const unsigned grid = grid_for(n_tokens * row_elems, 256);
@@ -129,8 +133,7 @@ void kv_store(const float* src, int64_t ld_src, void* cache, GgmlType cache_type
   } else if (cache_type == GgmlType::F32) {
     launch(kv_store_kernel<float>, grid, 256, 0, stream, src, ld_src, static_cast<float*>(cache), p0, n_tokens, row_elems);
   } else {
-    throw_unsupported("kv_store: cache type id " + std::to_string(static_cast<unsigned>(cache_type)) +
-                      " (supported: F32, F16)");
+    throw_unsupported("kv_store: cache type id " + std::to_string(static_cast<unsigned>(cache_type)));
   }
   FERRY_CUDA_CHECK_LAUNCH("kv_store_kernel");
 }

@@ -54,9 +54,16 @@ void argmax_rows(const float* x, int64_t ld, int64_t n_rows, int64_t n, int32_t*
                  cudaStream_t stream);
 
 // KV cache append: cache rows [p0, p0 + n_tokens) ← src rows, converted to the cache type
-// (F32 or F16, round to nearest even like ggml). src (n_tokens, row_elems) with stride ld_src;
-// cache (n_ctx, row_elems) contiguous.
+// (F32 or F16 here, round to nearest even like ggml; the other KV types go to kv_store_quantized
+// with n_rot, rot_scale). src (n_tokens, row_elems) with stride ld_src; cache (n_ctx, row_elems)
+// contiguous (a quantized row: row_elems/32 blocks).
 void kv_store(const float* src, int64_t ld_src, void* cache, GgmlType cache_type, int64_t p0,
-              int64_t n_tokens, int64_t row_elems, cudaStream_t stream);
+              int64_t n_tokens, int64_t row_elems, cudaStream_t stream, int n_rot = 0, float rot_scale = 1.f);
+// The other KV types (BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL; kv_store.cu), which kv_store
+// hands on: each token row is rotated in chunks of n_rot values (0: none; a power of two ≥ 64
+// dividing row_elems, every value × rot_scale = 1/√n_rot first, as kernels/cpu/hadamard.cpp) and
+// quantized as kernels/cpu's quantize_row_cpu does, byte for byte. Rows of ≤ 12288 values.
+void kv_store_quantized(const float* src, int64_t ld_src, void* cache, GgmlType cache_type, int64_t p0,
+                        int64_t n_tokens, int64_t row_elems, int n_rot, float rot_scale, cudaStream_t stream);
 
 }  // namespace ferry::cuda

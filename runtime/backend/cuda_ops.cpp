@@ -5,11 +5,13 @@
 #if FERRY_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
+#include <cmath>
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
 
+#include "kernels/cpu/hadamard.hpp"
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/blas.hpp"
 #include "kernels/cuda/check.cuh"
@@ -203,14 +205,20 @@ class CudaOps final : public Ops {
     cuda::rope_neox(x, n_tokens, static_cast<int>(n_head), n_rot, n_rot, token_stride, head_stride, pos, freq_base, s_);
   }
 
-  // The CUDA kernels read F16/F32 caches only (quantized caches run on the cpu backend).
-  bool kv_type_supported(GgmlType t) const override { return t == GgmlType::F16 || t == GgmlType::F32; }
+  // The nine KV cache types, K and V independently (kernels/cuda/kv_store.cu, attention.cu).
+  bool kv_type_supported(GgmlType t) const override { return kv_cache_type_supported(t); }
   void check_kv_types(const KvLayerView& kv, const char* op) const {
     for (GgmlType t : {kv.type_k, kv.type_v})
       if (!kv_type_supported(t))
-        fail(ErrorKind::unsupported, "cuda {}: KV cache type {} is not supported on the cuda backend (f16, f32; "
-             "the cpu backend takes {})", op, type_name(t), kv_cache_type_names());
+        fail(ErrorKind::unsupported, "cuda {}: KV cache type {} is not supported (use one of {})", op,
+             type_name(t), kv_cache_type_names());
   }
+
+  // llama.cpp's Hadamard rotation of a quantized cache, sized as the CPU backend does
+  // (kernels/cpu/hadamard.hpp), with the CPU's float scale 1/√n.
+  static float rotation_scale(int32_t n) { return n > 0 ? 1.0f / std::sqrt(static_cast<float>(n)) : 1.0f; }
+  static int32_t rot_k(const KvLayerView& kv) { return cpu::kv_rotation_k(type_info(kv.type_k).block_values > 1, kv.head_dim_k); }
+  static int32_t rot_v(const KvLayerView& kv) { return cpu::kv_rotation_v(type_info(kv.type_v).block_values > 1, kv.head_dim_v); }
 
   void kv_store(const KvLayerView& kv, int64_t pos0, int64_t n_tokens, const float* k, const float* v) override {
     ++calls_;
@@ -218,8 +226,9 @@ class CudaOps final : public Ops {
     if (pos0 < 0 || pos0 + n_tokens > kv.n_ctx)
       fail(ErrorKind::context, "kv_store: rows [{}, {}) outside the cache of {} positions", pos0, pos0 + n_tokens, kv.n_ctx);
     const int64_t kw = int64_t{kv.n_head_kv} * kv.head_dim_k, vw = int64_t{kv.n_head_kv} * kv.head_dim_v;
-    cuda::kv_store(k, kw, kv.k, kv.type_k, pos0, n_tokens, kw, s_);
-    cuda::kv_store(v, vw, kv.v, kv.type_v, pos0, n_tokens, vw, s_);
+    const int32_t nk = rot_k(kv), nv = rot_v(kv);
+    cuda::kv_store(k, kw, kv.k, kv.type_k, pos0, n_tokens, kw, s_, nk, rotation_scale(nk));
+    cuda::kv_store(v, vw, kv.v, kv.type_v, pos0, n_tokens, vw, s_, nv, rotation_scale(nv));
   }
 
   void attention(const AttentionArgs& a) override {
@@ -227,16 +236,18 @@ class CudaOps final : public Ops {
     check_kv_types(a.kv, "attention");
     if (a.kv.head_dim_k != a.kv.head_dim_v)
       fail(ErrorKind::unsupported, "cuda attention: K and V head sizes differ ({} vs {})", a.kv.head_dim_k, a.kv.head_dim_v);
-    if (a.kv.type_k != a.kv.type_v)
-      fail(ErrorKind::unsupported, "cuda attention: K and V caches of different types ({} / {}) are not supported",
-           type_name(a.kv.type_k), type_name(a.kv.type_v));
     cuda::AttentionArgs c;
     c.q = a.q;
     c.q_ld_token = a.q_token_stride;
     c.q_ld_head = a.q_head_stride;
     c.k_cache = a.kv.k;
     c.v_cache = a.kv.v;
-    c.kv_type = a.kv.type_k;
+    c.k_type = a.kv.type_k;
+    c.v_type = a.kv.type_v;
+    c.n_rot_k = rot_k(a.kv);
+    c.n_rot_v = rot_v(a.kv);
+    c.rot_scale_k = rotation_scale(c.n_rot_k);
+    c.rot_scale_v = rotation_scale(c.n_rot_v);
     c.gate = a.gate;
     c.gate_ld_token = a.q_token_stride;
     c.gate_ld_head = a.q_head_stride;

@@ -3,7 +3,9 @@
 // ops are enqueued on one compute stream in call order; memory comes from the device's budgeted
 // pool. Numerics differ from CpuOps where the GPU kernels do better than ggml's CPU shortcuts:
 // activations stay float in quantized products (no Q8 activation quantization unless int8_dot
-// is on), the attention query and probabilities stay float with an F16 cache.
+// is on), the attention query and probabilities stay float with an F16 cache. Quantized KV caches
+// hold the CPU's bytes (the same rotation and quantizers); their attention follows the CPU's flash
+// attention (rotated query rounded to vec_dot_type(K)) but accumulates V in float.
 // tests/gpu/test_gpu_cuda_ops.cpp bounds the differences.
 #include <cstdint>
 #include <memory>

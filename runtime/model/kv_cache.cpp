@@ -15,8 +15,7 @@ KvCache::KvCache(Ops& ops, const ModelConfig& cfg, int64_t n_ctx, GgmlType type_
            kv_cache_type_names());
   for (GgmlType t : {type_k, type_v})
     if (!ops.kv_type_supported(t))
-      fail(ErrorKind::unsupported, "KV cache type {} is not supported on the {} backend (quantized KV caches "
-           "run on the cpu backend)", type_name(t), ops.name());
+      fail(ErrorKind::unsupported, "KV cache type {} is not supported on the {} backend", type_name(t), ops.name());
   if (n_ctx < 1 || n_ctx > INT32_MAX)
     fail(ErrorKind::invalid_arg, "context size {} must be in [1, {}]", n_ctx, INT32_MAX);
   for (auto [t, dim, what] : {std::tuple{type_k, cfg.head_dim_k, "K"}, std::tuple{type_v, cfg.head_dim_v, "V"}})

@@ -151,11 +151,12 @@ struct Logits {
 };
 
 // n_batch 16: a 24-token prompt runs as steps of 16 (GEMM path) and 8 (direct kernels).
-Logits run(Model& m, const std::vector<int32_t>& prompt, const std::vector<int32_t>& next, GgmlType kv_type,
-           int32_t n_batch = 16) {
+Logits run_kv(Model& m, const std::vector<int32_t>& prompt, const std::vector<int32_t>& next, GgmlType type_k,
+              GgmlType type_v, int32_t n_batch = 16) {
   StateOptions so;
   so.n_ctx = 128;
-  so.type_k = so.type_v = kv_type;
+  so.type_k = type_k;
+  so.type_v = type_v;
   so.n_batch = n_batch;
   auto st = m.new_state(so);
   const size_t V = static_cast<size_t>(m.config().n_vocab);
@@ -166,6 +167,11 @@ Logits run(Model& m, const std::vector<int32_t>& prompt, const std::vector<int32
   for (size_t i = 0; i < next.size(); ++i)
     m.forward(*st, std::span<const int32_t>(&next[i], 1), LogitsMode::last, r.decode.data() + i * V);
   return r;
+}
+
+Logits run(Model& m, const std::vector<int32_t>& prompt, const std::vector<int32_t>& next, GgmlType kv_type,
+           int32_t n_batch = 16) {
+  return run_kv(m, prompt, next, kv_type, kv_type, n_batch);
 }
 
 // Rows whose argmax agree; `near` also counts a GPU pick whose CPU logit is within 1e-3·rms of
@@ -288,6 +294,63 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{synth::Arch::qwen35moe, synth::QuantMix::f32, GgmlType::F16},
                       Case{synth::Arch::qwen35moe, synth::QuantMix::q4_k_m, GgmlType::F32}),
     case_name);
+
+// Quantized KV caches (-ctk/-ctv): the GPU writes the CPU's cache bytes and follows its flash
+// attention (tests/gpu/test_gpu_kv_quant.cpp), so F32 models stay within the F32-cache bound of
+// the native CPU backend. Prompt and decode as above (24 tokens in two steps, 8 decode steps).
+TEST(GpuE2eKvQuant, LogitsMatchCpu) {
+  FERRY_REQUIRE_GPU();
+  struct KvCase {
+    synth::Arch arch;
+    GgmlType k, v;
+  };
+  for (const KvCase& c : {KvCase{synth::Arch::qwen3moe, GgmlType::Q8_0, GgmlType::Q4_0},
+                          KvCase{synth::Arch::qwen35moe, GgmlType::Q8_0, GgmlType::Q4_0},
+                          KvCase{synth::Arch::qwen3moe, GgmlType::Q5_1, GgmlType::IQ4_NL}}) {
+    const gguf::File f = gguf::File::open(write_model(c.arch, synth::QuantMix::f32));
+    std::mt19937 rng(7);
+    std::vector<int32_t> prompt(24), next(8);
+    Logits cpu, gpu;
+    {
+      CpuOps ops;
+      auto m = load_model(f, ops, [](const std::vector<MoeLayerWeights>& l) { return std::make_unique<MoeCpuExecutor>(l); });
+      std::uniform_int_distribution<int32_t> tok(0, m->config().n_vocab - 1);
+      for (auto& t : prompt) t = tok(rng);
+      for (auto& t : next) t = tok(rng);
+      cpu = run_kv(*m, prompt, next, c.k, c.v);
+    }
+    {
+      ResidentCuda r(f);
+      gpu = run_kv(*r.model, prompt, next, c.k, c.v);
+    }
+    const std::string name = fmt::format("{}-tiny-f32 ctk {} ctv {}", synth::arch_name(c.arch), type_name(c.k), type_name(c.v));
+    compare(name + " vs cpu", cpu, gpu, cpu.prefill.size() / prompt.size(), 1e-4, 0.99);
+  }
+}
+
+// The plan's KV bytes (state_footprint, what placement and the budget check use) are what a
+// quantized-cache state takes from the CUDA device's budget.
+TEST(GpuE2eKvQuant, StateTakesTheFootprintFromTheBudget) {
+  FERRY_REQUIRE_GPU();
+  const gguf::File f = gguf::File::open(write_model(synth::Arch::qwen35moe, synth::QuantMix::f32));
+  ResidentCuda r(f);
+  for (auto [tk, tv] : {std::pair{GgmlType::Q8_0, GgmlType::Q4_0}, std::pair{GgmlType::Q5_1, GgmlType::IQ4_NL},
+                        std::pair{GgmlType::F16, GgmlType::F16}}) {
+    const StateOptions so{96, tk, tv, 8};
+    const StateFootprint fp = state_footprint(r.model->config(), so);
+    const MemoryStats before = r.dev->memory();
+    const auto st = r.model->new_state(so);
+    const uint64_t taken = r.dev->memory().used_bytes - before.used_bytes;
+    const uint64_t n_allocs = r.dev->memory().n_allocs - before.n_allocs;
+    EXPECT_EQ(st->bytes(), fp.kv_bytes + fp.recurrent_bytes + fp.workspace_bytes) << type_name(tk) << "/" << type_name(tv);
+    // The device charges whole 256-byte units per allocation.
+    EXPECT_GE(taken, st->bytes()) << type_name(tk) << "/" << type_name(tv);
+    EXPECT_LT(taken, st->bytes() + 256 * n_allocs) << type_name(tk) << "/" << type_name(tv);
+    std::printf("[gpu-info] %s/%s state: KV %llu bytes, device took %llu for the state\n",
+                std::string(type_name(tk)).c_str(), std::string(type_name(tv)).c_str(),
+                static_cast<unsigned long long>(fp.kv_bytes), static_cast<unsigned long long>(taken));
+  }
+}
 
 // llama.cpp's other file types load and run on the CUDA device: Q4_0, Q5_1, Q2_K + Q3_K, IQ4_NL,
 // IQ4_XS and MXFP4 tensors (Q4_1 and Q5_0 share Q4_0's and Q5_1's kernels). qwen3moe-tiny iq4_nl is

@@ -77,7 +77,7 @@ void run(const Case& c, int path /*0 dispatch, 1 rows, 2 tiled*/) {
   a.q_ld_head = q_ld_head;
   a.k_cache = c.kv == GgmlType::F16 ? static_cast<const void*>(dk16.get()) : dk32.get();
   a.v_cache = c.kv == GgmlType::F16 ? static_cast<const void*>(dv16.get()) : dv32.get();
-  a.kv_type = c.kv;
+  a.k_type = a.v_type = c.kv;
   if (c.gate) {
     a.gate = dq.get() + c.head_dim;
     a.gate_ld_token = q_ld_token;
@@ -131,7 +131,7 @@ TEST(GpuAttention, RejectsBadShapes) {
   cuda::AttentionArgs a;
   a.q = a.out = buf.get();
   a.k_cache = a.v_cache = buf.get();
-  a.kv_type = GgmlType::F32;
+  a.k_type = a.v_type = GgmlType::F32;
   a.n_tokens = 1;
   a.n_head = 6;
   a.n_head_kv = 4;  // not a divisor
