@@ -102,7 +102,13 @@ struct RepackedRows512 {
     // holds rows g, 4+g, 8+g, 12+g in its 128-bit quarters, so that after the transpose lane r is
     // row r.
     const uint8_t* row[kRows];
-    for (int r = 0; r < kRows; ++r) row[r] = w + (r < nw ? static_cast<size_t>(r) * w_stride : 0);
+    alignas(64) int32_t offs[kRows];
+    for (int r = 0; r < kRows; ++r) {
+      const size_t o = r < nw ? static_cast<size_t>(r) * w_stride : 0;
+      row[r] = w + o;
+      offs[r] = static_cast<int32_t>(o);
+    }
+    const __m512i gather_offs = _mm512_load_si512(offs);
     const size_t s4 = 4 * w_stride;
     const uint8_t* next = w + kRows * w_stride;  // the next sixteen rows (see the prefetch below)
     const __m512i m4 = _mm512_set1_epi8(0x0F);
@@ -148,12 +154,7 @@ struct RepackedRows512 {
           hi[j] = _mm512_shuffle_epi8(table, hi[j]);
         }
       }
-      // The rows' scales from 16 plain 4-byte loads, not a vpgatherdd (bench/results/
-      // 2026-12-04-cpu-decode-profile-zen4.md).
-      __m128i dq[4];
-      for (int g = 0; g < 4; ++g)
-        dq[g] = _mm_setr_epi32(load_i32(at(4 * g)), load_i32(at(4 * g + 1)), load_i32(at(4 * g + 2)), load_i32(at(4 * g + 3)));
-      const __m512 dw = W::scales(_mm512_inserti32x4(_mm512_inserti32x4(_mm512_inserti32x4(_mm512_castsi128_si512(dq[0]), dq[1], 1), dq[2], 2), dq[3], 3));
+      const __m512 dw = W::scales(_mm512_i32gather_epi32(gather_offs, w + blk, 1));
       for (int k = 0; k < NX; ++k) {
         const int8_t* xq = x[k][i].qs;
         // Two integer chains (low and high nibbles), added at the end: half the dependent
