@@ -357,6 +357,7 @@ struct IQ4XSKernel512 {
 }  // namespace ferry::cpu
 
 #include "kernels/cpu/dot_rows_avx512_impl.hpp"
+#include "kernels/cpu/dot_rows_q4k_avx512_impl.hpp"
 
 namespace ferry::cpu {
 namespace {
@@ -385,6 +386,7 @@ const detail::DotKernels& avx512_table() {
     t.q3_k_tiled = by_nx<Q3KKernel512<kVnni, true>>;
     t.iq4_xs_tiled = by_nx<IQ4XSKernel512<kVnni, true>>;
     add_repacked_rows512<kVnni>(t);
+    t.q4_k_rows = Q4KRows512<kVnni>::run;
     return t;
   }();
   return k;

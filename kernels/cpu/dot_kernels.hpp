@@ -44,9 +44,11 @@ struct DotKernels {
   DotFn q4_0_repacked, iq4_nl_repacked, mxfp4_repacked, iq4_nl_tinyblas;
   // Q2_K, Q3_K, IQ4_XS (dot_ref_kquants.cpp, dot_kquants_avx2.cpp)
   DotFn q2_k, q3_k, iq4_xs, q2_k_tiled, q3_k_tiled, iq4_xs_tiled;
-  // Several rows at once in the repacked order (dot_rows_avx512_impl.hpp); nullptr where the ISA
-  // has none, and matmul then calls the DotFn row by row.
+  // Several rows at once in the repacked order (dot_rows_avx512_impl.hpp) and in Q4_K's 1-row order
+  // (dot_rows_q4k_avx512_impl.hpp); nullptr where the ISA has none, and matmul then calls the DotFn
+  // row by row.
   DotRowsFn q4_0_repacked_rows = nullptr, iq4_nl_repacked_rows = nullptr, mxfp4_repacked_rows = nullptr;
+  DotRowsFn q4_k_rows = nullptr;
 };
 
 // Which of those orders a product uses (matmul.cpp decides, as llama.cpp does).
@@ -103,6 +105,7 @@ inline DotFn dot_fn(const DotKernels& k, GgmlType w, DotOrder o = DotOrder::row)
 
 // The several-rows kernel for weight type w in order o, or nullptr when there is none.
 inline DotRowsFn dot_rows_fn(const DotKernels& k, GgmlType w, DotOrder o) {
+  if (w == GgmlType::Q4_K) return o == DotOrder::row ? k.q4_k_rows : nullptr;
   if (o != DotOrder::repacked) return nullptr;
   switch (w) {
     case GgmlType::Q4_0: return k.q4_0_repacked_rows;

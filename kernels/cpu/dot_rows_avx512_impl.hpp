@@ -110,6 +110,7 @@ struct RepackedRows512 {
     }
     const __m512i gather_offs = _mm512_load_si512(offs);
     const size_t s4 = 4 * w_stride;
+    const uint8_t* next = w + kRows * w_stride;  // the next sixteen rows (see the prefetch below)
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     __m512i table = _mm512_setzero_si512();
     if constexpr (W::kTable) {
@@ -126,8 +127,13 @@ struct RepackedRows512 {
         if constexpr (kFull) return w + blk + static_cast<size_t>(r % 4) * w_stride + static_cast<size_t>(r / 4) * s4;
         else return row[r] + blk;
       };
-      if (i % 2 == 0)  // 36 bytes per row every other block: every cache line of a row once or twice
-        for (int r = 0; r < kRows; ++r) _mm_prefetch(reinterpret_cast<const char*>(at(r)) + kPrefetchBytes, _MM_HINT_T0);
+      // Prefetch: not a fixed distance ahead in each of the sixteen rows (the rows of an expert
+      // matrix are ~1 KiB, so that lands in rows already being read and leaves the sixteen streams
+      // to the hardware; bench/results/2026-12-04-cpu-decode-profile-zen4.md), but the next sixteen
+      // rows, which follow these in memory, as one linear stream: 16 blocks (4.5 cache lines) per
+      // block step, so the whole next group is in cache when the caller gets to it.
+      for (int l = 0; l < 5; ++l)
+        _mm_prefetch(reinterpret_cast<const char*>(next + i * kRows * sizeof(Block)) + 64 * l, _MM_HINT_T0);
       __m512i a[4];
       for (int g = 0; g < 4; ++g) {
         auto ld = [&](int r) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(at(r) + W::kQsOffset)); };
@@ -151,11 +157,14 @@ struct RepackedRows512 {
       const __m512 dw = W::scales(_mm512_i32gather_epi32(gather_offs, w + blk, 1));
       for (int k = 0; k < NX; ++k) {
         const int8_t* xq = x[k][i].qs;
-        __m512i sum = _mm512_set1_epi32(-W::kOffset * sum_i8x32(xq));
+        // Two integer chains (low and high nibbles), added at the end: half the dependent
+        // vpdpbusd latency per block; integer sums are exact in any order.
+        __m512i sum_lo = _mm512_set1_epi32(-W::kOffset * sum_i8x32(xq)), sum_hi = _mm512_setzero_si512();
         for (int j = 0; j < 4; ++j) {
-          sum = dot4_u8s8<kVnni>(sum, lo[j], _mm512_set1_epi32(load_i32(xq + 4 * j)));
-          sum = dot4_u8s8<kVnni>(sum, hi[j], _mm512_set1_epi32(load_i32(xq + 16 + 4 * j)));
+          sum_lo = dot4_u8s8<kVnni>(sum_lo, lo[j], _mm512_set1_epi32(load_i32(xq + 4 * j)));
+          sum_hi = dot4_u8s8<kVnni>(sum_hi, hi[j], _mm512_set1_epi32(load_i32(xq + 16 + 4 * j)));
         }
+        const __m512i sum = _mm512_add_epi32(sum_lo, sum_hi);
         acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(dw, _mm512_set1_ps(h2f(x[k][i].d))), acc[k]);
       }
     }

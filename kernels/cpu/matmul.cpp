@@ -164,8 +164,12 @@ void matmul_q(GgmlType w, const void* W, int64_t rows, int64_t cols, const void*
          x_row_bytes);
   if (rows == 0 || n_batch == 0) return;
   static_assert(kMaxNx == 4, "the grouped order is ggml's 4-row kernel's");
+  // Q4_K's several-rows kernel adds in its 1-row order: not for the full 4-row groups of a dense
+  // product, which take the 4-row order (dot_grouped below).
+  const detail::DotRowsFn dot_rows =
+      w == GgmlType::Q4_K && dense && n_batch >= kMaxNx ? nullptr : detail::dot_rows_fn(kernels, w, order);
   const Job job{dot,
-                detail::dot_rows_fn(kernels, w, order),
+                dot_rows,
                 dense && w == GgmlType::Q4_K ? detail::dot_fn(kernels, w, detail::DotOrder::group4) : dot,
                 static_cast<const uint8_t*>(W),
                 static_cast<size_t>(row_bytes(w, static_cast<uint64_t>(cols))),

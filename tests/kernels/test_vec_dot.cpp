@@ -167,7 +167,8 @@ TEST(VecDot, EveryOrderOnEveryIsaMatchesScalarReference) {
   EXPECT_EQ(checked, 4 * (13 + 10));  // 13 quantized weight types' vec_dot orders and 10 other orders
 }
 
-// The several-rows kernels (DotRowsFn: the repacked order of Q4_0, IQ4_NL, MXFP4 on AVX-512) give
+// The several-rows kernels (DotRowsFn on AVX-512: the repacked order of Q4_0, IQ4_NL, MXFP4 and
+// Q4_K's 1-row order) give
 // each (weight row, activation row) the bits of the scalar reference in that order: 1..16 weight
 // rows × 1..4 activation rows of 1, 2, 3 and 17 blocks at padded strides, nothing written outside
 // the outputs; MXFP4 also with E8M0 scales over the whole byte range (the
@@ -179,11 +180,13 @@ TEST(VecDot, RowsKernelsMatchScalarReference) {
   int checked = 0;
   for (cpu::Isa isa : available_isas()) {
     const auto& kernels = cpu::detail::dot_kernels(isa);
-    for (GgmlType t : {GgmlType::Q4_0, GgmlType::IQ4_NL, GgmlType::MXFP4}) {
-      const cpu::detail::DotRowsFn f = cpu::detail::dot_rows_fn(kernels, t, DotOrder::repacked);
+    for (GgmlType t : {GgmlType::Q4_0, GgmlType::IQ4_NL, GgmlType::MXFP4, GgmlType::Q4_K}) {
+      const DotOrder order = t == GgmlType::Q4_K ? DotOrder::row : DotOrder::repacked;
+      const cpu::detail::DotRowsFn f = cpu::detail::dot_rows_fn(kernels, t, order);
       if (!f) continue;
-      EXPECT_EQ(cpu::detail::dot_rows_fn(kernels, t, DotOrder::row), nullptr);
-      const cpu::detail::DotFn ref = cpu::detail::dot_fn(scalar, t, DotOrder::repacked);
+      EXPECT_EQ(cpu::detail::dot_rows_fn(kernels, t, order == DotOrder::row ? DotOrder::repacked : DotOrder::row),
+                nullptr);
+      const cpu::detail::DotFn ref = cpu::detail::dot_fn(scalar, t, order);
       for (bool full_range : {false, true}) {
         if (full_range && t != GgmlType::MXFP4) continue;
         for (int64_t blocks : {1, 2, 3, 17}) {
