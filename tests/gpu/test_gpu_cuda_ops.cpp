@@ -9,36 +9,13 @@
 #include "runtime/backend/cpu_ops.hpp"
 #include "runtime/backend/cuda_ops.hpp"
 #include "runtime/backend/device.hpp"
+#include "tests/gpu/backend_pair.hpp"
 #include "runtime/core/fp16.hpp"
 
 namespace ferry::gputest {
 namespace {
 
 #if FERRY_HAVE_CUDA
-
-struct Backends {
-  std::unique_ptr<Device> dev;
-  std::unique_ptr<Ops> gpu;
-  CpuOps cpu;
-  Backends() {
-    DeviceOptions o;
-    o.budget_bytes = 2ull << 30;
-    dev = make_device(DeviceKind::cuda, o);
-    gpu = make_cuda_ops(*dev);
-  }
-  template <typename T>
-  DeviceBuffer up(const std::vector<T>& h) {
-    DeviceBuffer b = gpu->alloc(h.size() * sizeof(T));
-    gpu->to_device(b.data(), h.data(), h.size() * sizeof(T));
-    return b;
-  }
-  template <typename T>
-  std::vector<T> down(const DeviceBuffer& b, size_t n) {
-    std::vector<T> h(n);
-    gpu->to_host(h.data(), b.data(), n * sizeof(T));
-    return h;
-  }
-};
 
 std::vector<uint8_t> quantized(GgmlType t, int64_t rows, int64_t cols, uint32_t seed) {
   return quantize_rows(t, random_floats(rows * cols, seed), rows, cols, seed);

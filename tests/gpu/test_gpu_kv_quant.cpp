@@ -8,6 +8,7 @@
 #include "runtime/backend/cpu_ops.hpp"
 #include "runtime/backend/cuda_ops.hpp"
 #include "runtime/backend/device.hpp"
+#include "tests/gpu/backend_pair.hpp"
 
 namespace ferry::gputest {
 namespace {
@@ -16,30 +17,6 @@ namespace {
 
 constexpr GgmlType kKvTypes[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q8_0,  GgmlType::Q4_0,
                                  GgmlType::Q4_1, GgmlType::IQ4_NL, GgmlType::Q5_0, GgmlType::Q5_1};
-
-struct Backends {
-  std::unique_ptr<Device> dev;
-  std::unique_ptr<Ops> gpu;
-  CpuOps cpu;
-  Backends() {
-    DeviceOptions o;
-    o.budget_bytes = 1ull << 30;
-    dev = make_device(DeviceKind::cuda, o);
-    gpu = make_cuda_ops(*dev);
-  }
-  template <typename T>
-  DeviceBuffer up(const std::vector<T>& h) {
-    DeviceBuffer b = gpu->alloc(h.size() * sizeof(T));
-    gpu->to_device(b.data(), h.data(), h.size() * sizeof(T));
-    return b;
-  }
-  template <typename T>
-  std::vector<T> down(const DeviceBuffer& b, size_t n) {
-    std::vector<T> h(n);
-    gpu->to_host(h.data(), b.data(), n * sizeof(T));
-    return h;
-  }
-};
 
 // A cache of one layer on both backends, same shape and types; both start as the same garbage.
 struct TwinCache {

@@ -12,6 +12,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "tests/offload/run_command.hpp"
 #include "offload_test_util.hpp"
 #include "runtime/backend/cuda_device.hpp"
 
@@ -23,16 +24,7 @@ std::string ferry_binary() {
 }
 
 // Runs a command; returns its exit status and (stdout + stderr) in `out`.
-int run(const std::string& cmd, std::string& out) {
-  out.clear();
-  std::FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return -1;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int st = pclose(p);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
+int run(const std::string& cmd, std::string& out) { return test::run_command(cmd, out); }
 
 std::string slurp(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
