@@ -23,24 +23,25 @@
 namespace ferry::cpu {
 namespace {
 
-struct Q4_0Rows {
+// 16 dwords that start at the rows' blocks → the 16 scales (an F16 d in the low 16 bits).
+struct F16ScaleRows {
+  static __m512 scales(__m512i words) { return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(words)); }
+};
+struct Q4_0Rows : F16ScaleRows {
   using Block = BlockQ4_0;
   static constexpr size_t kQsOffset = offsetof(BlockQ4_0, qs);
   static constexpr int kOffset = 8;
   static constexpr int kMaxU = 15;
   static constexpr bool kTable = false;
   static constexpr const int8_t* kValues = nullptr;
-  // 16 dwords that start at the rows' blocks → the 16 scales (d in the low 16 bits).
-  static __m512 scales(__m512i words) { return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(words)); }
 };
-struct IQ4NLRows {
+struct IQ4NLRows : F16ScaleRows {
   using Block = BlockIQ4NL;
   static constexpr size_t kQsOffset = offsetof(BlockIQ4NL, qs);
   static constexpr int kOffset = 128;
   static constexpr int kMaxU = 113 + 128;
   static constexpr bool kTable = true;
   static constexpr const int8_t* kValues = kIq4nlValues;
-  static __m512 scales(__m512i words) { return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(words)); }
 };
 struct MXFP4Rows {
   using Block = BlockMXFP4;

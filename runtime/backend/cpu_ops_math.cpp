@@ -206,6 +206,14 @@ __attribute__((target("avx2,fma"))) void axpy_fma8(float p, const float* v, floa
   for (; d < n; ++d) acc[d] = std::fma(p, v[d], acc[d]);
 }
 
+// The F16 accumulator steps one value at a time (the vector forms' tails and the SSE2 form).
+void axpy_f16_1(float p, const uint16_t* v, uint16_t* acc, int32_t d0, int32_t n) {
+  for (int32_t d = d0; d < n; ++d) acc[d] = fp32_to_fp16(std::fma(fp16_to_fp32(v[d]), p, fp16_to_fp32(acc[d])));
+}
+void scale_f16_1(float s, uint16_t* acc, int32_t d0, int32_t n) {
+  for (int32_t d = d0; d < n; ++d) acc[d] = fp32_to_fp16(fp16_to_fp32(acc[d]) * s);
+}
+
 __attribute__((target("avx2,fma,f16c"))) void axpy_f16_8(float p, const uint16_t* v, uint16_t* acc, int32_t n) {
   const __m256 pv = _mm256_set1_ps(p);
   int32_t d = 0;
@@ -215,7 +223,7 @@ __attribute__((target("avx2,fma,f16c"))) void axpy_f16_8(float p, const uint16_t
     _mm_storeu_si128(reinterpret_cast<__m128i*>(acc + d),
                      _mm256_cvtps_ph(_mm256_fmadd_ps(vv, pv, av), _MM_FROUND_TO_NEAREST_INT));
   }
-  for (; d < n; ++d) acc[d] = fp32_to_fp16(std::fma(fp16_to_fp32(v[d]), p, fp16_to_fp32(acc[d])));
+  axpy_f16_1(p, v, acc, d, n);
 }
 
 __attribute__((target("avx2,fma,f16c"))) void scale_f16_8(float s, uint16_t* acc, int32_t n) {
@@ -225,7 +233,7 @@ __attribute__((target("avx2,fma,f16c"))) void scale_f16_8(float s, uint16_t* acc
     const __m256 av = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(acc + d)));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(acc + d), _mm256_cvtps_ph(_mm256_mul_ps(av, sv), _MM_FROUND_TO_NEAREST_INT));
   }
-  for (; d < n; ++d) acc[d] = fp32_to_fp16(fp16_to_fp32(acc[d]) * s);
+  scale_f16_1(s, acc, d, n);
 }
 
 }  // namespace
@@ -341,12 +349,12 @@ void axpy_fma(float p, const float* v, float* acc, int32_t n) {
 
 void axpy_f16(float p, const uint16_t* v, uint16_t* acc, int32_t n) {
   if (active_exp_form() != ExpForm::sse2) return axpy_f16_8(p, v, acc, n);
-  for (int32_t d = 0; d < n; ++d) acc[d] = fp32_to_fp16(std::fma(fp16_to_fp32(v[d]), p, fp16_to_fp32(acc[d])));
+  axpy_f16_1(p, v, acc, 0, n);
 }
 
 void scale_f16(float s, uint16_t* acc, int32_t n) {
   if (active_exp_form() != ExpForm::sse2) return scale_f16_8(s, acc, n);
-  for (int32_t d = 0; d < n; ++d) acc[d] = fp32_to_fp16(fp16_to_fp32(acc[d]) * s);
+  scale_f16_1(s, acc, 0, n);
 }
 
 
