@@ -358,6 +358,7 @@ struct IQ4XSKernel512 {
 
 #include "kernels/cpu/dot_rows_avx512_impl.hpp"
 #include "kernels/cpu/dot_rows_q4k_avx512_impl.hpp"
+#include "kernels/cpu/dot_lanes_q4k_avx512_impl.hpp"
 
 namespace ferry::cpu {
 namespace {
@@ -376,7 +377,7 @@ const detail::DotKernels& avx512_table() {
     t.q4_k = by_nx<Q45KKernel512<kVnni, false>>;
     t.q5_k = by_nx<Q45KKernel512<kVnni, true>>;
     t.q6_k = by_nx<Q6KKernel512<kVnni>>;
-    // q4_k_group4 stays AVX2's (see Q45KKernel512)
+    // q4_k_group4 stays AVX2's (see Q45KKernel512); dense products of many rows take the lanes kernel
     t.q5_k_tiled = by_nx<Q45KKernel512<kVnni, true, detail::DotOrder::tiled>>;
     t.q6_k_tiled = by_nx<Q6KKernel512<kVnni, true>>;
     t.q2_k = by_nx<Q2KKernel512<kVnni, false>>;
@@ -387,6 +388,7 @@ const detail::DotKernels& avx512_table() {
     t.iq4_xs_tiled = by_nx<IQ4XSKernel512<kVnni, true>>;
     add_repacked_rows512<kVnni>(t);
     t.q4_k_rows = Q4KRows512<kVnni>::run;
+    t.q4_k_group4_lanes = Q4KLanes512<kVnni>::run;
     return t;
   }();
   return k;

@@ -28,6 +28,25 @@ inline constexpr int kMaxRows = 16;
 using DotRowsFn = void (*)(int64_t n, const void* w, size_t w_stride, int nw, const void* x, size_t x_stride, int nx,
                            float* out, size_t out_stride);
 
+// Q4_K's 4-row order over many activation rows at once (full groups of 4 rows of a dense product):
+// the activations packed lane-wise by pack_q8k_lanes, kLanes rows a pack, one 32-bit lane a row,
+// so that the kernel's vector lanes are activation rows. Per 256-value block of a pack,
+// kLanesBlockBytes bytes: the quants as 64 groups of four values × kLanes rows (group g, row k at
+// 4·(g·kLanes + k)), then each row's d (float), then per 64-value chunk c each row's pair
+// (bsums[4c] + bsums[4c+1], bsums[4c+2] + bsums[4c+3]) as two int16. Rows past nx are zero.
+inline constexpr int kLanes = 16;
+inline constexpr int kLanesWeightRows = 4;
+inline constexpr size_t kLanesDOffset = 64 * kLanes * 4;
+inline constexpr size_t kLanesBsumOffset = kLanesDOffset + kLanes * 4;
+inline constexpr size_t kLanesBlockBytes = kLanesBsumOffset + 4 * kLanes * 4;
+// Packs nx ≤ kLanes Q8_K activation rows (x_stride bytes apart) of nb blocks into dst
+// (nb·kLanesBlockBytes bytes).
+void pack_q8k_lanes(const void* x, size_t x_stride, int nx, int64_t nb, uint8_t* dst);
+// out[j·out_stride + r] for r < nw (≤ kLanesWeightRows) weight rows of n values, w_stride bytes
+// apart, and j < nx activation rows, packed kLanes a pack, pack_stride bytes apart.
+using LanesFn = void (*)(int64_t n, const void* w, size_t w_stride, int nw, const uint8_t* packs, size_t pack_stride,
+                         int64_t nx, float* out, size_t out_stride);
+
 // One field per (weight type, order). The plain name is the order of ggml's x86 vec_dot
 // (what vec_dot / vec_dot_ref compute); the others are the same products added in the orders of
 // llama.cpp's other x86 CPU kernels (dot_ref*.cpp):
@@ -49,6 +68,8 @@ struct DotKernels {
   // row by row.
   DotRowsFn q4_0_repacked_rows = nullptr, iq4_nl_repacked_rows = nullptr, mxfp4_repacked_rows = nullptr;
   DotRowsFn q4_k_rows = nullptr;
+  // Q4_K's 4-row order with lane-packed activations (dot_lanes_q4k_avx512_impl.hpp), or nullptr.
+  LanesFn q4_k_group4_lanes = nullptr;
 };
 
 // Which of those orders a product uses (matmul.cpp decides, as llama.cpp does).

@@ -6,8 +6,10 @@
 #include <tbb/task_arena.h>
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
+#include "kernels/cpu/blocks.hpp"
 #include "kernels/cpu/dot_kernels.hpp"
 #include "kernels/cpu/matmul.hpp"
 #include "kernels/cpu/quants.hpp"
@@ -36,6 +38,9 @@ constexpr int64_t kRepackRows = 8;
 constexpr int64_t kTinyblasMinRows = 2;
 // Smallest chunk of work one task gets.
 constexpr int64_t kMinTaskWork = 64 * 1024;
+// Fewest activation rows for which a dense Q4_K product packs them lane-wise (Q4_K's 4-row order
+// with the activation rows in the vector lanes; below this a pack would be mostly padding).
+constexpr int64_t kLanesMinRows = 8;
 
 void check_matmul(const char* what, GgmlType w, int64_t rows, int64_t cols, int64_t n_batch,
                   int64_t ldy) {
@@ -58,9 +63,27 @@ struct Job {
   int64_t n_batch;
   float* Y;           // (n_batch, ldy)
   int64_t ldy;
+  // Dense Q4_K with lane-packed activations: the first n_lanes rows (a multiple of 4) in packs of
+  // kLanes rows, pack_stride bytes apart; the rest (< 4) go through dot.
+  detail::LanesFn lanes = nullptr;
+  const uint8_t* packs = nullptr;
+  size_t pack_stride = 0;
+  int64_t n_lanes = 0;
 
   void rows(int64_t r0, int64_t r1) const {
     float tmp[kMaxNx];
+    if (lanes) {
+      const int tail = static_cast<int>(n_batch - n_lanes);
+      for (int64_t r = r0; r < r1; r += detail::kLanesWeightRows) {
+        const int nw = static_cast<int>(std::min<int64_t>(detail::kLanesWeightRows, r1 - r));
+        lanes(cols, W + r * w_row_bytes, w_row_bytes, nw, packs, pack_stride, n_lanes, Y + r, static_cast<size_t>(ldy));
+        for (int64_t rr = r; tail > 0 && rr < r + nw; ++rr) {
+          dot(cols, W + rr * w_row_bytes, Xq + n_lanes * ldxq, ldxq, tail, tmp);
+          for (int j = 0; j < tail; ++j) Y[(n_lanes + j) * ldy + rr] = tmp[j];
+        }
+      }
+      return;
+    }
     if (dot_rows) {
       // kMaxRows weight rows side by side (more than kStreams sequential streams), within tiles of
       // the batched path as below.
@@ -120,7 +143,7 @@ void run(const Job& job, int64_t rows, bool parallel) {
   if (job.n_batch > 1)  // whole tiles per task
     grain = std::max<int64_t>(grain, kTileBytes / static_cast<int64_t>(job.w_row_bytes));
   // The several-rows kernels get whole groups of kMaxRows (a partial group takes their slower path).
-  const int64_t unit = job.dot_rows ? detail::kMaxRows : 1;
+  const int64_t unit = job.lanes ? detail::kLanesWeightRows : job.dot_rows ? detail::kMaxRows : 1;
   grain = (grain + unit - 1) / unit;
   tbb::parallel_for(tbb::blocked_range<int64_t>(0, (rows + unit - 1) / unit, static_cast<size_t>(grain)),
                     [&job, unit, rows](const tbb::blocked_range<int64_t>& r) {
@@ -151,6 +174,25 @@ detail::DotOrder order_for(GgmlType w, int64_t rows, int64_t n_batch, bool dense
 
 }  // namespace
 
+void detail::pack_q8k_lanes(const void* x, size_t x_stride, int nx, int64_t nb, uint8_t* dst) {
+  std::memset(dst, 0, static_cast<size_t>(nb) * kLanesBlockBytes);
+  for (int k = 0; k < nx; ++k) {
+    const auto* row = static_cast<const uint8_t*>(x) + static_cast<size_t>(k) * x_stride;
+    for (int64_t i = 0; i < nb; ++i) {
+      BlockQ8K y;  // the rows may sit at any byte offset
+      std::memcpy(&y, row + i * sizeof(BlockQ8K), sizeof y);
+      uint8_t* b = dst + i * kLanesBlockBytes;
+      for (int g = 0; g < kQK_K / 4; ++g) std::memcpy(b + 4 * (g * kLanes + k), y.qs + 4 * g, 4);
+      std::memcpy(b + kLanesDOffset + 4 * k, &y.d, 4);
+      for (int c = 0; c < 4; ++c) {
+        const int16_t pair[2] = {static_cast<int16_t>(y.bsums[4 * c] + y.bsums[4 * c + 1]),
+                                 static_cast<int16_t>(y.bsums[4 * c + 2] + y.bsums[4 * c + 3])};
+        std::memcpy(b + kLanesBsumOffset + 64 * c + 4 * k, pair, 4);
+      }
+    }
+  }
+}
+
 void matmul_q(GgmlType w, const void* W, int64_t rows, int64_t cols, const void* Xq, int64_t ldxq,
               int64_t n_batch, float* Y, int64_t ldy, bool parallel, bool dense) {
   check_matmul("matmul_q", w, rows, cols, n_batch, ldy);
@@ -168,7 +210,7 @@ void matmul_q(GgmlType w, const void* W, int64_t rows, int64_t cols, const void*
   // product, which take the 4-row order (dot_grouped below).
   const detail::DotRowsFn dot_rows =
       w == GgmlType::Q4_K && dense && n_batch >= kMaxNx ? nullptr : detail::dot_rows_fn(kernels, w, order);
-  const Job job{dot,
+  Job job{dot,
                 dot_rows,
                 dense && w == GgmlType::Q4_K ? detail::dot_fn(kernels, w, detail::DotOrder::group4) : dot,
                 static_cast<const uint8_t*>(W),
@@ -179,6 +221,20 @@ void matmul_q(GgmlType w, const void* W, int64_t rows, int64_t cols, const void*
                 n_batch,
                 Y,
                 ldy};
+  if (dense && w == GgmlType::Q4_K && n_batch >= kLanesMinRows && kernels.q4_k_group4_lanes) {
+    const int64_t nb = cols / kQK_K;
+    job.lanes = kernels.q4_k_group4_lanes;
+    job.n_lanes = n_batch - n_batch % kMaxNx;
+    job.pack_stride = static_cast<size_t>(nb) * detail::kLanesBlockBytes;
+    const int64_t n_packs = (job.n_lanes + detail::kLanes - 1) / detail::kLanes;
+    thread_local std::vector<uint8_t> packs;
+    packs.resize(static_cast<size_t>(n_packs) * job.pack_stride);
+    for (int64_t p = 0; p < n_packs; ++p)
+      detail::pack_q8k_lanes(job.Xq + p * detail::kLanes * job.ldxq, job.ldxq,
+                             static_cast<int>(std::min<int64_t>(detail::kLanes, job.n_lanes - p * detail::kLanes)), nb,
+                             packs.data() + p * job.pack_stride);
+    job.packs = packs.data();
+  }
   run(job, rows, parallel);
 }
 

@@ -28,7 +28,13 @@ import torch
 SEED = 1234
 
 
-def model_config(arch: str, vocab_size: int, eos_id: int):
+# --size: "small" is the 128-wide model of each architecture; "w256" is a qwen3moe whose every
+# quantized tensor has rows of 256 (hidden, expert and attention widths), so that llama.cpp's
+# quantizer gives it real K-quant and IQ4_XS blocks instead of its fallback legacy types.
+SIZES = ("small", "w256")
+
+
+def model_config(arch: str, vocab_size: int, eos_id: int, size: str = "small"):
     common = dict(
         vocab_size=vocab_size,
         bos_token_id=eos_id,
@@ -41,6 +47,18 @@ def model_config(arch: str, vocab_size: int, eos_id: int):
         output_router_logits=True,   # add the load-balancing loss: keeps every expert in use
         router_aux_loss_coef=0.01,
     )
+    if arch == "qwen3moe" and size == "w256":
+        from transformers import Qwen3MoeConfig
+        return Qwen3MoeConfig(
+            hidden_size=256, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=64,
+            num_experts=8, num_experts_per_tok=2, moe_intermediate_size=256,
+            intermediate_size=1024, decoder_sparse_step=1, mlp_only_layers=[],
+            norm_topk_prob=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 1e6},
+            **common)
+    if size != "small":
+        raise ValueError(f"size {size} is defined for qwen3moe only")
     if arch == "qwen3moe":
         from transformers import Qwen3MoeConfig
         return Qwen3MoeConfig(
@@ -114,6 +132,7 @@ def main() -> None:
     ap.add_argument("--arch", choices=["qwen3moe", "qwen35moe"], required=True)
     ap.add_argument("--data", type=Path, required=True, help="prepare_data.py's output folder")
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--size", choices=SIZES, default="small")
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--ctx", type=int, default=128)
@@ -137,7 +156,7 @@ def main() -> None:
     held_tokens = tokenize_file(tok, args.data / "heldout.txt")
     print(f"train tokens {len(train_tokens)}, held-out tokens {len(held_tokens)}", flush=True)
 
-    config = model_config(args.arch, len(tok), eos_id)
+    config = model_config(args.arch, len(tok), eos_id, args.size)
     model = build_model(args.arch, config)
     model.train()
     n_params = sum(p.numel() for p in model.parameters())
@@ -193,6 +212,7 @@ def main() -> None:
         (hf_dir / f).write_bytes((args.data / "tokenizer" / f).read_bytes())
     result = {
         "arch": args.arch,
+        "size": args.size,
         "hf_class": type(model).__name__,
         "parameters": n_params,
         "steps": args.steps, "batch": args.batch, "ctx": args.ctx, "lr": args.lr,
