@@ -1,17 +1,18 @@
 // CPU matvec throughput per weight type and thread count, as GB/s of weights read, next to the
 // machine's streaming read bandwidth measured in the same run (a multithreaded sum over a buffer
-// of the same size, best of four access patterns). Matrices are cols × rows with `--mb` MiB of weights, far beyond the caches.
+// of the same size, best of four access patterns). Matrices are cols × rows with `--mb` MiB of
+// weights, far beyond the caches.
 //
-//   bench_matvec [--mb 512] [--cols 4096] [--threads 1,2,4] [--reps 7] [--batch 1,8,32]
+//   bench_matvec [--mb 512] [--cols 4096] [--threads 1,2,4] [--reps 7] [--batch 1,8,32] [--expert]
 //                [--types f16,q8_0,q4_k,q5_k,q6_k,q4_0,iq4_nl,mxfp4]
 //
-// Prints markdown tables (the source for bench/results/*matvec*.md).
+// --expert times the batched products as expert products (the orders of matmul_q with dense =
+// false). Prints markdown tables (the source for bench/results/*matvec*.md).
+#include <emmintrin.h>
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
 #include <tbb/partitioner.h>
 #include <tbb/task_arena.h>
-
-#include <emmintrin.h>
 #include <xmmintrin.h>
 
 #include <algorithm>
@@ -40,6 +41,7 @@ struct Options {
   std::vector<int> threads;
   std::vector<int64_t> batches{1, 8, 32};
   int reps = 7;
+  bool expert = false;  // batched products as expert products (matmul_q, dense = false)
   std::vector<GgmlType> types{GgmlType::F16,  GgmlType::Q8_0, GgmlType::Q4_K,   GgmlType::Q5_K,
                               GgmlType::Q6_K, GgmlType::Q4_0, GgmlType::IQ4_NL, GgmlType::MXFP4};
 };
@@ -57,12 +59,25 @@ std::vector<int64_t> parse_list(const char* s) {
 
 Options parse(int argc, char** argv) {
   Options o;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  for (int i = 1; i < argc; i += 2) {
     const std::string a = argv[i];
-    if (a == "--mb") o.mb = std::atoll(argv[i + 1]);
-    else if (a == "--cols") o.cols = std::atoll(argv[i + 1]);
-    else if (a == "--reps") o.reps = std::atoi(argv[i + 1]);
-    else if (a == "--batch") o.batches = parse_list(argv[i + 1]);
+    if (a == "--expert") {  // the one flag without a value
+      o.expert = true;
+      --i;
+      continue;
+    }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "option %s needs a value\n", a.c_str());
+      std::exit(2);
+    }
+    if (a == "--mb")
+      o.mb = std::atoll(argv[i + 1]);
+    else if (a == "--cols")
+      o.cols = std::atoll(argv[i + 1]);
+    else if (a == "--reps")
+      o.reps = std::atoi(argv[i + 1]);
+    else if (a == "--batch")
+      o.batches = parse_list(argv[i + 1]);
     else if (a == "--types") {
       o.types.clear();
       for (const char* p = argv[i + 1]; *p;) {
@@ -128,7 +143,8 @@ uint64_t sum_bytes(const uint8_t* p, size_t len, int streams, size_t pf) {
     }
   }
   const __m128i t = _mm_add_epi64(_mm_add_epi64(a0, a1), _mm_add_epi64(a2, a3));
-  return static_cast<uint64_t>(_mm_cvtsi128_si64(t)) + static_cast<uint64_t>(_mm_cvtsi128_si64(_mm_unpackhi_epi64(t, t)));
+  return static_cast<uint64_t>(_mm_cvtsi128_si64(t)) +
+         static_cast<uint64_t>(_mm_cvtsi128_si64(_mm_unpackhi_epi64(t, t)));
 }
 
 // Streaming read bandwidth: every thread sums its contiguous share of the buffer. The best of
@@ -142,7 +158,10 @@ double stream_read_gbps(const uint8_t* buf, size_t bytes, int threads, int reps)
     for (size_t pf : {size_t{0}, size_t{2048}}) {
       const double s = time_in_arena(threads, reps, [&] {
         tbb::parallel_for(
-            0, threads, [&](int i) { sink[static_cast<size_t>(i)] += sum_bytes(buf + i * chunk, chunk, streams, pf); },
+            0, threads,
+            [&](int i) {
+              sink[static_cast<size_t>(i)] += sum_bytes(buf + i * chunk, chunk, streams, pf);
+            },
             tbb::static_partitioner());
       });
       best = std::max(best, static_cast<double>(chunk * static_cast<size_t>(threads)) / s / 1e9);
@@ -173,8 +192,8 @@ int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
   const int64_t target_bytes = o.mb << 20;
 
-  std::printf("# matvec, %lld MiB of weights per matrix, cols %lld\n\n", static_cast<long long>(o.mb),
-              static_cast<long long>(o.cols));
+  std::printf("# matvec, %lld MiB of weights per matrix, cols %lld\n\n",
+              static_cast<long long>(o.mb), static_cast<long long>(o.cols));
   std::printf("cpu: %s, %u hardware threads, ISA path: %s\n\n", cpu_model().c_str(),
               std::thread::hardware_concurrency(), ferry::cpu::isa_name(ferry::cpu::active_isa()));
 
@@ -186,7 +205,8 @@ int main(int argc, char** argv) {
     uint8_t* aligned = storage.get() + (64 - reinterpret_cast<uintptr_t>(storage.get()) % 64) % 64;
     std::memset(aligned, 1, static_cast<size_t>(target_bytes));
     for (size_t k = 0; k < o.threads.size(); ++k)
-      stream[k] = stream_read_gbps(aligned, static_cast<size_t>(target_bytes), o.threads[k], o.reps);
+      stream[k] =
+          stream_read_gbps(aligned, static_cast<size_t>(target_bytes), o.threads[k], o.reps);
   }
 
   std::mt19937 rng(1);
@@ -198,11 +218,17 @@ int main(int argc, char** argv) {
 
   std::printf("| type | threads | ms / matvec | weights GB/s | stream GB/s | %% of stream |\n");
   std::printf("|---|---|---|---|---|---|\n");
-  struct Batched { GgmlType t; int64_t batch; double ms; double gbps; };
+  struct Batched {
+    GgmlType t;
+    int64_t batch;
+    double ms;
+    double gbps;
+  };
   std::vector<Batched> batched;
   for (GgmlType t : o.types) {
     const auto rb = static_cast<int64_t>(ferry::row_bytes(t, static_cast<uint64_t>(o.cols)));
-    // A multiple of 16 rows, as model matrices have (ggml repacks the 32-value formats when rows % 8 == 0).
+    // A multiple of 16 rows, as model matrices have (ggml repacks the 32-value formats when rows %
+    // 8 == 0).
     const int64_t rows = std::max<int64_t>(16, target_bytes / rb / 16 * 16);
     // Distinct random rows are costly to quantize; 64 are enough for realistic bit patterns and
     // are repeated through the matrix (every byte is still read from DRAM).
@@ -211,12 +237,15 @@ int main(int argc, char** argv) {
     for (int64_t r = 0; r < distinct; ++r) {
       for (auto& v : row) v = nd(rng);
       uint8_t* dst = seed_rows.data() + r * rb;
-      if (t == GgmlType::IQ4_NL || t == GgmlType::MXFP4) {  // no quantizer here: random levels, sane scales
+      if (t == GgmlType::IQ4_NL ||
+          t == GgmlType::MXFP4) {  // no quantizer here: random levels, sane scales
         for (int64_t k = 0; k < rb; ++k) dst[k] = static_cast<uint8_t>(rng());
         const int64_t bb = static_cast<int64_t>(ferry::row_bytes(t, 32));
         for (int64_t b = 0; b < rb; b += bb) {
-          if (t == GgmlType::MXFP4) dst[b] = static_cast<uint8_t>(120 + rng() % 8);
-          else dst[b + 1] = 0x2c;  // fp16 around 0.06
+          if (t == GgmlType::MXFP4)
+            dst[b] = static_cast<uint8_t>(120 + rng() % 8);
+          else
+            dst[b + 1] = 0x2c;  // fp16 around 0.06
         }
       } else {
         ferry::cpu::quantize_row_ref(t, row.data(), dst, o.cols);
@@ -224,33 +253,49 @@ int main(int argc, char** argv) {
     }
     std::unique_ptr<uint8_t[]> W(new uint8_t[static_cast<size_t>(rows * rb)]);
     for (int64_t r = 0; r < rows; ++r)
-      std::memcpy(W.get() + r * rb, seed_rows.data() + (r % distinct) * rb, static_cast<size_t>(rb));
+      std::memcpy(W.get() + r * rb, seed_rows.data() + (r % distinct) * rb,
+                  static_cast<size_t>(rb));
     std::vector<float> y(static_cast<size_t>(rows * max_batch));
     const double gb = static_cast<double>(rows * rb) / 1e9;
     for (size_t k = 0; k < o.threads.size(); ++k) {
       const double s = time_in_arena(o.threads[k], o.reps, [&] {
         ferry::cpu::matvec(t, W.get(), rows, o.cols, x.data(), y.data());
       });
-      std::printf("| %s | %d | %.2f | %.1f | %.1f | %.0f%% |\n", std::string(ferry::type_name(t)).c_str(),
-                  o.threads[k], s * 1e3, gb / s, stream[k], 100.0 * gb / s / stream[k]);
+      std::printf("| %s | %d | %.2f | %.1f | %.1f | %.0f%% |\n",
+                  std::string(ferry::type_name(t)).c_str(), o.threads[k], s * 1e3, gb / s,
+                  stream[k], 100.0 * gb / s / stream[k]);
       std::fflush(stdout);
     }
     for (int64_t b : o.batches) {
       if (b == 1) continue;
+      const auto xrb = static_cast<int64_t>(ferry::row_bytes(ferry::cpu::vec_dot_type(t), o.cols));
+      std::vector<uint8_t> xq(static_cast<size_t>(xrb * b));
+      if (o.expert)
+        for (int64_t j = 0; j < b; ++j)
+          ferry::cpu::quantize_activation(t, x.data() + j * o.cols, xq.data() + j * xrb, o.cols);
       const double s = time_in_arena(o.threads.back(), std::max(3, o.reps / 2), [&] {
-        ferry::cpu::matmul(t, W.get(), rows, o.cols, x.data(), o.cols, b, y.data(), rows);
+        if (o.expert)
+          ferry::cpu::matmul_q(t, W.get(), rows, o.cols, xq.data(), xrb, b, y.data(), rows, true,
+                               false);
+        else
+          ferry::cpu::matmul(t, W.get(), rows, o.cols, x.data(), o.cols, b, y.data(), rows);
       });
       batched.push_back({t, b, s * 1e3, gb / s});
     }
   }
   if (!batched.empty()) {
-    std::printf("\nBatched (prefill-style) matmul, %d threads: each weight byte read once per call.\n\n",
-                o.threads.back());
-    std::printf("| type | n_batch | ms / call | ms / token | weights GB/s | GMAC/s |\n|---|---|---|---|---|---|\n");
+    std::printf(
+        "\nBatched (prefill-style) matmul, %d threads: each weight byte read once per call.\n\n",
+        o.threads.back());
+    std::printf(
+        "| type | n_batch | ms / call | ms / token | weights GB/s | GMAC/s "
+        "|\n|---|---|---|---|---|---|\n");
     for (const Batched& r : batched) {
-      const double macs = static_cast<double>(target_bytes) / ferry::row_bytes(r.t, o.cols) * o.cols * r.batch;
-      std::printf("| %s | %lld | %.1f | %.2f | %.1f | %.1f |\n", std::string(ferry::type_name(r.t)).c_str(),
-                  static_cast<long long>(r.batch), r.ms, r.ms / r.batch, r.gbps, macs / (r.ms * 1e-3) / 1e9);
+      const double macs =
+          static_cast<double>(target_bytes) / ferry::row_bytes(r.t, o.cols) * o.cols * r.batch;
+      std::printf("| %s | %lld | %.1f | %.2f | %.1f | %.1f |\n",
+                  std::string(ferry::type_name(r.t)).c_str(), static_cast<long long>(r.batch), r.ms,
+                  r.ms / r.batch, r.gbps, macs / (r.ms * 1e-3) / 1e9);
     }
   }
   return 0;

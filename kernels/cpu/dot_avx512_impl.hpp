@@ -388,7 +388,8 @@ const detail::DotKernels& avx512_table() {
     t.iq4_xs_tiled = by_nx<IQ4XSKernel512<kVnni, true>>;
     add_repacked_rows512<kVnni>(t);
     t.q4_k_rows = Q4KRows512<kVnni>::run;
-    t.q4_k_group4_lanes = Q4KLanes512<kVnni>::run;
+    t.q4_k_group4_lanes = Q4KLanes512<kVnni, true>::run;
+    t.q4_k_lanes = Q4KLanes512<kVnni, false>::run;
     return t;
   }();
   return k;

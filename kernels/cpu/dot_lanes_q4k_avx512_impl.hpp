@@ -1,7 +1,8 @@
 #pragma once
-// AVX-512 kernel of Q4_K's 4-row order (dot_ref.cpp's dot_q4_k<true>: per 64-value chunk one FMA
-// of the chunk's integer sum with d_w·d_y and one of its mins term with dmin_w·d_y) for dense
-// products with many activation rows (prefill). The activations come packed lane-wise
+// AVX-512 kernels of Q4_K's 4-row order (dot_ref.cpp's dot_q4_k<true>: per 64-value chunk one FMA
+// of the chunk's integer sum with d_w·d_y and one of its mins term with dmin_w·d_y), for dense
+// products, and of its 1-row order (the same per block), for expert products, with many
+// activation rows (prefill). The activations come packed lane-wise
 // (detail::pack_q8k_lanes): each vector lane is one activation row, so a weight row's four bytes
 // are broadcast against sixteen rows' four bytes and every lane keeps its own whole sum; nothing
 // is reduced across lanes. The kernel that reduces each (weight row, activation row, chunk) from
@@ -22,11 +23,17 @@ namespace {
 // acc + Σ of four u8·s8 products per 32-bit lane.
 template <bool kVnni>
 inline __m512i dot_u8s8_512(__m512i acc, __m512i u, __m512i s) {
-  if constexpr (kVnni) return _mm512_dpbusd_epi32(acc, u, s);
-  else return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(u, s), _mm512_set1_epi16(1)));
+  if constexpr (kVnni)
+    return _mm512_dpbusd_epi32(acc, u, s);
+  else
+    return _mm512_add_epi32(acc,
+                            _mm512_madd_epi16(_mm512_maddubs_epi16(u, s), _mm512_set1_epi16(1)));
 }
 
-template <bool kVnni>
+// kGrouped: Q4_K's 4-row order (an FMA pair per 64-value chunk); else its 1-row order
+// (dot_ref.cpp's dot_q4_k<false>: the block's whole integer sums, an FMA pair per block), for
+// expert products.
+template <bool kVnni, bool kGrouped>
 struct Q4KLanes512 {
   static constexpr int kRows = detail::kLanesWeightRows;
   static constexpr int kLanes = detail::kLanes;
@@ -43,7 +50,8 @@ struct Q4KLanes512 {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     for (int c = 0; c < 4; ++c) {
       const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * c));
-      _mm512_storeu_si512(levels + 64 * c, _mm512_and_si512(join_256(bits, _mm256_srli_epi16(bits, 4)), m4));
+      _mm512_storeu_si512(levels + 64 * c,
+                          _mm512_and_si512(join_256(bits, _mm256_srli_epi16(bits, 4)), m4));
     }
     alignas(16) uint8_t sm[16];
     _mm_store_si128(reinterpret_cast<__m128i*>(sm), q4k_scales_mins(b.scales));
@@ -53,10 +61,18 @@ struct Q4KLanes512 {
     u.dmin = h2f(b.dmin);
   }
 
+  // acc += s·(d_w·d_y), acc_min += m·(dmin_w·d_y), lane-wise: the reference's two FMA chains.
+  static void fma_pair(__m512& acc, __m512& acc_min, __m512i s, __m512i m, const Unpacked& u,
+                       __m512 dy) {
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(_mm512_set1_ps(u.d), dy), acc);
+    acc_min =
+        _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), _mm512_mul_ps(_mm512_set1_ps(u.dmin), dy), acc_min);
+  }
+
   // out[j·out_stride + r] for r < nw (≤ kRows) weight rows and j < nx activation rows, the
   // activations packed by pack_q8k_lanes in packs of kLanes rows, pack_stride bytes apart.
-  static void run(int64_t n, const void* wv, size_t w_stride, int nw, const uint8_t* packs, size_t pack_stride,
-                  int64_t nx, float* out, size_t out_stride) {
+  static void run(int64_t n, const void* wv, size_t w_stride, int nw, const uint8_t* packs,
+                  size_t pack_stride, int64_t nx, float* out, size_t out_stride) {
     const int64_t nb = n / kQK_K;
     thread_local std::vector<uint8_t> level_buf;
     thread_local std::vector<Unpacked> info_buf;
@@ -64,9 +80,11 @@ struct Q4KLanes512 {
     info_buf.resize(static_cast<size_t>(kRows * nb));
     const auto* w = static_cast<const uint8_t*>(wv);
     for (int r = 0; r < kRows; ++r) {  // rows past nw repeat row 0 (computed, dropped)
-      const auto* row = reinterpret_cast<const BlockQ4K*>(w + static_cast<size_t>(r < nw ? r : 0) * w_stride);
+      const auto* row =
+          reinterpret_cast<const BlockQ4K*>(w + static_cast<size_t>(r < nw ? r : 0) * w_stride);
       for (int64_t i = 0; i < nb; ++i)
-        unpack(row[i], level_buf.data() + (r * nb + i) * kQK_K, info_buf[static_cast<size_t>(r * nb + i)]);
+        unpack(row[i], level_buf.data() + (r * nb + i) * kQK_K,
+               info_buf[static_cast<size_t>(r * nb + i)]);
     }
     for (int64_t p0 = 0; p0 < nx; p0 += kLanes) {
       const uint8_t* xp = packs + static_cast<size_t>(p0 / kLanes) * pack_stride;
@@ -81,6 +99,7 @@ struct Q4KLanes512 {
           lv[r] = level_buf.data() + (r * nb + i) * kQK_K;
           u[r] = &info_buf[static_cast<size_t>(r * nb + i)];
         }
+        __m512i s_block[kRows], m_block[kRows];  // !kGrouped: the block's sums so far
         for (int c = 0; c < 4; ++c) {
           __m512i s[kRows];
           for (int h = 0; h < 2; ++h) {
@@ -96,17 +115,25 @@ struct Q4KLanes512 {
               }
             }
             for (int r = 0; r < kRows; ++r) {
-              const __m512i scaled = _mm512_mullo_epi32(t[r], _mm512_set1_epi32(u[r]->sc[2 * c + h]));
+              const __m512i scaled =
+                  _mm512_mullo_epi32(t[r], _mm512_set1_epi32(u[r]->sc[2 * c + h]));
               s[r] = h == 0 ? scaled : _mm512_add_epi32(s[r], scaled);
             }
           }
           const __m512i bsum_pairs = _mm512_loadu_si512(xb + detail::kLanesBsumOffset + 64 * c);
           for (int r = 0; r < kRows; ++r) {
             const __m512i m = _mm512_madd_epi16(bsum_pairs, _mm512_set1_epi32(u[r]->min_pairs[c]));
-            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[r]), _mm512_mul_ps(_mm512_set1_ps(u[r]->d), dy), acc[r]);
-            acc_min[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), _mm512_mul_ps(_mm512_set1_ps(u[r]->dmin), dy), acc_min[r]);
+            if constexpr (kGrouped) {
+              fma_pair(acc[r], acc_min[r], s[r], m, *u[r], dy);
+            } else {
+              s_block[r] = c == 0 ? s[r] : _mm512_add_epi32(s_block[r], s[r]);
+              m_block[r] = c == 0 ? m : _mm512_add_epi32(m_block[r], m);
+            }
           }
         }
+        if constexpr (!kGrouped)
+          for (int r = 0; r < kRows; ++r)
+            fma_pair(acc[r], acc_min[r], s_block[r], m_block[r], *u[r], dy);
       }
       const int64_t np = std::min<int64_t>(kLanes, nx - p0);
       for (int r = 0; r < nw; ++r) {

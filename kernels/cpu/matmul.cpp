@@ -1,6 +1,8 @@
 // matmul / matmul_q: activations quantized once per call, then weight rows dotted with them in
 // parallel over rows (oneTBB). For n_batch > 1 the rows are walked in tiles that stay in L1/L2
 // while every activation row passes by, so each weight byte comes from DRAM once per call.
+#include "kernels/cpu/matmul.hpp"
+
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
@@ -11,7 +13,6 @@
 
 #include "kernels/cpu/blocks.hpp"
 #include "kernels/cpu/dot_kernels.hpp"
-#include "kernels/cpu/matmul.hpp"
 #include "kernels/cpu/quants.hpp"
 #include "kernels/cpu/row_check.hpp"
 #include "runtime/core/error.hpp"
@@ -38,9 +39,11 @@ constexpr int64_t kRepackRows = 8;
 constexpr int64_t kTinyblasMinRows = 2;
 // Smallest chunk of work one task gets.
 constexpr int64_t kMinTaskWork = 64 * 1024;
-// Fewest activation rows for which a dense Q4_K product packs them lane-wise (Q4_K's 4-row order
-// with the activation rows in the vector lanes; below this a pack would be mostly padding).
+// Fewest activation rows for which a Q4_K product packs them lane-wise (the activation rows in the
+// vector lanes; below this a pack is mostly padding and the other kernels are faster), for dense
+// products (Q4_K's 4-row order) and expert products (its 1-row order).
 constexpr int64_t kLanesMinRows = 8;
+constexpr int64_t kLanesMinRowsExpert = 10;
 
 void check_matmul(const char* what, GgmlType w, int64_t rows, int64_t cols, int64_t n_batch,
                   int64_t ldy) {
@@ -54,14 +57,14 @@ void check_matmul(const char* what, GgmlType w, int64_t rows, int64_t cols, int6
 struct Job {
   detail::DotFn dot;
   detail::DotRowsFn dot_rows;  // kMaxRows rows at once, or nullptr
-  detail::DotFn dot_grouped;  // full groups of kMaxNx rows (dense products; see matmul.hpp)
-  const uint8_t* W;   // (rows, w_row_bytes)
+  detail::DotFn dot_grouped;   // full groups of kMaxNx rows (dense products; see matmul.hpp)
+  const uint8_t* W;            // (rows, w_row_bytes)
   size_t w_row_bytes;
   int64_t cols;
   const uint8_t* Xq;  // (n_batch, ldxq bytes)
   size_t ldxq;
   int64_t n_batch;
-  float* Y;           // (n_batch, ldy)
+  float* Y;  // (n_batch, ldy)
   int64_t ldy;
   // Dense Q4_K with lane-packed activations: the first n_lanes rows (a multiple of 4) in packs of
   // kLanes rows, pack_stride bytes apart; the rest (< 4) go through dot.
@@ -76,7 +79,8 @@ struct Job {
       const int tail = static_cast<int>(n_batch - n_lanes);
       for (int64_t r = r0; r < r1; r += detail::kLanesWeightRows) {
         const int nw = static_cast<int>(std::min<int64_t>(detail::kLanesWeightRows, r1 - r));
-        lanes(cols, W + r * w_row_bytes, w_row_bytes, nw, packs, pack_stride, n_lanes, Y + r, static_cast<size_t>(ldy));
+        lanes(cols, W + r * w_row_bytes, w_row_bytes, nw, packs, pack_stride, n_lanes, Y + r,
+              static_cast<size_t>(ldy));
         for (int64_t rr = r; tail > 0 && rr < r + nw; ++rr) {
           dot(cols, W + rr * w_row_bytes, Xq + n_lanes * ldxq, ldxq, tail, tmp);
           for (int j = 0; j < tail; ++j) Y[(n_lanes + j) * ldy + rr] = tmp[j];
@@ -87,16 +91,18 @@ struct Job {
     if (dot_rows) {
       // kMaxRows weight rows side by side (more than kStreams sequential streams), within tiles of
       // the batched path as below.
-      const int64_t tile = n_batch == 1 ? r1 - r0
-                                        : std::max<int64_t>(detail::kMaxRows, kTileBytes / static_cast<int64_t>(w_row_bytes));
+      const int64_t tile =
+          n_batch == 1
+              ? r1 - r0
+              : std::max<int64_t>(detail::kMaxRows, kTileBytes / static_cast<int64_t>(w_row_bytes));
       for (int64_t t0 = r0; t0 < r1; t0 += tile) {
         const int64_t t1 = std::min(r1, t0 + tile);
         for (int64_t b = 0; b < n_batch; b += kMaxNx) {
           const int nx = static_cast<int>(std::min<int64_t>(kMaxNx, n_batch - b));
           for (int64_t r = t0; r < t1; r += detail::kMaxRows) {
             const int nw = static_cast<int>(std::min<int64_t>(detail::kMaxRows, t1 - r));
-            dot_rows(cols, W + r * w_row_bytes, w_row_bytes, nw, Xq + b * ldxq, ldxq, nx, Y + b * ldy + r,
-                     static_cast<size_t>(ldy));
+            dot_rows(cols, W + r * w_row_bytes, w_row_bytes, nw, Xq + b * ldxq, ldxq, nx,
+                     Y + b * ldy + r, static_cast<size_t>(ldy));
           }
         }
       }
@@ -142,13 +148,15 @@ void run(const Job& job, int64_t rows, bool parallel) {
   int64_t grain = std::max<int64_t>(1, kMinTaskWork / std::max<int64_t>(1, work_per_row));
   if (job.n_batch > 1)  // whole tiles per task
     grain = std::max<int64_t>(grain, kTileBytes / static_cast<int64_t>(job.w_row_bytes));
-  // The several-rows kernels get whole groups of kMaxRows (a partial group takes their slower path).
+  // The several-rows kernels get whole groups of kMaxRows (a partial group takes their slower
+  // path).
   const int64_t unit = job.lanes ? detail::kLanesWeightRows : job.dot_rows ? detail::kMaxRows : 1;
   grain = (grain + unit - 1) / unit;
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, (rows + unit - 1) / unit, static_cast<size_t>(grain)),
-                    [&job, unit, rows](const tbb::blocked_range<int64_t>& r) {
-                      job.rows(r.begin() * unit, std::min(rows, r.end() * unit));
-                    });
+  tbb::parallel_for(
+      tbb::blocked_range<int64_t>(0, (rows + unit - 1) / unit, static_cast<size_t>(grain)),
+      [&job, unit, rows](const tbb::blocked_range<int64_t>& r) {
+        job.rows(r.begin() * unit, std::min(rows, r.end() * unit));
+      });
 }
 
 // The order llama.cpp's x86 CPU backend (AVX2 build) adds a product in, by weight type and shape
@@ -167,8 +175,10 @@ detail::DotOrder order_for(GgmlType w, int64_t rows, int64_t n_batch, bool dense
     case GgmlType::Q6_K:
     case GgmlType::Q2_K:
     case GgmlType::Q3_K:
-    case GgmlType::IQ4_XS: return n_batch >= kTiledMinRows ? DotOrder::tiled : DotOrder::row;
-    default: return DotOrder::row;
+    case GgmlType::IQ4_XS:
+      return n_batch >= kTiledMinRows ? DotOrder::tiled : DotOrder::row;
+    default:
+      return DotOrder::row;
   }
 }
 
@@ -200,39 +210,47 @@ void matmul_q(GgmlType w, const void* W, int64_t rows, int64_t cols, const void*
   const detail::DotOrder order = order_for(w, rows, n_batch, dense);
   const detail::DotFn dot = detail::dot_fn(kernels, w, order);
   if (!dot) fail(ErrorKind::unsupported, "matmul_q: type {} is not a weight type", type_name(w));
-  const auto x_row_bytes = static_cast<int64_t>(row_bytes(vec_dot_type(w), static_cast<uint64_t>(cols)));
+  const auto x_row_bytes =
+      static_cast<int64_t>(row_bytes(vec_dot_type(w), static_cast<uint64_t>(cols)));
   if (n_batch > 1 && ldxq < x_row_bytes)
-    fail(ErrorKind::invalid_arg, "matmul_q: activation stride {} B is smaller than a row ({} B)", ldxq,
-         x_row_bytes);
+    fail(ErrorKind::invalid_arg, "matmul_q: activation stride {} B is smaller than a row ({} B)",
+         ldxq, x_row_bytes);
   if (rows == 0 || n_batch == 0) return;
   static_assert(kMaxNx == 4, "the grouped order is ggml's 4-row kernel's");
   // Q4_K's several-rows kernel adds in its 1-row order: not for the full 4-row groups of a dense
   // product, which take the 4-row order (dot_grouped below).
-  const detail::DotRowsFn dot_rows =
-      w == GgmlType::Q4_K && dense && n_batch >= kMaxNx ? nullptr : detail::dot_rows_fn(kernels, w, order);
+  const detail::DotRowsFn dot_rows = w == GgmlType::Q4_K && dense && n_batch >= kMaxNx
+                                         ? nullptr
+                                         : detail::dot_rows_fn(kernels, w, order);
   Job job{dot,
-                dot_rows,
-                dense && w == GgmlType::Q4_K ? detail::dot_fn(kernels, w, detail::DotOrder::group4) : dot,
-                static_cast<const uint8_t*>(W),
-                static_cast<size_t>(row_bytes(w, static_cast<uint64_t>(cols))),
-                cols,
-                static_cast<const uint8_t*>(Xq),
-                static_cast<size_t>(ldxq),
-                n_batch,
-                Y,
-                ldy};
-  if (dense && w == GgmlType::Q4_K && n_batch >= kLanesMinRows && kernels.q4_k_group4_lanes) {
+          dot_rows,
+          dense && w == GgmlType::Q4_K ? detail::dot_fn(kernels, w, detail::DotOrder::group4) : dot,
+          static_cast<const uint8_t*>(W),
+          static_cast<size_t>(row_bytes(w, static_cast<uint64_t>(cols))),
+          cols,
+          static_cast<const uint8_t*>(Xq),
+          static_cast<size_t>(ldxq),
+          n_batch,
+          Y,
+          ldy};
+  const detail::LanesFn lanes = w != GgmlType::Q4_K                 ? nullptr
+                                : dense && n_batch >= kLanesMinRows ? kernels.q4_k_group4_lanes
+                                : !dense && n_batch >= kLanesMinRowsExpert ? kernels.q4_k_lanes
+                                                                           : nullptr;
+  if (lanes) {
     const int64_t nb = cols / kQK_K;
-    job.lanes = kernels.q4_k_group4_lanes;
-    job.n_lanes = n_batch - n_batch % kMaxNx;
+    job.lanes = lanes;
+    // The 4-row order covers the full groups of 4 rows (the rest take dot's 1-row order).
+    job.n_lanes = dense ? n_batch - n_batch % kMaxNx : n_batch;
     job.pack_stride = static_cast<size_t>(nb) * detail::kLanesBlockBytes;
     const int64_t n_packs = (job.n_lanes + detail::kLanes - 1) / detail::kLanes;
     thread_local std::vector<uint8_t> packs;
     packs.resize(static_cast<size_t>(n_packs) * job.pack_stride);
     for (int64_t p = 0; p < n_packs; ++p)
-      detail::pack_q8k_lanes(job.Xq + p * detail::kLanes * job.ldxq, job.ldxq,
-                             static_cast<int>(std::min<int64_t>(detail::kLanes, job.n_lanes - p * detail::kLanes)), nb,
-                             packs.data() + p * job.pack_stride);
+      detail::pack_q8k_lanes(
+          job.Xq + p * detail::kLanes * job.ldxq, job.ldxq,
+          static_cast<int>(std::min<int64_t>(detail::kLanes, job.n_lanes - p * detail::kLanes)), nb,
+          packs.data() + p * job.pack_stride);
     job.packs = packs.data();
   }
   run(job, rows, parallel);
@@ -252,14 +270,16 @@ void matmul(GgmlType w, const void* W, int64_t rows, int64_t cols, const float* 
   const auto x_row_bytes = static_cast<size_t>(row_bytes(vt, static_cast<uint64_t>(cols)));
   std::vector<uint8_t> xq(x_row_bytes * static_cast<size_t>(n_batch));  // (n_batch, x_row_bytes)
   auto quantize = [&](int64_t b0, int64_t b1) {
-    for (int64_t b = b0; b < b1; ++b) quantize_activation(w, X + b * ldx, xq.data() + b * x_row_bytes, cols);
+    for (int64_t b = b0; b < b1; ++b)
+      quantize_activation(w, X + b * ldx, xq.data() + b * x_row_bytes, cols);
   };
   if (parallel && n_batch > 1 && n_batch * cols >= 64 * 1024)
     tbb::parallel_for(tbb::blocked_range<int64_t>(0, n_batch),
                       [&](const tbb::blocked_range<int64_t>& r) { quantize(r.begin(), r.end()); });
   else
     quantize(0, n_batch);
-  matmul_q(w, W, rows, cols, xq.data(), static_cast<int64_t>(x_row_bytes), n_batch, Y, ldy, parallel, true);
+  matmul_q(w, W, rows, cols, xq.data(), static_cast<int64_t>(x_row_bytes), n_batch, Y, ldy,
+           parallel, true);
 }
 
 }  // namespace ferry::cpu

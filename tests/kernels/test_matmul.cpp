@@ -24,17 +24,27 @@ std::vector<double> activation_error_bound(GgmlType w, const float* x, int64_t n
   const int64_t bv = type_info(vt).block_values;
   for (int64_t b = 0; b < n / bv; ++b) {
     double amax = 0;
-    for (int64_t j = 0; j < bv; ++j) amax = std::max(amax, std::fabs(static_cast<double>(x[b * bv + j])));
+    for (int64_t j = 0; j < bv; ++j)
+      amax = std::max(amax, std::fabs(static_cast<double>(x[b * bv + j])));
     for (int64_t j = 0; j < bv; ++j) {
       const double v = std::fabs(static_cast<double>(x[b * bv + j]));
       double bound = 0;
       switch (vt) {
-        case GgmlType::Q8_K: bound = amax / 127 * 0.5; break;
+        case GgmlType::Q8_K:
+          bound = amax / 127 * 0.5;
+          break;
         case GgmlType::Q8_0:
-        case GgmlType::Q8_1: bound = amax / 127 * (0.5 + 127.0 / 2048); break;
-        case GgmlType::F16: bound = v * std::ldexp(1.0, -11); break;
-        case GgmlType::BF16: bound = v * std::ldexp(1.0, -8); break;
-        default: break;
+        case GgmlType::Q8_1:
+          bound = amax / 127 * (0.5 + 127.0 / 2048);
+          break;
+        case GgmlType::F16:
+          bound = v * std::ldexp(1.0, -11);
+          break;
+        case GgmlType::BF16:
+          bound = v * std::ldexp(1.0, -8);
+          break;
+        default:
+          break;
       }
       e[static_cast<size_t>(b * bv + j)] = bound * 1.001 + 1e-12;
     }
@@ -45,9 +55,9 @@ std::vector<double> activation_error_bound(GgmlType w, const float* x, int64_t n
 struct Problem {
   GgmlType t;
   int64_t rows, cols, n_batch, ldx, ldy;
-  std::vector<uint8_t> W;   // (rows, row_bytes)
-  std::vector<float> Wd;    // (rows, cols) dequantized
-  std::vector<float> X;     // (n_batch, ldx)
+  std::vector<uint8_t> W;  // (rows, row_bytes)
+  std::vector<float> Wd;   // (rows, cols) dequantized
+  std::vector<float> X;    // (n_batch, ldx)
 };
 
 Problem make_problem(std::mt19937& rng, GgmlType t, int64_t rows, int64_t cols, int64_t n_batch) {
@@ -89,8 +99,8 @@ Reference reference(const Problem& p) {
         exact_f += static_cast<double>(w[c]) * x[c];
         act_bound += std::fabs(static_cast<double>(w[c])) * err[static_cast<size_t>(c)];
       }
-      // Q4_1/Q5_1: their min term uses the activation's fp16 block sum (kernel_test_util.hpp), whose
-      // rounding (≤ 2^-11 relative) adds to the activation error bound.
+      // Q4_1/Q5_1: their min term uses the activation's fp16 block sum (kernel_test_util.hpp),
+      // whose rounding (≤ 2^-11 relative) adds to the activation error bound.
       const size_t rb = row_bytes(p.t, static_cast<uint64_t>(p.cols));
       double min_mag;
       exact_q += q8_1_min_term_shift(p.t, p.W.data() + r * rb, xq.data(), p.cols, &min_mag);
@@ -131,14 +141,17 @@ std::string describe(const Problem& p, cpu::Isa isa, int threads) {
 TEST(Matmul, MatchesDoubleReferenceAcrossBatchesThreadsAndIsas) {
   IsaGuard guard;
   std::mt19937 rng(31);
-  struct Shape { int64_t rows, cols_blocks; };
+  struct Shape {
+    int64_t rows, cols_blocks;
+  };
   // 37 and 131 rows are not multiples of any tile or grain; 1 row is the degenerate case.
   const Shape shapes[] = {{1, 2}, {37, 3}, {131, 2}};
   for (GgmlType t : kWeightTypes) {
     const int64_t bv = block_values(t) == 1 ? 64 : block_values(t);
     for (const Shape& s : shapes) {
       for (int64_t n_batch : {1, 2, 3, 7, 16, 33}) {
-        const Problem p = make_problem(rng, t, s.rows, s.cols_blocks * bv + (bv == 64 ? 5 : 0), n_batch);
+        const Problem p =
+            make_problem(rng, t, s.rows, s.cols_blocks * bv + (bv == 64 ? 5 : 0), n_batch);
         const Reference ref = reference(p);
         for (cpu::Isa isa : available_isas()) {
           cpu::set_isa(isa);
@@ -146,7 +159,8 @@ TEST(Matmul, MatchesDoubleReferenceAcrossBatchesThreadsAndIsas) {
             std::vector<float> Y(static_cast<size_t>(n_batch * p.ldy), -777.f);
             tbb::task_arena arena(threads);
             arena.execute([&] {
-              cpu::matmul(t, p.W.data(), p.rows, p.cols, p.X.data(), p.ldx, n_batch, Y.data(), p.ldy);
+              cpu::matmul(t, p.W.data(), p.rows, p.cols, p.X.data(), p.ldx, n_batch, Y.data(),
+                          p.ldy);
             });
             check_result(p, ref, Y, describe(p, isa, threads));
             if (HasFatalFailure()) return;
@@ -177,7 +191,8 @@ TEST(Matmul, ParallelPathIsDeterministic) {
         });
         for (int64_t b = 0; b < n_batch; ++b)
           for (int64_t r = 0; r < p.rows; ++r)
-            ASSERT_EQ(Y[static_cast<size_t>(b * p.ldy + r)], serial[static_cast<size_t>(b * p.ldy + r)])
+            ASSERT_EQ(Y[static_cast<size_t>(b * p.ldy + r)],
+                      serial[static_cast<size_t>(b * p.ldy + r)])
                 << describe(p, cpu::active_isa(), threads) << " row " << r;
       }
     }
@@ -201,17 +216,20 @@ TEST(Matmul, PreQuantizedActivationsMatchMatmul) {
       cpu::quantize_activation(t, p.X.data() + b * p.ldx, xq.data() + b * ldxq, cols);
     std::vector<float> a(static_cast<size_t>(p.n_batch * p.ldy)), q(a.size());
     cpu::matmul(t, p.W.data(), p.rows, cols, p.X.data(), p.ldx, p.n_batch, a.data(), p.ldy);
-    cpu::matmul_q(t, p.W.data(), p.rows, cols, xq.data(), ldxq, p.n_batch, q.data(), p.ldy, true, true);
+    cpu::matmul_q(t, p.W.data(), p.rows, cols, xq.data(), ldxq, p.n_batch, q.data(), p.ldy, true,
+                  true);
     EXPECT_EQ(a, q) << type_name(t);
     std::vector<float> e(a.size());
-    cpu::matmul_q(t, p.W.data(), p.rows, cols, xq.data(), ldxq, p.n_batch, e.data(), p.ldy, true, false);
+    cpu::matmul_q(t, p.W.data(), p.rows, cols, xq.data(), ldxq, p.n_batch, e.data(), p.ldy, true,
+                  false);
     const size_t wrb = row_bytes(t, static_cast<uint64_t>(cols));
     const bool dense_order = t == GgmlType::Q4_K || t == GgmlType::IQ4_NL;
     int64_t differ = 0;
     for (int64_t b = 0; b < p.n_batch; ++b)
       for (int64_t r = 0; r < p.rows; ++r) {
         const size_t i = static_cast<size_t>(b * p.ldy + r);
-        ASSERT_EQ(e[i], cpu::vec_dot(t, p.W.data() + r * wrb, xq.data() + b * ldxq, cols)) << type_name(t);
+        ASSERT_EQ(e[i], cpu::vec_dot(t, p.W.data() + r * wrb, xq.data() + b * ldxq, cols))
+            << type_name(t);
         if (t != GgmlType::IQ4_NL && b >= p.n_batch - p.n_batch % 4) {
           ASSERT_EQ(a[i], e[i]) << type_name(t) << " tail row " << b;
         }
@@ -244,9 +262,12 @@ TEST(Matmul, TakesTheOrderLlamaCppTakes) {
       case GgmlType::Q6_K:
       case GgmlType::Q2_K:
       case GgmlType::Q3_K:
-      case GgmlType::IQ4_XS: return n_batch >= 8 ? DotOrder::tiled : DotOrder::row;
-      case GgmlType::Q4_K: return dense && b < n_batch - n_batch % 4 ? DotOrder::group4 : DotOrder::row;
-      default: return DotOrder::row;
+      case GgmlType::IQ4_XS:
+        return n_batch >= 8 ? DotOrder::tiled : DotOrder::row;
+      case GgmlType::Q4_K:
+        return dense && b < n_batch - n_batch % 4 ? DotOrder::group4 : DotOrder::row;
+      default:
+        return DotOrder::row;
     }
   };
   for (GgmlType t : kWeightTypes) {
@@ -263,56 +284,67 @@ TEST(Matmul, TakesTheOrderLlamaCppTakes) {
       for (int64_t n_batch : {1, 3, 7, 8, 9})
         for (bool dense : {false, true}) {
           std::vector<float> y(static_cast<size_t>(n_batch * p.ldy));
-          cpu::matmul_q(t, p.W.data(), rows, cols, xq.data(), xrb, n_batch, y.data(), p.ldy, false, dense);
+          cpu::matmul_q(t, p.W.data(), rows, cols, xq.data(), xrb, n_batch, y.data(), p.ldy, false,
+                        dense);
           for (int64_t b = 0; b < n_batch; ++b)
             for (int64_t r = 0; r < rows; ++r) {
               const DotOrder o = expected_order(t, rows, n_batch, dense, b);
               float want;
-              cpu::detail::dot_fn(scalar, t, o)(cols, p.W.data() + r * wrb, xq.data() + b * xrb, 0, 1, &want);
+              cpu::detail::dot_fn(scalar, t, o)(cols, p.W.data() + r * wrb, xq.data() + b * xrb, 0,
+                                                1, &want);
               ASSERT_EQ(y[static_cast<size_t>(b * p.ldy + r)], want)
-                  << type_name(t) << " rows " << rows << " n_batch " << n_batch << (dense ? " dense" : " expert")
-                  << " output (" << b << ", " << r << ") order " << static_cast<int>(o);
+                  << type_name(t) << " rows " << rows << " n_batch " << n_batch
+                  << (dense ? " dense" : " expert") << " output (" << b << ", " << r << ") order "
+                  << static_cast<int>(o);
             }
         }
     }
   }
 }
 
-// Dense Q4_K products of 8+ activation rows take the lane-packed kernel where the ISA has one
-// (AVX-512): every output still equals the scalar 4-row order (full groups of 4 activation rows)
-// or vec_dot (the tail), at every ISA, serial and parallel, for weight row counts around the
-// kernel's 4-row groups and activation row counts around its 16-row packs, with a strided input.
-TEST(Matmul, DenseQ4KManyRowsKeepTheGroupedOrder) {
+// Q4_K products of many activation rows take the lane-packed kernels where the ISA has them
+// (AVX-512): every output of a dense product still equals the scalar 4-row order (full groups of
+// 4 activation rows) or vec_dot (the tail), every output of an expert product vec_dot, at every
+// ISA, serial and parallel, for weight row counts around the kernels' 4-row groups and activation
+// row counts around their 16-row packs, with a strided input.
+TEST(Matmul, Q4KManyRowsKeepTheirOrders) {
   using cpu::detail::DotOrder;
   std::mt19937 rng(36);
   const auto& scalar = cpu::detail::dot_kernels(cpu::Isa::scalar);
   const cpu::Isa saved = cpu::active_isa();
   const GgmlType t = GgmlType::Q4_K;
   for (int64_t cols : {256, 768}) {
-    const auto xrb = static_cast<int64_t>(row_bytes(GgmlType::Q8_K, static_cast<uint64_t>(cols))) + 9;
+    const auto xrb =
+        static_cast<int64_t>(row_bytes(GgmlType::Q8_K, static_cast<uint64_t>(cols))) + 9;
     const Problem p = make_problem(rng, t, 64, cols, 37);
     std::vector<uint8_t> xq(static_cast<size_t>(xrb * p.n_batch));
     for (int64_t b = 0; b < p.n_batch; ++b)
       cpu::quantize_activation(t, p.X.data() + b * p.ldx, xq.data() + b * xrb, cols);
     const size_t wrb = row_bytes(t, static_cast<uint64_t>(cols));
-    for (cpu::Isa isa : {cpu::Isa::scalar, cpu::Isa::avx2, cpu::Isa::avx512, cpu::Isa::avx512vnni}) {
+    for (cpu::Isa isa :
+         {cpu::Isa::scalar, cpu::Isa::avx2, cpu::Isa::avx512, cpu::Isa::avx512vnni}) {
       if (static_cast<int>(isa) > static_cast<int>(cpu::detected_isa())) continue;
       cpu::set_isa(isa);
       for (int64_t rows : {1, 3, 4, 5, 29, 64})
-        for (int64_t n_batch : {8, 11, 16, 20, 37})
-          for (bool parallel : {false, true}) {
-            std::vector<float> y(static_cast<size_t>(n_batch * p.ldy), std::nanf(""));
-            cpu::matmul_q(t, p.W.data(), rows, cols, xq.data(), xrb, n_batch, y.data(), p.ldy, parallel, true);
-            for (int64_t b = 0; b < n_batch; ++b)
-              for (int64_t r = 0; r < rows; ++r) {
-                const DotOrder o = b < n_batch - n_batch % 4 ? DotOrder::group4 : DotOrder::row;
-                float want;
-                cpu::detail::dot_fn(scalar, t, o)(cols, p.W.data() + r * wrb, xq.data() + b * xrb, 0, 1, &want);
-                ASSERT_EQ(y[static_cast<size_t>(b * p.ldy + r)], want)
-                    << cpu::isa_name(isa) << " cols " << cols << " rows " << rows << " n_batch " << n_batch
-                    << (parallel ? " parallel" : " serial") << " output (" << b << ", " << r << ")";
-              }
-          }
+        for (int64_t n_batch : {8, 10, 11, 16, 20, 37})
+          for (bool parallel : {false, true})
+            for (bool dense : {true, false}) {
+              std::vector<float> y(static_cast<size_t>(n_batch * p.ldy), std::nanf(""));
+              cpu::matmul_q(t, p.W.data(), rows, cols, xq.data(), xrb, n_batch, y.data(), p.ldy,
+                            parallel, dense);
+              for (int64_t b = 0; b < n_batch; ++b)
+                for (int64_t r = 0; r < rows; ++r) {
+                  const DotOrder o =
+                      dense && b < n_batch - n_batch % 4 ? DotOrder::group4 : DotOrder::row;
+                  float want;
+                  cpu::detail::dot_fn(scalar, t, o)(cols, p.W.data() + r * wrb, xq.data() + b * xrb,
+                                                    0, 1, &want);
+                  ASSERT_EQ(y[static_cast<size_t>(b * p.ldy + r)], want)
+                      << cpu::isa_name(isa) << " cols " << cols << " rows " << rows << " n_batch "
+                      << n_batch << (parallel ? " parallel" : " serial")
+                      << (dense ? " dense" : " expert") << " output (" << b << ", " << r << ")";
+                }
+            }
     }
   }
   cpu::set_isa(saved);
