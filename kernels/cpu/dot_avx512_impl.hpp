@@ -359,6 +359,7 @@ struct IQ4XSKernel512 {
 #include "kernels/cpu/dot_rows_avx512_impl.hpp"
 #include "kernels/cpu/dot_rows_q4k_avx512_impl.hpp"
 #include "kernels/cpu/dot_lanes_q4k_avx512_impl.hpp"
+#include "kernels/cpu/dot_lanes_kquants_avx512_impl.hpp"
 
 namespace ferry::cpu {
 namespace {
@@ -390,6 +391,11 @@ const detail::DotKernels& avx512_table() {
     t.q4_k_rows = Q4KRows512<kVnni>::run;
     t.q4_k_group4_lanes = Q4KLanes512<kVnni, true>::run;
     t.q4_k_lanes = Q4KLanes512<kVnni, false>::run;
+    t.q2_k_tiled_lanes = KQuantLanes512<kVnni, BlockQ2K>::run;
+    t.q3_k_tiled_lanes = KQuantLanes512<kVnni, BlockQ3K>::run;
+    // Without VNNI the u8·s8 pairs go through maddubs, whose 16-bit sums IQ4_XS's offset levels
+    // (up to 241) would saturate.
+    if constexpr (kVnni) t.iq4_xs_tiled_lanes = KQuantLanes512<kVnni, BlockIQ4XS>::run;
     return t;
   }();
   return k;

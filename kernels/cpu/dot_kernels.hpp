@@ -29,18 +29,20 @@ inline constexpr int kMaxRows = 16;
 using DotRowsFn = void (*)(int64_t n, const void* w, size_t w_stride, int nw, const void* x,
                            size_t x_stride, int nx, float* out, size_t out_stride);
 
-// Q4_K over many activation rows at once (in its 4-row order: the full groups of 4 rows of a dense
-// product; in its 1-row order: expert products):
-// the activations packed lane-wise by pack_q8k_lanes, kLanes rows a pack, one 32-bit lane a row,
-// so that the kernel's vector lanes are activation rows. Per 256-value block of a pack,
+// The K-quants over many activation rows at once (Q4_K in its 4-row order: the full groups of 4
+// rows of a dense product, and in its 1-row order: expert products; Q2_K, Q3_K, IQ4_XS in the tiled
+// order): the activations packed lane-wise by pack_q8k_lanes, kLanes rows a pack, one 32-bit lane
+// a row, so that the kernel's vector lanes are activation rows. Per 256-value block of a pack,
 // kLanesBlockBytes bytes: the quants as 64 groups of four values × kLanes rows (group g, row k at
 // 4·(g·kLanes + k)), then each row's d (float), then per 64-value chunk c each row's pair
-// (bsums[4c] + bsums[4c+1], bsums[4c+2] + bsums[4c+3]) as two int16. Rows past nx are zero.
+// (bsums[4c] + bsums[4c+1], bsums[4c+2] + bsums[4c+3]) as two int16, then for p < 8 each row's
+// pair (bsums[2p], bsums[2p+1]) as two int16. Rows past nx are zero.
 inline constexpr int kLanes = 16;
 inline constexpr int kLanesWeightRows = 4;
 inline constexpr size_t kLanesDOffset = 64 * kLanes * 4;
 inline constexpr size_t kLanesBsumOffset = kLanesDOffset + kLanes * 4;
-inline constexpr size_t kLanesBlockBytes = kLanesBsumOffset + 4 * kLanes * 4;
+inline constexpr size_t kLanesBsum16Offset = kLanesBsumOffset + 4 * kLanes * 4;
+inline constexpr size_t kLanesBlockBytes = kLanesBsum16Offset + 8 * kLanes * 4;
 // Packs nx ≤ kLanes Q8_K activation rows (x_stride bytes apart) of nb blocks into dst
 // (nb·kLanesBlockBytes bytes).
 void pack_q8k_lanes(const void* x, size_t x_stride, int nx, int64_t nb, uint8_t* dst);
@@ -71,9 +73,11 @@ struct DotKernels {
   DotRowsFn q4_0_repacked_rows = nullptr, iq4_nl_repacked_rows = nullptr,
             mxfp4_repacked_rows = nullptr;
   DotRowsFn q4_k_rows = nullptr;
-  // Q4_K's 4-row and 1-row orders with lane-packed activations (dot_lanes_q4k_avx512_impl.hpp), or
-  // nullptr.
+  // With lane-packed activations, or nullptr: Q4_K's 4-row and 1-row orders
+  // (dot_lanes_q4k_avx512_impl.hpp), the tiled order of Q2_K, Q3_K, IQ4_XS
+  // (dot_lanes_kquants_avx512_impl.hpp).
   LanesFn q4_k_group4_lanes = nullptr, q4_k_lanes = nullptr;
+  LanesFn q2_k_tiled_lanes = nullptr, q3_k_tiled_lanes = nullptr, iq4_xs_tiled_lanes = nullptr;
 };
 
 // Which of those orders a product uses (matmul.cpp decides, as llama.cpp does).

@@ -41,7 +41,8 @@ constexpr int64_t kTinyblasMinRows = 2;
 constexpr int64_t kMinTaskWork = 64 * 1024;
 // Fewest activation rows for which a Q4_K product packs them lane-wise (the activation rows in the
 // vector lanes; below this a pack is mostly padding and the other kernels are faster), for dense
-// products (Q4_K's 4-row order) and expert products (its 1-row order).
+// products (Q4_K's 4-row order) and expert products (its 1-row order). Q2_K, Q3_K and IQ4_XS pack
+// them whenever they take the tiled order (kTiledMinRows).
 constexpr int64_t kLanesMinRows = 8;
 constexpr int64_t kLanesMinRowsExpert = 10;
 
@@ -182,6 +183,24 @@ detail::DotOrder order_for(GgmlType w, int64_t rows, int64_t n_batch, bool dense
   }
 }
 
+// The lane-packed kernel a product takes (dot_kernels.hpp), or nullptr.
+detail::LanesFn lanes_fn(const detail::DotKernels& k, GgmlType w, detail::DotOrder order,
+                         int64_t n_batch, bool dense) {
+  switch (w) {
+    case GgmlType::Q4_K:
+      if (dense) return n_batch >= kLanesMinRows ? k.q4_k_group4_lanes : nullptr;
+      return n_batch >= kLanesMinRowsExpert ? k.q4_k_lanes : nullptr;
+    case GgmlType::Q2_K:
+      return order == detail::DotOrder::tiled ? k.q2_k_tiled_lanes : nullptr;
+    case GgmlType::Q3_K:
+      return order == detail::DotOrder::tiled ? k.q3_k_tiled_lanes : nullptr;
+    case GgmlType::IQ4_XS:
+      return order == detail::DotOrder::tiled ? k.iq4_xs_tiled_lanes : nullptr;
+    default:
+      return nullptr;
+  }
+}
+
 }  // namespace
 
 void detail::pack_q8k_lanes(const void* x, size_t x_stride, int nx, int64_t nb, uint8_t* dst) {
@@ -199,6 +218,8 @@ void detail::pack_q8k_lanes(const void* x, size_t x_stride, int nx, int64_t nb, 
                                  static_cast<int16_t>(y.bsums[4 * c + 2] + y.bsums[4 * c + 3])};
         std::memcpy(b + kLanesBsumOffset + 64 * c + 4 * k, pair, 4);
       }
+      for (int p = 0; p < 8; ++p)
+        std::memcpy(b + kLanesBsum16Offset + 64 * p + 4 * k, y.bsums + 2 * p, 4);
     }
   }
 }
@@ -233,15 +254,12 @@ void matmul_q(GgmlType w, const void* W, int64_t rows, int64_t cols, const void*
           n_batch,
           Y,
           ldy};
-  const detail::LanesFn lanes = w != GgmlType::Q4_K                 ? nullptr
-                                : dense && n_batch >= kLanesMinRows ? kernels.q4_k_group4_lanes
-                                : !dense && n_batch >= kLanesMinRowsExpert ? kernels.q4_k_lanes
-                                                                           : nullptr;
+  const detail::LanesFn lanes = lanes_fn(kernels, w, order, n_batch, dense);
   if (lanes) {
     const int64_t nb = cols / kQK_K;
     job.lanes = lanes;
-    // The 4-row order covers the full groups of 4 rows (the rest take dot's 1-row order).
-    job.n_lanes = dense ? n_batch - n_batch % kMaxNx : n_batch;
+    // Q4_K's 4-row order covers the full groups of 4 rows (the rest take dot's 1-row order).
+    job.n_lanes = dense && w == GgmlType::Q4_K ? n_batch - n_batch % kMaxNx : n_batch;
     job.pack_stride = static_cast<size_t>(nb) * detail::kLanesBlockBytes;
     const int64_t n_packs = (job.n_lanes + detail::kLanes - 1) / detail::kLanes;
     thread_local std::vector<uint8_t> packs;

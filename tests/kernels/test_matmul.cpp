@@ -302,51 +302,53 @@ TEST(Matmul, TakesTheOrderLlamaCppTakes) {
   }
 }
 
-// Q4_K products of many activation rows take the lane-packed kernels where the ISA has them
-// (AVX-512): every output of a dense product still equals the scalar 4-row order (full groups of
-// 4 activation rows) or vec_dot (the tail), every output of an expert product vec_dot, at every
-// ISA, serial and parallel, for weight row counts around the kernels' 4-row groups and activation
-// row counts around their 16-row packs, with a strided input.
-TEST(Matmul, Q4KManyRowsKeepTheirOrders) {
+// K-quant products of many activation rows take the lane-packed kernels where the ISA has them
+// (AVX-512): every output of a dense Q4_K product still equals the scalar 4-row order (full groups
+// of 4 activation rows) or vec_dot (the tail), every output of a Q4_K expert product vec_dot, every
+// output of a Q2_K, Q3_K, IQ4_XS product the tiled order; at every ISA, serial and parallel, for
+// weight row counts around the kernels' 4-row groups and activation row counts around their
+// 16-row packs, with a strided input.
+TEST(Matmul, KQuantManyRowsKeepTheirOrders) {
   using cpu::detail::DotOrder;
   std::mt19937 rng(36);
   const auto& scalar = cpu::detail::dot_kernels(cpu::Isa::scalar);
   const cpu::Isa saved = cpu::active_isa();
-  const GgmlType t = GgmlType::Q4_K;
-  for (int64_t cols : {256, 768}) {
-    const auto xrb =
-        static_cast<int64_t>(row_bytes(GgmlType::Q8_K, static_cast<uint64_t>(cols))) + 9;
-    const Problem p = make_problem(rng, t, 64, cols, 37);
-    std::vector<uint8_t> xq(static_cast<size_t>(xrb * p.n_batch));
-    for (int64_t b = 0; b < p.n_batch; ++b)
-      cpu::quantize_activation(t, p.X.data() + b * p.ldx, xq.data() + b * xrb, cols);
-    const size_t wrb = row_bytes(t, static_cast<uint64_t>(cols));
-    for (cpu::Isa isa :
-         {cpu::Isa::scalar, cpu::Isa::avx2, cpu::Isa::avx512, cpu::Isa::avx512vnni}) {
-      if (static_cast<int>(isa) > static_cast<int>(cpu::detected_isa())) continue;
-      cpu::set_isa(isa);
-      for (int64_t rows : {1, 3, 4, 5, 29, 64})
-        for (int64_t n_batch : {8, 10, 11, 16, 20, 37})
-          for (bool parallel : {false, true})
-            for (bool dense : {true, false}) {
-              std::vector<float> y(static_cast<size_t>(n_batch * p.ldy), std::nanf(""));
-              cpu::matmul_q(t, p.W.data(), rows, cols, xq.data(), xrb, n_batch, y.data(), p.ldy,
-                            parallel, dense);
-              for (int64_t b = 0; b < n_batch; ++b)
-                for (int64_t r = 0; r < rows; ++r) {
-                  const DotOrder o =
-                      dense && b < n_batch - n_batch % 4 ? DotOrder::group4 : DotOrder::row;
-                  float want;
-                  cpu::detail::dot_fn(scalar, t, o)(cols, p.W.data() + r * wrb, xq.data() + b * xrb,
-                                                    0, 1, &want);
-                  ASSERT_EQ(y[static_cast<size_t>(b * p.ldy + r)], want)
-                      << cpu::isa_name(isa) << " cols " << cols << " rows " << rows << " n_batch "
-                      << n_batch << (parallel ? " parallel" : " serial")
-                      << (dense ? " dense" : " expert") << " output (" << b << ", " << r << ")";
-                }
-            }
+  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::IQ4_XS})
+    for (int64_t cols : {256, 768}) {
+      const auto xrb =
+          static_cast<int64_t>(row_bytes(GgmlType::Q8_K, static_cast<uint64_t>(cols))) + 9;
+      const Problem p = make_problem(rng, t, 64, cols, 37);
+      std::vector<uint8_t> xq(static_cast<size_t>(xrb * p.n_batch));
+      for (int64_t b = 0; b < p.n_batch; ++b)
+        cpu::quantize_activation(t, p.X.data() + b * p.ldx, xq.data() + b * xrb, cols);
+      const size_t wrb = row_bytes(t, static_cast<uint64_t>(cols));
+      for (cpu::Isa isa :
+           {cpu::Isa::scalar, cpu::Isa::avx2, cpu::Isa::avx512, cpu::Isa::avx512vnni}) {
+        if (static_cast<int>(isa) > static_cast<int>(cpu::detected_isa())) continue;
+        cpu::set_isa(isa);
+        for (int64_t rows : {1, 3, 4, 5, 29, 64})
+          for (int64_t n_batch : {8, 10, 11, 16, 20, 37})
+            for (bool parallel : {false, true})
+              for (bool dense : {true, false}) {
+                std::vector<float> y(static_cast<size_t>(n_batch * p.ldy), std::nanf(""));
+                cpu::matmul_q(t, p.W.data(), rows, cols, xq.data(), xrb, n_batch, y.data(), p.ldy,
+                              parallel, dense);
+                for (int64_t b = 0; b < n_batch; ++b)
+                  for (int64_t r = 0; r < rows; ++r) {
+                    const DotOrder o = t != GgmlType::Q4_K                  ? DotOrder::tiled
+                                       : dense && b < n_batch - n_batch % 4 ? DotOrder::group4
+                                                                            : DotOrder::row;
+                    float want;
+                    cpu::detail::dot_fn(scalar, t, o)(cols, p.W.data() + r * wrb,
+                                                      xq.data() + b * xrb, 0, 1, &want);
+                    ASSERT_EQ(y[static_cast<size_t>(b * p.ldy + r)], want)
+                        << type_name(t) << " " << cpu::isa_name(isa) << " cols " << cols << " rows "
+                        << rows << " n_batch " << n_batch << (parallel ? " parallel" : " serial")
+                        << (dense ? " dense" : " expert") << " output (" << b << ", " << r << ")";
+                  }
+              }
+      }
     }
-  }
   cpu::set_isa(saved);
 }
 
