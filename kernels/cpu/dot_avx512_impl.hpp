@@ -393,6 +393,8 @@ const detail::DotKernels& avx512_table() {
     t.q4_k_lanes = Q4KLanes512<kVnni, false>::run;
     t.q2_k_tiled_lanes = KQuantLanes512<kVnni, BlockQ2K>::run;
     t.q3_k_tiled_lanes = KQuantLanes512<kVnni, BlockQ3K>::run;
+    t.q5_k_tiled_lanes = KQuantLanes512<kVnni, BlockQ5K>::run;
+    t.q6_k_tiled_lanes = KQuantLanes512<kVnni, BlockQ6K>::run;
     // Without VNNI the u8·s8 pairs go through maddubs, whose 16-bit sums IQ4_XS's offset levels
     // (up to 241) would saturate.
     if constexpr (kVnni) t.iq4_xs_tiled_lanes = KQuantLanes512<kVnni, BlockIQ4XS>::run;

@@ -30,11 +30,11 @@ using DotRowsFn = void (*)(int64_t n, const void* w, size_t w_stride, int nw, co
                            size_t x_stride, int nx, float* out, size_t out_stride);
 
 // The K-quants over many activation rows at once (Q4_K in its 4-row order: the full groups of 4
-// rows of a dense product, and in its 1-row order: expert products; Q2_K, Q3_K, IQ4_XS in the tiled
-// order): the activations packed lane-wise by pack_q8k_lanes, kLanes rows a pack, one 32-bit lane
-// a row, so that the kernel's vector lanes are activation rows. Per 256-value block of a pack,
-// kLanesBlockBytes bytes: the quants as 64 groups of four values × kLanes rows (group g, row k at
-// 4·(g·kLanes + k)), then each row's d (float), then per 64-value chunk c each row's pair
+// rows of a dense product, and in its 1-row order: expert products; Q2_K, Q3_K, Q5_K, Q6_K, IQ4_XS
+// in the tiled order): the activations packed lane-wise by pack_q8k_lanes, kLanes rows a pack, one
+// 32-bit lane a row, so that the kernel's vector lanes are activation rows. Per 256-value block of
+// a pack, kLanesBlockBytes bytes: the quants as 64 groups of four values × kLanes rows (group g,
+// row k at 4·(g·kLanes + k)), then each row's d (float), then per 64-value chunk c each row's pair
 // (bsums[4c] + bsums[4c+1], bsums[4c+2] + bsums[4c+3]) as two int16, then for p < 8 each row's
 // pair (bsums[2p], bsums[2p+1]) as two int16. Rows past nx are zero.
 inline constexpr int kLanes = 16;
@@ -74,10 +74,11 @@ struct DotKernels {
             mxfp4_repacked_rows = nullptr;
   DotRowsFn q4_k_rows = nullptr;
   // With lane-packed activations, or nullptr: Q4_K's 4-row and 1-row orders
-  // (dot_lanes_q4k_avx512_impl.hpp), the tiled order of Q2_K, Q3_K, IQ4_XS
+  // (dot_lanes_q4k_avx512_impl.hpp), the tiled order of Q2_K, Q3_K, Q5_K, Q6_K, IQ4_XS
   // (dot_lanes_kquants_avx512_impl.hpp).
   LanesFn q4_k_group4_lanes = nullptr, q4_k_lanes = nullptr;
   LanesFn q2_k_tiled_lanes = nullptr, q3_k_tiled_lanes = nullptr, iq4_xs_tiled_lanes = nullptr;
+  LanesFn q5_k_tiled_lanes = nullptr, q6_k_tiled_lanes = nullptr;
 };
 
 // Which of those orders a product uses (matmul.cpp decides, as llama.cpp does).

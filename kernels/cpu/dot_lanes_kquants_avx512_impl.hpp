@@ -1,17 +1,18 @@
 #pragma once
-// AVX-512 kernels of Q2_K, Q3_K and IQ4_XS in ggml's tiled order (dot_ref_kquants.cpp's
-// dot_tiled: per block the exact integer sum s = Σ_j sc_j·Σ w·x over its 16-value sub-blocks,
-// r = d_w·s (Q2_K: minus dmin_w·m, fused), acc = fma(r, d_x, acc)), which llama.cpp takes for
-// products of 8 or more activation rows, dense and expert alike. As dot_lanes_q4k_avx512_impl.hpp:
-// the activations come packed lane-wise (one activation row per 32-bit lane), each weight row's
-// four levels are broadcast against sixteen rows' four bytes, and nothing is reduced across lanes.
+// AVX-512 kernels of Q2_K, Q3_K, Q5_K, Q6_K and IQ4_XS in ggml's tiled order (dot_ref_kquants.cpp's
+// dot_tiled, dot_ref.cpp's dot_k_tiled: per block the exact integer sum s = Σ_j sc_j·Σ w·x over its
+// sub-blocks, r = d_w·s (Q2_K, Q5_K: minus dmin_w·m, fused), acc = fma(r, d_x, acc)), which
+// llama.cpp takes for products of 8 or more activation rows, dense and expert alike. As
+// dot_lanes_q4k_avx512_impl.hpp: the activations come packed lane-wise (one activation row per
+// 32-bit lane), each weight row's four levels are broadcast against sixteen rows' four bytes, and
+// nothing is reduced across lanes.
 //
 // vpdpbusd multiplies unsigned by signed bytes, so the levels are stored with an offset that
-// makes them unsigned (Q3_K +4, IQ4_XS +128; Q2_K's are 0..3 already) and the offset's share,
-// off·Σ_j sc_j·bsum_j, is taken back out of each block's sum; integers throughout, so s is the
-// reference's exactly. Without VNNI (maddubs: saturating 16-bit pair sums) only the small levels
-// of Q2_K and Q3_K are safe; avx512_table() gives IQ4_XS this kernel with VNNI only. Included by
-// dot_avx512_impl.hpp after dot_lanes_q4k_avx512_impl.hpp.
+// makes them unsigned (Q3_K +4, IQ4_XS +128, Q6_K +32: its stored 6 bits; Q2_K's and Q5_K's are)
+// and the offset's share, off·Σ_j sc_j·bsum_j, is taken back out of each block's sum; integers
+// throughout, so s is the reference's exactly. Without VNNI (maddubs: saturating 16-bit pair sums)
+// only the small levels of Q2_K and Q3_K are safe; avx512_table() gives IQ4_XS this kernel with
+// VNNI only. Included by dot_avx512_impl.hpp after dot_lanes_q4k_avx512_impl.hpp.
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
@@ -92,11 +93,60 @@ inline void unpack_lanes(const BlockIQ4XS& b, uint8_t* levels, KLanesBlock& u) {
   u.d = h2f(b.d);
 }
 
+// Q5_K: chunk c holds values 64c .. 64c + 63, low nibbles then high nibbles, the fifth bits in
+// bits 2c, 2c + 1 of qh; scales and mins per 32-value sub-block (Q4_K's 12-byte packing).
+inline void unpack_lanes(const BlockQ5K& b, uint8_t* levels, KLanesBlock& u) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m512i m1 = _mm512_set1_epi8(1);
+  const __m256i hbits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh));
+  for (int c = 0; c < 4; ++c) {
+    const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * c));
+    const __m512i q = _mm512_and_si512(join_256(bits, _mm256_srli_epi16(bits, 4)), m4);
+    const __m512i hb =
+        join_256(_mm256_srli_epi16(hbits, 2 * c), _mm256_srli_epi16(hbits, 2 * c + 1));
+    _mm512_storeu_si512(levels + 64 * c,
+                        _mm512_or_si512(q, _mm512_slli_epi16(_mm512_and_si512(hb, m1), 4)));
+  }
+  alignas(16) uint8_t sm[16];
+  _mm_store_si128(reinterpret_cast<__m128i*>(sm), q4k_scales_mins(b.scales));
+  for (int j = 0; j < 16; ++j) u.sc[j] = sm[j / 2];
+  for (int p = 0; p < 8; ++p) {
+    u.sc_pairs[p] = pair16(sm[p], sm[p]);
+    u.min_pairs[p] = pair16(sm[8 + p], sm[8 + p]);
+  }
+  u.d = h2f(b.d);
+  u.dmin = h2f(b.dmin);
+}
+
+// Q6_K: half h holds values 128h .. 128h + 127: low four bits from ql (low nibbles of bytes
+// 64h .. 64h + 63, then their high nibbles), the top two from qh[32h + l] (bits 0-1, 2-3, 4-5, 6-7
+// for the four 32-value quarters); scales int8 per 16-value sub-block.
+inline void unpack_lanes(const BlockQ6K& b, uint8_t* levels, KLanesBlock& u) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m512i m3 = _mm512_set1_epi8(3);
+  for (int h = 0; h < 2; ++h) {
+    const __m512i l = _mm512_loadu_si512(b.ql + 64 * h);
+    const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * h));
+    const __m512i ha = join_256(hb, _mm256_srli_epi16(hb, 2));
+    const __m512i hbb = join_256(_mm256_srli_epi16(hb, 4), _mm256_srli_epi16(hb, 6));
+    _mm512_storeu_si512(
+        levels + 128 * h,
+        _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_slli_epi16(_mm512_and_si512(ha, m3), 4)));
+    _mm512_storeu_si512(levels + 128 * h + 64,
+                        _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
+                                        _mm512_slli_epi16(_mm512_and_si512(hbb, m3), 4)));
+  }
+  for (int j = 0; j < 16; ++j) u.sc[j] = b.scales[j];
+  for (int p = 0; p < 8; ++p) u.sc_pairs[p] = pair16(b.scales[2 * p], b.scales[2 * p + 1]);
+  u.d = h2f(b.d);
+}
+
 template <bool kVnni, typename Block>
 struct KQuantLanes512 {
-  static constexpr bool kMins = std::is_same_v<Block, BlockQ2K>;
+  static constexpr bool kMins = std::is_same_v<Block, BlockQ2K> || std::is_same_v<Block, BlockQ5K>;
   static constexpr int kOffset = std::is_same_v<Block, BlockQ3K>     ? 4
                                  : std::is_same_v<Block, BlockIQ4XS> ? 128
+                                 : std::is_same_v<Block, BlockQ6K>   ? 32
                                                                      : 0;
   static constexpr int kRows = detail::kLanesWeightRows;
   static constexpr int kLanes = detail::kLanes;

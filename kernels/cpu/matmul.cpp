@@ -41,8 +41,8 @@ constexpr int64_t kTinyblasMinRows = 2;
 constexpr int64_t kMinTaskWork = 64 * 1024;
 // Fewest activation rows for which a Q4_K product packs them lane-wise (the activation rows in the
 // vector lanes; below this a pack is mostly padding and the other kernels are faster), for dense
-// products (Q4_K's 4-row order) and expert products (its 1-row order). Q2_K, Q3_K and IQ4_XS pack
-// them whenever they take the tiled order (kTiledMinRows).
+// products (Q4_K's 4-row order) and expert products (its 1-row order). Q2_K, Q3_K, Q5_K, Q6_K and
+// IQ4_XS pack them whenever they take the tiled order (kTiledMinRows).
 constexpr int64_t kLanesMinRows = 8;
 constexpr int64_t kLanesMinRowsExpert = 10;
 

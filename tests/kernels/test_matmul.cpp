@@ -305,15 +305,16 @@ TEST(Matmul, TakesTheOrderLlamaCppTakes) {
 // K-quant products of many activation rows take the lane-packed kernels where the ISA has them
 // (AVX-512): every output of a dense Q4_K product still equals the scalar 4-row order (full groups
 // of 4 activation rows) or vec_dot (the tail), every output of a Q4_K expert product vec_dot, every
-// output of a Q2_K, Q3_K, IQ4_XS product the tiled order; at every ISA, serial and parallel, for
-// weight row counts around the kernels' 4-row groups and activation row counts around their
-// 16-row packs, with a strided input.
+// output of a Q2_K, Q3_K, Q5_K, Q6_K, IQ4_XS product the tiled order; at every ISA, serial and
+// parallel, for weight row counts around the kernels' 4-row groups and activation row counts around
+// their 16-row packs, with a strided input.
 TEST(Matmul, KQuantManyRowsKeepTheirOrders) {
   using cpu::detail::DotOrder;
   std::mt19937 rng(36);
   const auto& scalar = cpu::detail::dot_kernels(cpu::Isa::scalar);
   const cpu::Isa saved = cpu::active_isa();
-  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::IQ4_XS})
+  for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q5_K, GgmlType::Q6_K,
+                     GgmlType::IQ4_XS})
     for (int64_t cols : {256, 768}) {
       const auto xrb =
           static_cast<int64_t>(row_bytes(GgmlType::Q8_K, static_cast<uint64_t>(cols))) + 9;
