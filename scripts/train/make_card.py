@@ -4,7 +4,7 @@
   make_card.py --run RUN_DIR --data DATA_DIR --dest tests/data/trained --name kjv-qwen3moe \
                [--verify verify.json]
 
-RUN_DIR is train.py's --out (result.json, loss.csv); the GGUFs are DEST/NAME-f32.gguf and
+RUN_DIR is train.py's --out (result.json, loss.csv); the GGUFs are DEST/NAME-f32.gguf (or -f16, --base-type) and
 DEST/NAME-q8_0.gguf; verify.json is verify_llamacpp.py's output (llama.cpp perplexity and samples).
 The loss curve is copied to DEST/NAME-loss.csv.
 """
@@ -53,6 +53,8 @@ def main() -> None:
     ap.add_argument("--dest", type=Path, required=True)
     ap.add_argument("--name", required=True)
     ap.add_argument("--verify", type=Path)
+    ap.add_argument("--base-type", default="f32", choices=["f32", "f16"],
+                    help="the unquantized file's type (DEST/NAME-BASE.gguf)")
     ap.add_argument("--source", type=Path, help="kjv-source.txt (package and version)")
     ap.add_argument("--converter", default="llama-cpp-python 0.3.36 sdist: vendor/llama.cpp/convert_hf_to_gguf.py, gguf-py 0.19.0")
     args = ap.parse_args()
@@ -65,7 +67,8 @@ def main() -> None:
     verify = json.loads(args.verify.read_text()) if args.verify and args.verify.exists() else None
     arch = res["arch"]
     pre = "qwen2" if arch == "qwen3moe" else "qwen35"
-    files = [f"{args.name}-f32.gguf", f"{args.name}-q8_0.gguf"]
+    base = args.base_type
+    files = [f"{args.name}-{base}.gguf", f"{args.name}-q8_0.gguf"]
     cfg = res["config"]
     source = "bible-kjv-text"
     if args.source:  # dpkg-deb -f output: "Package: ...", "Version: ..."
@@ -79,13 +82,18 @@ def main() -> None:
              "the CPU from scratch, for tests that need a model whose outputs mean something: "
              "perplexity, KL divergence between weight types, routing statistics, greedy text. "
              "Not a useful language model. Made by `scripts/train/run_all.sh`.\n")
+    if res.get("size") == "w256":
+        L.append("Every matrix of this model has rows of 256 values or a multiple (hidden, expert and "
+                 "attention widths), so llama.cpp's quantizer gives it the K-quant and IQ4_XS blocks an "
+                 "ftype asks for; the 128-wide models get its fallback legacy types instead. It is the "
+                 "model of the K-quant rows of the quality tables.\n")
     L.append("## Files\n")
     L.append("| file | bytes | sha256 |\n|---|---:|---|")
     for f in files:
         p = args.dest / f
         L.append(f"| {f} | {p.stat().st_size:,} | `{sums[f]}` |")
     L.append(f"| {args.name}-loss.csv | | loss curve, every {int(rows[0]['step'])} steps |\n")
-    L.append(f"Converted by llama.cpp's own converter ({args.converter}) with `--outtype f32` and "
+    L.append(f"Converted by llama.cpp's own converter ({args.converter}) with `--outtype {base}` and "
              f"`--outtype q8_0`{' and `--no-mtp`' if arch == 'qwen35moe' else ''}, through "
              f"`scripts/train/convert.py`, which registers this tokenizer's pre-tokenizer hash as "
              f"`{pre}` (the converter does not know a newly trained vocabulary). Q8_0 is the "
@@ -137,7 +145,7 @@ def main() -> None:
         match = all(verify.get(f, {}).get("tokenizer_matches_training") for f in files)
         L.append(f"llama.cpp's tokenizer gives {'the same' if match else 'DIFFERENT'} ids as the "
                  "training tokenizer on the held-out text.\n")
-        L.append("## Greedy samples (llama.cpp, F32 file, 48 tokens)\n")
+        L.append(f"## Greedy samples (llama.cpp, {base.upper()} file, 48 tokens)\n")
         L.append("Prompt and continuation, no template, no special tokens:\n")
         for p, s in f32.get("samples", {}).items():
             L.append(f"```text\n{p}{s}\n```")

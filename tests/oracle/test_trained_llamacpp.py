@@ -2,7 +2,8 @@
 """The trained KJV models of tests/data/trained/ against llama.cpp.
 
 Small qwen3moe and qwen35moe trained on the King James Bible (scripts/train/, cards beside the
-files), at F32 and Q8_0 as llama.cpp's converter wrote them. Checks:
+files), at F32 and Q8_0 as llama.cpp's converter wrote them, and a qwen3moe whose matrices are all
+256 wide (the K-quant model of the quality tables) at F16 and Q8_0. Checks:
   - every GGUF's sha256 is the one in tests/data/trained/SHA256SUMS (runs without the venv too);
   - Ferry's tokenizer gives llama.cpp's ids for a held-out passage (Ruth 1:16-17, a book the models
     never saw);
@@ -23,7 +24,7 @@ from common import SOURCE  # noqa: E402
 
 DATA = os.path.join(SOURCE, "tests", "data", "trained")
 MODELS = ["kjv-qwen3moe-f32.gguf", "kjv-qwen3moe-q8_0.gguf", "kjv-qwen35moe-f32.gguf",
-          "kjv-qwen35moe-q8_0.gguf"]
+          "kjv-qwen35moe-q8_0.gguf", "kjv-qwen3moe-w256-f16.gguf", "kjv-qwen3moe-w256-q8_0.gguf"]
 # Ruth 1:16-17, held out from training.
 PASSAGE = ("And Ruth said, Intreat me not to leave thee, or to return from following after thee: for "
            "whither thou goest, I will go; and where thou lodgest, I will lodge: thy people shall be my "
