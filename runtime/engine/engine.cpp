@@ -28,6 +28,7 @@ std::unique_ptr<LoadedModel> LoadedModel::load(const std::string& path,
     m->ops_ = make_cuda_ops(*m->device_, backend.cuda);
   } else if (backend.kind == DeviceKind::cpu) {
     m->ops_ = std::make_unique<CpuOps>(backend.cpu);
+    m->file_.prefault();  // the CPU computes from the mapping itself
   } else {
     fail(ErrorKind::invalid_arg, "the dense ops run on cpu or cuda, not '{}'",
          device_kind_name(backend.kind));

@@ -54,6 +54,15 @@ File File::open(const std::string& path) {
   return f;
 }
 
+void File::prefault() const {
+  if (!base_ || size_ == 0) return;
+  void* p = const_cast<uint8_t*>(base_);
+#ifdef MADV_POPULATE_READ
+  if (::madvise(p, size_, MADV_POPULATE_READ) == 0) return;
+#endif
+  (void)::madvise(p, size_, MADV_WILLNEED);
+}
+
 File::File(File&& o) noexcept
     : path_(std::move(o.path_)),
       fd_(std::exchange(o.fd_, -1)),
