@@ -16,8 +16,7 @@ inline constexpr int kMaxNx = 4;
 // out[j] = Σ_c w[c]·x_j[c] for j < nx (1 ≤ nx ≤ kMaxNx), where x_j = (const uint8_t*)x + j·x_stride
 // holds the row in vec_dot_type(weight) format and w is one weight row of n values
 // (n a multiple of the weight's block size; checked by the callers, not here).
-using DotFn = void (*)(int64_t n, const void* w, const void* x, size_t x_stride, int nx,
-                       float* out);
+using DotFn = void (*)(int64_t n, const void* w, const void* x, size_t x_stride, int nx, float* out);
 
 // Several weight rows at once: out[j·out_stride + r] = Σ_c w_r[c]·x_j[c] for r < nw
 // (1 ≤ nw ≤ kMaxRows) and j < nx (1 ≤ nx ≤ kMaxNx), where w_r = (const uint8_t*)w + r·w_stride are
@@ -26,8 +25,8 @@ using DotFn = void (*)(int64_t n, const void* w, const void* x, size_t x_stride,
 // registers (one lane per weight row), which pays where a row's float step per block is as costly
 // as its integer part (the repacked order of the 32-value formats: one FMA per block).
 inline constexpr int kMaxRows = 16;
-using DotRowsFn = void (*)(int64_t n, const void* w, size_t w_stride, int nw, const void* x,
-                           size_t x_stride, int nx, float* out, size_t out_stride);
+using DotRowsFn = void (*)(int64_t n, const void* w, size_t w_stride, int nw, const void* x, size_t x_stride, int nx,
+                           float* out, size_t out_stride);
 
 // The K-quants over many activation rows at once (Q4_K in its 4-row order: the full groups of 4
 // rows of a dense product, and in its 1-row order: expert products; Q2_K, Q3_K, Q5_K, Q6_K, IQ4_XS
@@ -48,8 +47,8 @@ inline constexpr size_t kLanesBlockBytes = kLanesBsum16Offset + 8 * kLanes * 4;
 void pack_q8k_lanes(const void* x, size_t x_stride, int nx, int64_t nb, uint8_t* dst);
 // out[j·out_stride + r] for r < nw (≤ kLanesWeightRows) weight rows of n values, w_stride bytes
 // apart, and j < nx activation rows, packed kLanes a pack, pack_stride bytes apart.
-using LanesFn = void (*)(int64_t n, const void* w, size_t w_stride, int nw, const uint8_t* packs,
-                         size_t pack_stride, int64_t nx, float* out, size_t out_stride);
+using LanesFn = void (*)(int64_t n, const void* w, size_t w_stride, int nw, const uint8_t* packs, size_t pack_stride,
+                         int64_t nx, float* out, size_t out_stride);
 
 // One field per (weight type, order). The plain name is the order of ggml's x86 vec_dot
 // (what vec_dot / vec_dot_ref compute); the others are the same products added in the orders of
@@ -70,8 +69,7 @@ struct DotKernels {
   // Several rows at once in the repacked order (dot_rows_avx512_impl.hpp) and in Q4_K's 1-row order
   // (dot_rows_q4k_avx512_impl.hpp); nullptr where the ISA has none, and matmul then calls the DotFn
   // row by row.
-  DotRowsFn q4_0_repacked_rows = nullptr, iq4_nl_repacked_rows = nullptr,
-            mxfp4_repacked_rows = nullptr;
+  DotRowsFn q4_0_repacked_rows = nullptr, iq4_nl_repacked_rows = nullptr, mxfp4_repacked_rows = nullptr;
   DotRowsFn q4_k_rows = nullptr;
   // With lane-packed activations, or nullptr: Q4_K's 4-row and 1-row orders
   // (dot_lanes_q4k_avx512_impl.hpp), the tiled order of Q2_K, Q3_K, Q5_K, Q6_K, IQ4_XS
@@ -96,15 +94,11 @@ void add_kquants_avx2(DotKernels& k);
 inline const DotKernels& dot_kernels(Isa isa) {
   switch (isa) {
 #if defined(__x86_64__)
-    case Isa::avx512vnni:
-      return dot_kernels_avx512vnni();
-    case Isa::avx512:
-      return dot_kernels_avx512();
-    case Isa::avx2:
-      return dot_kernels_avx2();
+    case Isa::avx512vnni: return dot_kernels_avx512vnni();
+    case Isa::avx512: return dot_kernels_avx512();
+    case Isa::avx2: return dot_kernels_avx2();
 #endif
-    default:
-      return dot_kernels_scalar();
+    default: return dot_kernels_scalar();
   }
 }
 
@@ -116,42 +110,24 @@ bool dequantize_row_avx2(GgmlType t, const void* src, float* dst, int64_t n);
 // when there is none.
 inline DotFn dot_fn(const DotKernels& k, GgmlType w, DotOrder o = DotOrder::row) {
   switch (w) {
-    case GgmlType::F32:
-      return k.f32;
-    case GgmlType::F16:
-      return k.f16;
-    case GgmlType::BF16:
-      return k.bf16;
-    case GgmlType::Q8_0:
-      return k.q8_0;
-    case GgmlType::Q4_K:
-      return o == DotOrder::group4 ? k.q4_k_group4 : k.q4_k;
-    case GgmlType::Q5_K:
-      return o == DotOrder::tiled ? k.q5_k_tiled : k.q5_k;
-    case GgmlType::Q6_K:
-      return o == DotOrder::tiled ? k.q6_k_tiled : k.q6_k;
-    case GgmlType::Q4_0:
-      return o == DotOrder::repacked ? k.q4_0_repacked : k.q4_0;  // tinyBLAS = vec_dot
-    case GgmlType::Q4_1:
-      return k.q4_1;
-    case GgmlType::Q5_0:
-      return k.q5_0;  // tinyBLAS adds as vec_dot
-    case GgmlType::Q5_1:
-      return k.q5_1;
+    case GgmlType::F32: return k.f32;
+    case GgmlType::F16: return k.f16;
+    case GgmlType::BF16: return k.bf16;
+    case GgmlType::Q8_0: return k.q8_0;
+    case GgmlType::Q4_K: return o == DotOrder::group4 ? k.q4_k_group4 : k.q4_k;
+    case GgmlType::Q5_K: return o == DotOrder::tiled ? k.q5_k_tiled : k.q5_k;
+    case GgmlType::Q6_K: return o == DotOrder::tiled ? k.q6_k_tiled : k.q6_k;
+    case GgmlType::Q4_0: return o == DotOrder::repacked ? k.q4_0_repacked : k.q4_0;  // tinyBLAS = vec_dot
+    case GgmlType::Q4_1: return k.q4_1;
+    case GgmlType::Q5_0: return k.q5_0;  // tinyBLAS adds as vec_dot
+    case GgmlType::Q5_1: return k.q5_1;
     case GgmlType::IQ4_NL:
-      return o == DotOrder::repacked   ? k.iq4_nl_repacked
-             : o == DotOrder::tinyblas ? k.iq4_nl_tinyblas
-                                       : k.iq4_nl;
-    case GgmlType::MXFP4:
-      return o == DotOrder::repacked ? k.mxfp4_repacked : k.mxfp4;
-    case GgmlType::Q2_K:
-      return o == DotOrder::tiled ? k.q2_k_tiled : k.q2_k;
-    case GgmlType::Q3_K:
-      return o == DotOrder::tiled ? k.q3_k_tiled : k.q3_k;
-    case GgmlType::IQ4_XS:
-      return o == DotOrder::tiled ? k.iq4_xs_tiled : k.iq4_xs;
-    default:
-      return nullptr;
+      return o == DotOrder::repacked ? k.iq4_nl_repacked : o == DotOrder::tinyblas ? k.iq4_nl_tinyblas : k.iq4_nl;
+    case GgmlType::MXFP4: return o == DotOrder::repacked ? k.mxfp4_repacked : k.mxfp4;
+    case GgmlType::Q2_K: return o == DotOrder::tiled ? k.q2_k_tiled : k.q2_k;
+    case GgmlType::Q3_K: return o == DotOrder::tiled ? k.q3_k_tiled : k.q3_k;
+    case GgmlType::IQ4_XS: return o == DotOrder::tiled ? k.iq4_xs_tiled : k.iq4_xs;
+    default: return nullptr;
   }
 }
 
@@ -160,14 +136,10 @@ inline DotRowsFn dot_rows_fn(const DotKernels& k, GgmlType w, DotOrder o) {
   if (w == GgmlType::Q4_K) return o == DotOrder::row ? k.q4_k_rows : nullptr;
   if (o != DotOrder::repacked) return nullptr;
   switch (w) {
-    case GgmlType::Q4_0:
-      return k.q4_0_repacked_rows;
-    case GgmlType::IQ4_NL:
-      return k.iq4_nl_repacked_rows;
-    case GgmlType::MXFP4:
-      return k.mxfp4_repacked_rows;
-    default:
-      return nullptr;
+    case GgmlType::Q4_0: return k.q4_0_repacked_rows;
+    case GgmlType::IQ4_NL: return k.iq4_nl_repacked_rows;
+    case GgmlType::MXFP4: return k.mxfp4_repacked_rows;
+    default: return nullptr;
   }
 }
 

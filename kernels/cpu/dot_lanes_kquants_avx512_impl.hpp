@@ -154,44 +154,22 @@ struct KQuantLanes512 {
   // The LanesFn of dot_kernels.hpp.
   static void run(int64_t n, const void* wv, size_t w_stride, int nw, const uint8_t* packs,
                   size_t pack_stride, int64_t nx, float* out, size_t out_stride) {
-    const int64_t nb = n / kQK_K;
-    thread_local std::vector<uint8_t> level_buf;
-    thread_local std::vector<KLanesBlock> info_buf;
-    level_buf.resize(static_cast<size_t>(kRows * nb * kQK_K));
-    info_buf.resize(static_cast<size_t>(kRows * nb));
-    const auto* w = static_cast<const uint8_t*>(wv);
-    for (int r = 0; r < kRows; ++r) {  // rows past nw repeat row 0 (computed, dropped)
-      const auto* row =
-          reinterpret_cast<const Block*>(w + static_cast<size_t>(r < nw ? r : 0) * w_stride);
-      for (int64_t i = 0; i < nb; ++i)
-        unpack_lanes(row[i], level_buf.data() + (r * nb + i) * kQK_K,
-                     info_buf[static_cast<size_t>(r * nb + i)]);
-    }
+    const auto rows = LaneRows<KLanesBlock>::make<Block>(
+        n / kQK_K, wv, w_stride, nw,
+        [](const Block& b, uint8_t* levels, KLanesBlock& u) { unpack_lanes(b, levels, u); });
     for (int64_t p0 = 0; p0 < nx; p0 += kLanes) {
       const uint8_t* xp = packs + static_cast<size_t>(p0 / kLanes) * pack_stride;
       __m512 acc[kRows];
       for (int r = 0; r < kRows; ++r) acc[r] = _mm512_setzero_ps();
-      for (int64_t i = 0; i < nb; ++i) {
+      for (int64_t i = 0; i < rows.nb; ++i) {
         const uint8_t* xb = xp + i * detail::kLanesBlockBytes;
         const uint8_t* lv[kRows];
         const KLanesBlock* u[kRows];
-        for (int r = 0; r < kRows; ++r) {
-          lv[r] = level_buf.data() + (r * nb + i) * kQK_K;
-          u[r] = &info_buf[static_cast<size_t>(r * nb + i)];
-        }
+        rows.block(i, lv, u);
         __m512i s[kRows];
         for (int j = 0; j < 16; ++j) {  // 16-value sub-block j: groups of four 4j .. 4j + 3
           __m512i t[kRows];
-          for (int r = 0; r < kRows; ++r) t[r] = _mm512_setzero_si512();
-          for (int q = 0; q < 4; ++q) {
-            const int g = 4 * j + q;
-            const __m512i a = _mm512_loadu_si512(xb + 64 * g);
-            for (int r = 0; r < kRows; ++r) {
-              int32_t four;
-              std::memcpy(&four, lv[r] + 4 * g, 4);
-              t[r] = dot_u8s8_512<kVnni>(t[r], _mm512_set1_epi32(four), a);
-            }
-          }
+          dot_groups<kVnni, 4>(xb, lv, 4 * j, t);
           for (int r = 0; r < kRows; ++r) {
             const __m512i scaled = _mm512_mullo_epi32(t[r], _mm512_set1_epi32(u[r]->sc[j]));
             s[r] = j == 0 ? scaled : _mm512_add_epi32(s[r], scaled);
@@ -217,11 +195,7 @@ struct KQuantLanes512 {
         }
       }
       const int64_t np = std::min<int64_t>(kLanes, nx - p0);
-      for (int r = 0; r < nw; ++r) {
-        alignas(64) float res[kLanes];
-        _mm512_store_ps(res, acc[r]);
-        for (int64_t k = 0; k < np; ++k) out[(p0 + k) * out_stride + r] = res[k];
-      }
+      for (int r = 0; r < nw; ++r) store_lanes(acc[r], r, p0, np, out, out_stride);
     }
   }
 };

@@ -30,6 +30,63 @@ inline __m512i dot_u8s8_512(__m512i acc, __m512i u, __m512i s) {
                             _mm512_madd_epi16(_mm512_maddubs_epi16(u, s), _mm512_set1_epi16(1)));
 }
 
+// The weight rows of one lanes-kernel call, unpacked once (shared by the Q4_K and the tiled-order
+// kernels): kLanesWeightRows rows of nb blocks (rows past nw repeat row 0: computed, dropped),
+// each block's levels as one byte per value and its Info, made by unpack(block, levels, info).
+template <typename Info>
+struct LaneRows {
+  static constexpr int kRows = detail::kLanesWeightRows;
+  int64_t nb;
+  const uint8_t* level_data;
+  const Info* info_data;
+
+  template <typename Block, typename Unpack>
+  static LaneRows make(int64_t nb, const void* w, size_t w_stride, int nw, Unpack unpack) {
+    thread_local std::vector<uint8_t> levels;
+    thread_local std::vector<Info> info;
+    levels.resize(static_cast<size_t>(kRows * nb * kQK_K));
+    info.resize(static_cast<size_t>(kRows * nb));
+    for (int r = 0; r < kRows; ++r) {
+      const auto* row = reinterpret_cast<const Block*>(
+          static_cast<const uint8_t*>(w) + static_cast<size_t>(r < nw ? r : 0) * w_stride);
+      for (int64_t i = 0; i < nb; ++i)
+        unpack(row[i], levels.data() + (r * nb + i) * kQK_K, info[static_cast<size_t>(r * nb + i)]);
+    }
+    return LaneRows{nb, levels.data(), info.data()};
+  }
+
+  // Block i of every row: its levels and its Info.
+  void block(int64_t i, const uint8_t* (&lv)[kRows], const Info* (&u)[kRows]) const {
+    for (int r = 0; r < kRows; ++r) {
+      lv[r] = level_data + (r * nb + i) * kQK_K;
+      u[r] = info_data + r * nb + i;
+    }
+  }
+};
+
+// t[r] = Σ over the groups of four values g0 .. g0 + kCount − 1 of a block of row r's levels ·
+// the packed activations xb (one activation row a lane): exact integers.
+template <bool kVnni, int kCount>
+inline void dot_groups(const uint8_t* xb, const uint8_t* const (&lv)[detail::kLanesWeightRows],
+                       int g0, __m512i (&t)[detail::kLanesWeightRows]) {
+  for (int r = 0; r < detail::kLanesWeightRows; ++r) t[r] = _mm512_setzero_si512();
+  for (int g = g0; g < g0 + kCount; ++g) {
+    const __m512i a = _mm512_loadu_si512(xb + 64 * g);
+    for (int r = 0; r < detail::kLanesWeightRows; ++r) {
+      int32_t four;
+      std::memcpy(&four, lv[r] + 4 * g, 4);
+      t[r] = dot_u8s8_512<kVnni>(t[r], _mm512_set1_epi32(four), a);
+    }
+  }
+}
+
+// out[(p0 + k)·out_stride + r] = lane k of v, for the pack's np activation rows.
+inline void store_lanes(__m512 v, int r, int64_t p0, int64_t np, float* out, size_t out_stride) {
+  alignas(64) float res[detail::kLanes];
+  _mm512_store_ps(res, v);
+  for (int64_t k = 0; k < np; ++k) out[(p0 + k) * out_stride + r] = res[k];
+}
+
 // kGrouped: Q4_K's 4-row order (an FMA pair per 64-value chunk); else its 1-row order
 // (dot_ref.cpp's dot_q4_k<false>: the block's whole integer sums, an FMA pair per block), for
 // expert products.
@@ -73,47 +130,24 @@ struct Q4KLanes512 {
   // activations packed by pack_q8k_lanes in packs of kLanes rows, pack_stride bytes apart.
   static void run(int64_t n, const void* wv, size_t w_stride, int nw, const uint8_t* packs,
                   size_t pack_stride, int64_t nx, float* out, size_t out_stride) {
-    const int64_t nb = n / kQK_K;
-    thread_local std::vector<uint8_t> level_buf;
-    thread_local std::vector<Unpacked> info_buf;
-    level_buf.resize(static_cast<size_t>(kRows * nb * kQK_K));
-    info_buf.resize(static_cast<size_t>(kRows * nb));
-    const auto* w = static_cast<const uint8_t*>(wv);
-    for (int r = 0; r < kRows; ++r) {  // rows past nw repeat row 0 (computed, dropped)
-      const auto* row =
-          reinterpret_cast<const BlockQ4K*>(w + static_cast<size_t>(r < nw ? r : 0) * w_stride);
-      for (int64_t i = 0; i < nb; ++i)
-        unpack(row[i], level_buf.data() + (r * nb + i) * kQK_K,
-               info_buf[static_cast<size_t>(r * nb + i)]);
-    }
+    const auto rows =
+        LaneRows<Unpacked>::template make<BlockQ4K>(n / kQK_K, wv, w_stride, nw, unpack);
     for (int64_t p0 = 0; p0 < nx; p0 += kLanes) {
       const uint8_t* xp = packs + static_cast<size_t>(p0 / kLanes) * pack_stride;
       __m512 acc[kRows], acc_min[kRows];
       for (int r = 0; r < kRows; ++r) acc[r] = acc_min[r] = _mm512_setzero_ps();
-      for (int64_t i = 0; i < nb; ++i) {
+      for (int64_t i = 0; i < rows.nb; ++i) {
         const uint8_t* xb = xp + i * detail::kLanesBlockBytes;
         const __m512 dy = _mm512_loadu_ps(xb + detail::kLanesDOffset);
         const uint8_t* lv[kRows];
         const Unpacked* u[kRows];
-        for (int r = 0; r < kRows; ++r) {
-          lv[r] = level_buf.data() + (r * nb + i) * kQK_K;
-          u[r] = &info_buf[static_cast<size_t>(r * nb + i)];
-        }
+        rows.block(i, lv, u);
         __m512i s_block[kRows], m_block[kRows];  // !kGrouped: the block's sums so far
         for (int c = 0; c < 4; ++c) {
           __m512i s[kRows];
-          for (int h = 0; h < 2; ++h) {
+          for (int h = 0; h < 2; ++h) {  // sub-block 2c + h: groups of four 16c + 8h .. + 7
             __m512i t[kRows];
-            for (int r = 0; r < kRows; ++r) t[r] = _mm512_setzero_si512();
-            for (int q = 0; q < 8; ++q) {
-              const int g = 16 * c + 8 * h + q;  // values 4g .. 4g+3
-              const __m512i a = _mm512_loadu_si512(xb + 64 * g);
-              for (int r = 0; r < kRows; ++r) {
-                int32_t four;
-                std::memcpy(&four, lv[r] + 4 * g, 4);
-                t[r] = dot_u8s8_512<kVnni>(t[r], _mm512_set1_epi32(four), a);
-              }
-            }
+            dot_groups<kVnni, 8>(xb, lv, 16 * c + 8 * h, t);
             for (int r = 0; r < kRows; ++r) {
               const __m512i scaled =
                   _mm512_mullo_epi32(t[r], _mm512_set1_epi32(u[r]->sc[2 * c + h]));
@@ -136,11 +170,8 @@ struct Q4KLanes512 {
             fma_pair(acc[r], acc_min[r], s_block[r], m_block[r], *u[r], dy);
       }
       const int64_t np = std::min<int64_t>(kLanes, nx - p0);
-      for (int r = 0; r < nw; ++r) {
-        alignas(64) float res[kLanes];
-        _mm512_store_ps(res, _mm512_sub_ps(acc[r], acc_min[r]));
-        for (int64_t k = 0; k < np; ++k) out[(p0 + k) * out_stride + r] = res[k];
-      }
+      for (int r = 0; r < nw; ++r)
+        store_lanes(_mm512_sub_ps(acc[r], acc_min[r]), r, p0, np, out, out_stride);
     }
   }
 };
