@@ -377,7 +377,10 @@ const detail::DotKernels& avx512_table() {
     t.q8_0 = by_nx<Q8_0Kernel512<kVnni>>;
     t.q4_k = by_nx<Q45KKernel512<kVnni, false>>;
     t.q5_k = by_nx<Q45KKernel512<kVnni, true>>;
-    t.q6_k = by_nx<Q6KKernel512<kVnni>>;
+    // q6_k (vec_dot order) stays AVX2's: on Zen 4 the 256-bit kernel streams the Q6_K output
+    // matrix ~8% faster at 2 threads (bench_matvec cols 2048: 30.5-32.0 against 27.9-30.4 GB/s) and
+    // qwen3moe small-preset decode, half of whose bytes are that matrix, runs 4% faster
+    // (bench/results/2026-12-04-cpu-lanes-kernels-and-real-shape-zen4.md).
     // q4_k_group4 stays AVX2's (see Q45KKernel512); dense products of many rows take the lanes kernel
     t.q5_k_tiled = by_nx<Q45KKernel512<kVnni, true, detail::DotOrder::tiled>>;
     t.q6_k_tiled = by_nx<Q6KKernel512<kVnni, true>>;
