@@ -67,8 +67,8 @@ struct Job {
   int64_t n_batch;
   float* Y;  // (n_batch, ldy)
   int64_t ldy;
-  // Dense Q4_K with lane-packed activations: the first n_lanes rows (a multiple of 4) in packs of
-  // kLanes rows, pack_stride bytes apart; the rest (< 4) go through dot.
+  // Lane-packed activations (lanes_fn): the first n_lanes rows in packs of kLanes rows,
+  // pack_stride bytes apart; the rest (< 4, dense Q4_K's tail) go through dot.
   detail::LanesFn lanes = nullptr;
   const uint8_t* packs = nullptr;
   size_t pack_stride = 0;
@@ -194,6 +194,10 @@ detail::LanesFn lanes_fn(const detail::DotKernels& k, GgmlType w, detail::DotOrd
       return order == detail::DotOrder::tiled ? k.q2_k_tiled_lanes : nullptr;
     case GgmlType::Q3_K:
       return order == detail::DotOrder::tiled ? k.q3_k_tiled_lanes : nullptr;
+    case GgmlType::Q5_K:
+      return order == detail::DotOrder::tiled ? k.q5_k_tiled_lanes : nullptr;
+    case GgmlType::Q6_K:
+      return order == detail::DotOrder::tiled ? k.q6_k_tiled_lanes : nullptr;
     case GgmlType::IQ4_XS:
       return order == detail::DotOrder::tiled ? k.iq4_xs_tiled_lanes : nullptr;
     default:
@@ -255,6 +259,7 @@ void matmul_q(GgmlType w, const void* W, int64_t rows, int64_t cols, const void*
           Y,
           ldy};
   const detail::LanesFn lanes = lanes_fn(kernels, w, order, n_batch, dense);
+  std::vector<uint8_t> packs;
   if (lanes) {
     const int64_t nb = cols / kQK_K;
     job.lanes = lanes;
@@ -262,7 +267,8 @@ void matmul_q(GgmlType w, const void* W, int64_t rows, int64_t cols, const void*
     job.n_lanes = dense && w == GgmlType::Q4_K ? n_batch - n_batch % kMaxNx : n_batch;
     job.pack_stride = static_cast<size_t>(nb) * detail::kLanesBlockBytes;
     const int64_t n_packs = (job.n_lanes + detail::kLanes - 1) / detail::kLanes;
-    thread_local std::vector<uint8_t> packs;
+    // Not thread_local: an expert product runs inside a task, and while this thread waits in run()'s
+    // parallel_for TBB may hand it another expert's product, which would reuse the buffer.
     packs.resize(static_cast<size_t>(n_packs) * job.pack_stride);
     for (int64_t p = 0; p < n_packs; ++p)
       detail::pack_q8k_lanes(
