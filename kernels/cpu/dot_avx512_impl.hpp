@@ -31,6 +31,35 @@ inline __m256i fold_512(__m512i v) {
   return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
 }
 
+// Chunk c of a Q4_K/Q5_K block as 64 levels in value order (values 64c .. 64c + 63: the low nibbles
+// of qs[32c ..] in the lower half, their high nibbles in the upper half); Q5_K adds its fifth bits,
+// bits 2c and 2c + 1 of hbits (the block's qh).
+template <bool kQ5, typename Block>
+inline __m512i q45k_chunk_levels(const Block& b, int c, __m256i hbits) {
+  const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * c));
+  __m512i q = _mm512_and_si512(join_256(bits, _mm256_srli_epi16(bits, 4)), _mm512_set1_epi8(0x0F));
+  if constexpr (kQ5) {
+    const __m512i hb = join_256(_mm256_srli_epi16(hbits, 2 * c), _mm256_srli_epi16(hbits, 2 * c + 1));
+    q = _mm512_or_si512(q, _mm512_slli_epi16(_mm512_and_si512(hb, _mm512_set1_epi8(1)), 4));
+  }
+  return q;
+}
+
+// Half h of a Q6_K block as levels 0..63 in value order: qa = values 128h .. 128h + 63 (low nibbles
+// of ql[64h ..], 2-bit fields 0 and 1 of qh[32h ..]), qb = values 128h + 64 .. 128h + 127 (high
+// nibbles, fields 2 and 3).
+inline void q6k_half_levels(const BlockQ6K& b, int h, __m512i& qa, __m512i& qb) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m512i m3 = _mm512_set1_epi8(3);
+  const __m512i l = _mm512_loadu_si512(b.ql + 64 * h);
+  const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * h));
+  const __m512i ha = join_256(hb, _mm256_srli_epi16(hb, 2));
+  const __m512i hbb = join_256(_mm256_srli_epi16(hb, 4), _mm256_srli_epi16(hb, 6));
+  qa = _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_slli_epi16(_mm512_and_si512(ha, m3), 4));
+  qb = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
+                       _mm512_slli_epi16(_mm512_and_si512(hbb, m3), 4));
+}
+
 // ---- float-like weights: 16 values per step, masked loads for the tail.
 
 struct Load512F32 {
@@ -143,8 +172,6 @@ struct Q45KKernel512 {
     const auto* w = static_cast<const Block*>(wv);
     const BlockQ8K* x[NX];
     rows_of(xv, stride, x);
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
-    const __m512i m1 = _mm512_set1_epi8(1);
     Q45KFloat<kQ5, kOrder, NX> f;
     for (int64_t i = 0; i < n / kQK_K; ++i) {
       const Block& b = w[i];
@@ -157,12 +184,7 @@ struct Q45KKernel512 {
       for (int k = 0; k < NX; ++k) sumi[k] = _mm512_setzero_si512();
       for (int c = 0; c < 4; ++c) {
         const __m512i sc = _mm512_permutexvar_epi16(load_index(kScaleIndex.q4k[c]), sc8);
-        const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * c));
-        __m512i q = _mm512_and_si512(join_256(bits, _mm256_srli_epi16(bits, 4)), m4);
-        if constexpr (kQ5) {
-          const __m512i hb = join_256(_mm256_srli_epi16(hbits, 2 * c), _mm256_srli_epi16(hbits, 2 * c + 1));
-          q = _mm512_or_si512(q, _mm512_slli_epi16(_mm512_and_si512(hb, m1), 4));
-        }
+        const __m512i q = q45k_chunk_levels<kQ5>(b, c, hbits);
         for (int k = 0; k < NX; ++k) {
           const __m512i y = _mm512_loadu_si512(x[k][i].qs + 64 * c);
           sumi[k] = dot_s16<kVnni>(sumi[k], _mm512_maddubs_epi16(q, y), sc);
@@ -187,8 +209,6 @@ struct Q6KKernel512 {
     const auto* w = static_cast<const BlockQ6K*>(wv);
     const BlockQ8K* x[NX];
     rows_of(xv, stride, x);
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
-    const __m512i m3 = _mm512_set1_epi8(3);
     Q6KFloat<kTiled, NX> f;
     for (int64_t i = 0; i < n / kQK_K; ++i) {
       const BlockQ6K& b = w[i];
@@ -198,15 +218,8 @@ struct Q6KKernel512 {
       __m512i sumi[NX];
       for (int k = 0; k < NX; ++k) sumi[k] = _mm512_setzero_si512();
       for (int h = 0; h < 2; ++h) {
-        const __m512i l = _mm512_loadu_si512(b.ql + 64 * h);
-        const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * h));
-        // qa: values 0..63 of the half (low nibbles, 2-bit fields 0 and 1);
-        // qb: values 64..127 (high nibbles, fields 2 and 3).
-        const __m512i ha = join_256(hb, _mm256_srli_epi16(hb, 2));
-        const __m512i hbb = join_256(_mm256_srli_epi16(hb, 4), _mm256_srli_epi16(hb, 6));
-        const __m512i qa = _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_slli_epi16(_mm512_and_si512(ha, m3), 4));
-        const __m512i qb = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
-                                           _mm512_slli_epi16(_mm512_and_si512(hbb, m3), 4));
+        __m512i qa, qb;
+        q6k_half_levels(b, h, qa, qb);
         const __m512i sca = _mm512_permutexvar_epi16(load_index(kScaleIndex.q6k[2 * h]), sc_all);
         const __m512i scb = _mm512_permutexvar_epi16(load_index(kScaleIndex.q6k[2 * h + 1]), sc_all);
         for (int k = 0; k < NX; ++k) {

@@ -96,17 +96,9 @@ inline void unpack_lanes(const BlockIQ4XS& b, uint8_t* levels, KLanesBlock& u) {
 // Q5_K: chunk c holds values 64c .. 64c + 63, low nibbles then high nibbles, the fifth bits in
 // bits 2c, 2c + 1 of qh; scales and mins per 32-value sub-block (Q4_K's 12-byte packing).
 inline void unpack_lanes(const BlockQ5K& b, uint8_t* levels, KLanesBlock& u) {
-  const __m512i m4 = _mm512_set1_epi8(0x0F);
-  const __m512i m1 = _mm512_set1_epi8(1);
   const __m256i hbits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh));
-  for (int c = 0; c < 4; ++c) {
-    const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * c));
-    const __m512i q = _mm512_and_si512(join_256(bits, _mm256_srli_epi16(bits, 4)), m4);
-    const __m512i hb =
-        join_256(_mm256_srli_epi16(hbits, 2 * c), _mm256_srli_epi16(hbits, 2 * c + 1));
-    _mm512_storeu_si512(levels + 64 * c,
-                        _mm512_or_si512(q, _mm512_slli_epi16(_mm512_and_si512(hb, m1), 4)));
-  }
+  for (int c = 0; c < 4; ++c)
+    _mm512_storeu_si512(levels + 64 * c, q45k_chunk_levels<true>(b, c, hbits));
   alignas(16) uint8_t sm[16];
   _mm_store_si128(reinterpret_cast<__m128i*>(sm), q4k_scales_mins(b.scales));
   for (int j = 0; j < 16; ++j) u.sc[j] = sm[j / 2];
@@ -122,19 +114,11 @@ inline void unpack_lanes(const BlockQ5K& b, uint8_t* levels, KLanesBlock& u) {
 // 64h .. 64h + 63, then their high nibbles), the top two from qh[32h + l] (bits 0-1, 2-3, 4-5, 6-7
 // for the four 32-value quarters); scales int8 per 16-value sub-block.
 inline void unpack_lanes(const BlockQ6K& b, uint8_t* levels, KLanesBlock& u) {
-  const __m512i m4 = _mm512_set1_epi8(0x0F);
-  const __m512i m3 = _mm512_set1_epi8(3);
   for (int h = 0; h < 2; ++h) {
-    const __m512i l = _mm512_loadu_si512(b.ql + 64 * h);
-    const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh + 32 * h));
-    const __m512i ha = join_256(hb, _mm256_srli_epi16(hb, 2));
-    const __m512i hbb = join_256(_mm256_srli_epi16(hb, 4), _mm256_srli_epi16(hb, 6));
-    _mm512_storeu_si512(
-        levels + 128 * h,
-        _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_slli_epi16(_mm512_and_si512(ha, m3), 4)));
-    _mm512_storeu_si512(levels + 128 * h + 64,
-                        _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
-                                        _mm512_slli_epi16(_mm512_and_si512(hbb, m3), 4)));
+    __m512i qa, qb;
+    q6k_half_levels(b, h, qa, qb);
+    _mm512_storeu_si512(levels + 128 * h, qa);
+    _mm512_storeu_si512(levels + 128 * h + 64, qb);
   }
   for (int j = 0; j < 16; ++j) u.sc[j] = b.scales[j];
   for (int p = 0; p < 8; ++p) u.sc_pairs[p] = pair16(b.scales[2 * p], b.scales[2 * p + 1]);

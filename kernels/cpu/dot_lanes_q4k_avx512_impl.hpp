@@ -20,16 +20,6 @@
 namespace ferry::cpu {
 namespace {
 
-// acc + Σ of four u8·s8 products per 32-bit lane.
-template <bool kVnni>
-inline __m512i dot_u8s8_512(__m512i acc, __m512i u, __m512i s) {
-  if constexpr (kVnni)
-    return _mm512_dpbusd_epi32(acc, u, s);
-  else
-    return _mm512_add_epi32(acc,
-                            _mm512_madd_epi16(_mm512_maddubs_epi16(u, s), _mm512_set1_epi16(1)));
-}
-
 // The weight rows of one lanes-kernel call, unpacked once (shared by the Q4_K and the tiled-order
 // kernels): kLanesWeightRows rows of nb blocks (rows past nw repeat row 0: computed, dropped),
 // each block's levels as one byte per value and its Info, made by unpack(block, levels, info).
@@ -75,7 +65,7 @@ inline void dot_groups(const uint8_t* xb, const uint8_t* const (&lv)[detail::kLa
     for (int r = 0; r < detail::kLanesWeightRows; ++r) {
       int32_t four;
       std::memcpy(&four, lv[r] + 4 * g, 4);
-      t[r] = dot_u8s8_512<kVnni>(t[r], _mm512_set1_epi32(four), a);
+      t[r] = dot4_u8s8<kVnni>(t[r], _mm512_set1_epi32(four), a);
     }
   }
 }
@@ -104,12 +94,8 @@ struct Q4KLanes512 {
   };
 
   static void unpack(const BlockQ4K& b, uint8_t* levels, Unpacked& u) {
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
-    for (int c = 0; c < 4; ++c) {
-      const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * c));
-      _mm512_storeu_si512(levels + 64 * c,
-                          _mm512_and_si512(join_256(bits, _mm256_srli_epi16(bits, 4)), m4));
-    }
+    for (int c = 0; c < 4; ++c)
+      _mm512_storeu_si512(levels + 64 * c, q45k_chunk_levels<false>(b, c, _mm256_setzero_si256()));
     alignas(16) uint8_t sm[16];
     _mm_store_si128(reinterpret_cast<__m128i*>(sm), q4k_scales_mins(b.scales));
     for (int j = 0; j < 8; ++j) u.sc[j] = sm[j];

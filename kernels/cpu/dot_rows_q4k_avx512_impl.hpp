@@ -29,7 +29,6 @@ struct Q4KRows512 {
     const BlockQ8K* x[NX];
     rows_of(xv, x_stride, x);
     const int64_t nb = n / kQK_K;
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
     // d, dmin of four rows as 8 halves → d of rows 0..3 in the low 128 bits, dmin in the high.
     const __m256i split = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
     for (int g = 0; g < nw; g += kGroup) {
@@ -54,8 +53,7 @@ struct Q4KRows512 {
           for (int k = 0; k < NX; ++k) sumi[k] = _mm512_setzero_si512();
           for (int c = 0; c < 4; ++c) {
             const __m512i sc = _mm512_permutexvar_epi16(load_index(kScaleIndex.q4k[c]), sc8);
-            const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + 32 * c));
-            const __m512i q = _mm512_and_si512(join_256(bits, _mm256_srli_epi16(bits, 4)), m4);
+            const __m512i q = q45k_chunk_levels<false>(b, c, _mm256_setzero_si256());
             for (int k = 0; k < NX; ++k) {
               const __m512i y = _mm512_loadu_si512(x[k][i].qs + 64 * c);
               sumi[k] = dot_s16<kVnni>(sumi[k], _mm512_maddubs_epi16(q, y), sc);
