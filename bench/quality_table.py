@@ -22,8 +22,7 @@ from common import llama_quantize  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAINED = os.path.join(ROOT, "tests", "data", "trained")
 FTYPES = ("q8_0", "q6_k", "q5_k_m", "q4_k_m", "q4_0", "iq4_xs", "q3_k_m", "q2_k")
-# name, the unquantized file's type
-MODELS = (("kjv-qwen3moe", "f32"), ("kjv-qwen35moe", "f32"), ("kjv-qwen3moe-w256", "f16"))
+MODELS = ("kjv-qwen3moe", "kjv-qwen35moe", "kjv-qwen3moe-w256")
 KV = (("f16", "f16"), ("q8_0", "q8_0"), ("q8_0", "q5_0"), ("q8_0", "q4_0"), ("q5_0", "q5_0"), ("q4_0", "q4_0"))
 
 
@@ -48,20 +47,22 @@ def main():
     ap.add_argument("--chunks", type=int, default=-1)
     ap.add_argument("--out", default=os.path.join(ROOT, ".cache", "quality"))
     ap.add_argument("-t", type=int, default=2)
-    ap.add_argument("--models", default=",".join(m for m, _ in MODELS))
+    ap.add_argument("--models", default=",".join(MODELS))
     a = ap.parse_args()
     chosen = a.models.split(",")
-    unknown = [m for m in chosen if m not in dict(MODELS)]
+    unknown = [m for m in chosen if m not in MODELS]
     if unknown:
-        sys.exit(f"unknown model(s) {unknown}; known: {[m for m, _ in MODELS]}")
+        sys.exit(f"unknown model(s) {unknown}; known: {list(MODELS)}")
     os.makedirs(a.out, exist_ok=True)
     text = os.path.join(TRAINED, "heldout.txt")
     common = ["-c", str(a.c), "-t", str(a.t)] + (["--chunks", str(a.chunks)] if a.chunks > 0 else [])
     print("| model | ftype | KV K/V | PPL ± err | ΔPPL % | mean KLD | 99% KLD | same top p % |")
     print("|---|---|---|---:|---:|---:|---:|---:|")
-    for name, base_type in MODELS:
+    for name in MODELS:
         if name not in chosen:
             continue
+        # the unquantized file the model is kept as (tests/data/trained: F32, or F16 for w256)
+        base_type = next(t for t in ("f32", "f16") if os.path.exists(os.path.join(TRAINED, f"{name}-{t}.gguf")))
         unquantized = os.path.join(TRAINED, f"{name}-{base_type}.gguf")
         base = os.path.join(a.out, f"{name}-{base_type}.kld")
         out = run([a.ferry, "perplexity", "-m", unquantized, "-f", text, "--kl-divergence-base", base] + common)

@@ -141,16 +141,16 @@ def main() -> None:
                 L.append(f"| llama.cpp ({verify['llama_cpp_python']}) | {f} | {verify[f]['heldout_ppl']:.3f} |")
     L.append("")
     if verify:
-        f32 = verify.get(files[0], {})
+        base_v = verify.get(files[0], {})
         match = all(verify.get(f, {}).get("tokenizer_matches_training") for f in files)
         L.append(f"llama.cpp's tokenizer gives {'the same' if match else 'DIFFERENT'} ids as the "
                  "training tokenizer on the held-out text.\n")
         L.append(f"## Greedy samples (llama.cpp, {base.upper()} file, 48 tokens)\n")
         L.append("Prompt and continuation, no template, no special tokens:\n")
-        for p, s in f32.get("samples", {}).items():
+        for p, s in base_v.get("samples", {}).items():
             L.append(f"```text\n{p}{s}\n```")
         q8 = verify.get(files[1], {}).get("samples", {})
-        same = [p for p in q8 if q8[p] == f32.get("samples", {}).get(p)]
+        same = [p for p in q8 if q8[p] == base_v.get("samples", {}).get(p)]
         L.append(f"\nThe Q8_0 file gives the same continuation for {len(same)} of {len(q8)} prompts.\n")
     else:
         L.append("(llama.cpp was not available when this card was written: no samples.)\n")
