@@ -4,7 +4,7 @@
 #
 #   bench/compare-llamacpp.sh -m MODEL.gguf [-m MODEL2.gguf] [-t 2] [-p 512] [-n 128] [-r 5]
 #                             [--budgets 16G,12G] [--no-gpu] [--no-cpu] [-o results.md]
-#                             [--ferry build/ferry]
+#                             [--ferry build/ferry] [--rounds 3]
 # See bench/compare_llamacpp.py --help and bench/README.md.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -12,8 +12,15 @@ and prints one Markdown table of tokens/s and ratios (Ferry / llama.cpp):
                locality figure goes in its own column: llama.cpp's speed with experts on the CPU
                does not depend on which experts are routed, Ferry's cache does.
 
+--rounds N (CPU rows) runs llama-bench and ferry bench N times each, alternating which goes first
+(round 0: llama.cpp first, round 1: Ferry first, ...), so that both see the same minutes of a machine
+whose memory bandwidth drifts. The t/s columns then show the median over the rounds ± half their
+range, and the ratio is the median of the per-round ratios (Ferry / llama.cpp of the same round)
+with their min–max in parentheses; a round that lacks the test on either side is left out of it.
+
 GPU rows are skipped with a message when nvidia-smi finds no GPU. Raw JSON of every run is kept
-next to the table (--raw-dir). Stdlib only (runs with any python3).
+next to the table (--raw-dir; -roundK in the name when --rounds > 1). Stdlib only (runs with any
+python3).
 """
 import argparse
 import datetime
@@ -21,6 +28,7 @@ import json
 import os
 import platform
 import shutil
+import statistics
 import subprocess
 import sys
 import threading
@@ -165,6 +173,24 @@ def ratio(a, b):
     return f"{float(a['avg_ts']) / float(b['avg_ts']):.2f}"
 
 
+def fmt_ts_rounds(rows):
+    """Median ± half the range of avg_ts over the rounds that have the test (None where not)."""
+    ts = [float(r["avg_ts"]) for r in rows if r]
+    if not ts:
+        return "—"
+    return f"{statistics.median(ts):.2f} ± {(max(ts) - min(ts)) / 2:.2f}"
+
+
+def ratio_rounds(pairs, n_rounds):
+    """Median (min–max) of the per-round ratios a / b over (a, b) pairs of rows; a round where
+    either side lacks the test is left out, and the count is shown when any was."""
+    rs = [float(a["avg_ts"]) / float(b["avg_ts"]) for a, b in pairs if a and b and float(b["avg_ts"]) > 0]
+    if not rs:
+        return "—"
+    left_out = "" if len(rs) == n_rounds else f", {len(rs)} of {n_rounds} rounds"
+    return f"{statistics.median(rs):.2f} ({min(rs):.2f}–{max(rs):.2f}{left_out})"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-m", "--model", action="append", required=True, help="GGUF file (repeatable)")
@@ -172,6 +198,9 @@ def main():
     ap.add_argument("-p", "--n-prompt", type=int, default=512)
     ap.add_argument("-n", "--n-gen", type=int, default=128)
     ap.add_argument("-r", "--repetitions", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="CPU rows: run llama-bench and ferry bench this many times each, alternating which goes "
+                         "first; t/s = median ± half the range, ratio = median (min–max) of per-round ratios")
     ap.add_argument("--ferry", default=os.path.join(ROOT, "build", "ferry"))
     ap.add_argument("--llama-bench-cpu", default="", help="default: bench/build-llamacpp.sh CPU_VARIANT")
     ap.add_argument("--llama-cpu-variant", default="cpu", choices=("cpu", "cpu-noamx"),
@@ -183,6 +212,8 @@ def main():
     ap.add_argument("--raw-dir", default=os.path.join(ROOT, ".cache", "compare-raw"))
     ap.add_argument("-o", "--output", default="", help="also write the Markdown to this file")
     a = ap.parse_args()
+    if a.rounds < 1:
+        ap.error("--rounds must be at least 1")
 
     os.makedirs(a.raw_dir, exist_ok=True)
     common = ["-t", str(a.threads), "-p", str(a.n_prompt), "-n", str(a.n_gen)]
@@ -214,17 +245,34 @@ def main():
             if not llama_cpu:
                 notes.append("CPU rows: llama-bench (CPU) could not be built")
             else:
-                lc, lerr = run_json([llama_cpu, "-m", model, "-ngl", "0", "-o", "json", *common, *reps],
-                                    os.path.join(a.raw_dir, f"{base}-cpu-llamacpp.json"))
-                fc, ferr = run_json([a.ferry, "bench", "-m", model, "--device", "cpu", "-o", "json", *common, *reps],
-                                    os.path.join(a.raw_dir, f"{base}-cpu-ferry.json"))
-                for err, who in ((lerr, "llama.cpp"), (ferr, "Ferry")):
-                    if err:
-                        notes.append(f"{base} cpu: {who}: {err}")
-                L, F = by_test(lc), by_test(fc)
-                for k in sorted(set(L) | set(F)):
-                    lines.append(f"| {base} | cpu, {a.threads} threads | {k} | {fmt_ts(L.get(k))} | {fmt_ts(F.get(k))} | "
-                                 f"{ratio(F.get(k), L.get(k))} | — | -ngl 0 |")
+                lcmd = [llama_cpu, "-m", model, "-ngl", "0", "-o", "json", *common, *reps]
+                fcmd = [a.ferry, "bench", "-m", model, "--device", "cpu", "-o", "json", *common, *reps]
+                per_round = []  # (llama.cpp rows by test, Ferry rows by test), one pair per round
+                for rnd in range(a.rounds):
+                    sfx = f"-round{rnd}" if a.rounds > 1 else ""
+                    tag = f"{base} cpu" + (f" round {rnd}" if a.rounds > 1 else "")
+                    lpath = os.path.join(a.raw_dir, f"{base}-cpu-llamacpp{sfx}.json")
+                    fpath = os.path.join(a.raw_dir, f"{base}-cpu-ferry{sfx}.json")
+                    if a.rounds > 1:
+                        log(f"{tag} of {a.rounds}: {'llama.cpp' if rnd % 2 == 0 else 'Ferry'} first")
+                    if rnd % 2 == 0:  # alternate the order: both sides see the same minutes of the machine
+                        lc, lerr = run_json(lcmd, lpath)
+                        fc, ferr = run_json(fcmd, fpath)
+                    else:
+                        fc, ferr = run_json(fcmd, fpath)
+                        lc, lerr = run_json(lcmd, lpath)
+                    for err, who in ((lerr, "llama.cpp"), (ferr, "Ferry")):
+                        if err:
+                            notes.append(f"{tag}: {who}: {err}")
+                    per_round.append((by_test(lc), by_test(fc)))
+                for k in sorted(set().union(*(set(L) | set(F) for L, F in per_round))):
+                    ls = [L.get(k) for L, _ in per_round]
+                    fs = [F.get(k) for _, F in per_round]
+                    if a.rounds == 1:
+                        lt, ft, rt = fmt_ts(ls[0]), fmt_ts(fs[0]), ratio(fs[0], ls[0])
+                    else:
+                        lt, ft, rt = fmt_ts_rounds(ls), fmt_ts_rounds(fs), ratio_rounds(zip(fs, ls), a.rounds)
+                    lines.append(f"| {base} | cpu, {a.threads} threads | {k} | {lt} | {ft} | {rt} | — | -ngl 0 |")
         if not has_gpu:
             continue
         if not llama_gpu:
@@ -272,8 +320,12 @@ def main():
     if not has_gpu and not a.no_gpu:
         notes.append(f"GPU rows skipped: {gpu_msg}")
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    rounds = ""
+    if a.rounds > 1 and not a.no_cpu:
+        rounds = (f", rounds {a.rounds} (CPU rows: llama.cpp and Ferry alternate which runs first; t/s = median ± half "
+                  f"the range over rounds; ratio = median of per-round ratios (min–max))")
     out = [f"Ferry vs llama.cpp, {now}, {platform.node()}, threads {a.threads}, -p {a.n_prompt} -n {a.n_gen} "
-           f"-r {a.repetitions}, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}", ""] + lines
+           f"-r {a.repetitions}{rounds}, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}", ""] + lines
     if notes:
         out += [""] + [f"- {n}" for n in notes]
     text = "\n".join(out) + "\n"

@@ -4,10 +4,11 @@
 // weights, far beyond the caches.
 //
 //   bench_matvec [--mb 512] [--cols 4096] [--threads 1,2,4] [--reps 7] [--batch 1,8,32] [--expert]
-//                [--types f16,q8_0,q4_k,q5_k,q6_k,q4_0,iq4_nl,mxfp4]
+//                [--rows16] [--types f16,q8_0,q4_k,q5_k,q6_k,q4_0,iq4_nl,mxfp4]
 //
 // --expert times the batched products as expert products (the orders of matmul_q with dense =
-// false). Prints markdown tables (the source for bench/results/*matvec*.md).
+// false). --rows16 times Q4_0, IQ4_NL and MXFP4 also on the interleaved layout the CPU engine
+// gives them at load (kernels/cpu/rows16.hpp), as a second row "TYPE rows16". Prints markdown tables (the source for bench/results/*matvec*.md).
 #include <emmintrin.h>
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
@@ -28,6 +29,7 @@
 
 #include "kernels/cpu/matmul.hpp"
 #include "kernels/cpu/quants.hpp"
+#include "kernels/cpu/rows16.hpp"
 #include "runtime/core/types.hpp"
 
 namespace {
@@ -42,6 +44,7 @@ struct Options {
   std::vector<int64_t> batches{1, 8, 32};
   int reps = 7;
   bool expert = false;  // batched products as expert products (matmul_q, dense = false)
+  bool rows16 = false;  // also time the 32-value 4-bit formats on the interleaved layout
   std::vector<GgmlType> types{GgmlType::F16,  GgmlType::Q8_0, GgmlType::Q4_K,   GgmlType::Q5_K,
                               GgmlType::Q6_K, GgmlType::Q4_0, GgmlType::IQ4_NL, GgmlType::MXFP4};
 };
@@ -61,8 +64,8 @@ Options parse(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; i += 2) {
     const std::string a = argv[i];
-    if (a == "--expert") {  // the one flag without a value
-      o.expert = true;
+    if (a == "--expert" || a == "--rows16") {  // the flags without a value
+      (a == "--expert" ? o.expert : o.rows16) = true;
       --i;
       continue;
     }
@@ -220,6 +223,7 @@ int main(int argc, char** argv) {
   std::printf("|---|---|---|---|---|---|\n");
   struct Batched {
     GgmlType t;
+    std::string name;
     int64_t batch;
     double ms;
     double gbps;
@@ -257,30 +261,44 @@ int main(int argc, char** argv) {
                   static_cast<size_t>(rb));
     std::vector<float> y(static_cast<size_t>(rows * max_batch));
     const double gb = static_cast<double>(rows * rb) / 1e9;
-    for (size_t k = 0; k < o.threads.size(); ++k) {
-      const double s = time_in_arena(o.threads[k], o.reps, [&] {
-        ferry::cpu::matvec(t, W.get(), rows, o.cols, x.data(), y.data());
-      });
-      std::printf("| %s | %d | %.2f | %.1f | %.1f | %.0f%% |\n",
-                  std::string(ferry::type_name(t)).c_str(), o.threads[k], s * 1e3, gb / s,
-                  stream[k], 100.0 * gb / s / stream[k]);
-      std::fflush(stdout);
+    std::unique_ptr<uint8_t[]> packed;
+    if (o.rows16 && ferry::cpu::rows16_type(t)) {
+      packed.reset(new uint8_t[static_cast<size_t>(rows * rb)]);
+      ferry::cpu::repack_rows16(t, W.get(), rows, o.cols, packed.get());
     }
-    for (int64_t b : o.batches) {
-      if (b == 1) continue;
-      const auto xrb = static_cast<int64_t>(ferry::row_bytes(ferry::cpu::vec_dot_type(t), o.cols));
-      std::vector<uint8_t> xq(static_cast<size_t>(xrb * b));
-      if (o.expert)
-        for (int64_t j = 0; j < b; ++j)
-          ferry::cpu::quantize_activation(t, x.data() + j * o.cols, xq.data() + j * xrb, o.cols);
-      const double s = time_in_arena(o.threads.back(), std::max(3, o.reps / 2), [&] {
+    for (const bool interleaved : {false, true}) {
+      if (interleaved && !packed) break;
+      const uint8_t* Wl = interleaved ? packed.get() : W.get();
+      const ferry::WeightLayout layout =
+          interleaved ? ferry::WeightLayout::rows16 : ferry::WeightLayout::file;
+      const std::string name = std::string(ferry::type_name(t)) + (interleaved ? " rows16" : "");
+      for (size_t k = 0; k < o.threads.size(); ++k) {
+        const double s = time_in_arena(o.threads[k], o.reps, [&] {
+          ferry::cpu::matmul(t, Wl, rows, o.cols, x.data(), o.cols, 1, y.data(), rows, true,
+                             layout);
+        });
+        std::printf("| %s | %d | %.2f | %.1f | %.1f | %.0f%% |\n", name.c_str(), o.threads[k],
+                    s * 1e3, gb / s, stream[k], 100.0 * gb / s / stream[k]);
+        std::fflush(stdout);
+      }
+      for (int64_t b : o.batches) {
+        if (b == 1) continue;
+        const auto xrb =
+            static_cast<int64_t>(ferry::row_bytes(ferry::cpu::vec_dot_type(t), o.cols));
+        std::vector<uint8_t> xq(static_cast<size_t>(xrb * b));
         if (o.expert)
-          ferry::cpu::matmul_q(t, W.get(), rows, o.cols, xq.data(), xrb, b, y.data(), rows, true,
-                               false);
-        else
-          ferry::cpu::matmul(t, W.get(), rows, o.cols, x.data(), o.cols, b, y.data(), rows);
-      });
-      batched.push_back({t, b, s * 1e3, gb / s});
+          for (int64_t j = 0; j < b; ++j)
+            ferry::cpu::quantize_activation(t, x.data() + j * o.cols, xq.data() + j * xrb, o.cols);
+        const double s = time_in_arena(o.threads.back(), std::max(3, o.reps / 2), [&] {
+          if (o.expert)
+            ferry::cpu::matmul_q(t, Wl, rows, o.cols, xq.data(), xrb, b, y.data(), rows, true,
+                                 false, layout);
+          else
+            ferry::cpu::matmul(t, Wl, rows, o.cols, x.data(), o.cols, b, y.data(), rows, true,
+                               layout);
+        });
+        batched.push_back({t, name, b, s * 1e3, gb / s});
+      }
     }
   }
   if (!batched.empty()) {
@@ -294,7 +312,7 @@ int main(int argc, char** argv) {
       const double macs =
           static_cast<double>(target_bytes) / ferry::row_bytes(r.t, o.cols) * o.cols * r.batch;
       std::printf("| %s | %lld | %.1f | %.2f | %.1f | %.1f |\n",
-                  std::string(ferry::type_name(r.t)).c_str(), static_cast<long long>(r.batch), r.ms,
+                  r.name.c_str(), static_cast<long long>(r.batch), r.ms,
                   r.ms / r.batch, r.gbps, macs / (r.ms * 1e-3) / 1e9);
     }
   }

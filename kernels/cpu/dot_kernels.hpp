@@ -71,6 +71,9 @@ struct DotKernels {
   // row by row.
   DotRowsFn q4_0_repacked_rows = nullptr, iq4_nl_repacked_rows = nullptr, mxfp4_repacked_rows = nullptr;
   DotRowsFn q4_k_rows = nullptr;
+  // The repacked order on the sixteen-row interleaved layout (rows16.hpp): whole groups of
+  // kMaxRows rows, w at the group's start; nullptr where the ISA has none.
+  DotRowsFn q4_0_rows16 = nullptr, iq4_nl_rows16 = nullptr, mxfp4_rows16 = nullptr;
   // With lane-packed activations, or nullptr: Q4_K's 4-row and 1-row orders
   // (dot_lanes_q4k_avx512_impl.hpp), the tiled order of Q2_K, Q3_K, Q5_K, Q6_K, IQ4_XS
   // (dot_lanes_kquants_avx512_impl.hpp).
@@ -139,6 +142,16 @@ inline DotRowsFn dot_rows_fn(const DotKernels& k, GgmlType w, DotOrder o) {
     case GgmlType::Q4_0: return k.q4_0_repacked_rows;
     case GgmlType::IQ4_NL: return k.iq4_nl_repacked_rows;
     case GgmlType::MXFP4: return k.mxfp4_repacked_rows;
+    default: return nullptr;
+  }
+}
+
+// The interleaved-layout kernel for weight type w, or nullptr when the ISA (or the type) has none.
+inline DotRowsFn dot_rows16_fn(const DotKernels& k, GgmlType w) {
+  switch (w) {
+    case GgmlType::Q4_0: return k.q4_0_rows16;
+    case GgmlType::IQ4_NL: return k.iq4_nl_rows16;
+    case GgmlType::MXFP4: return k.mxfp4_rows16;
     default: return nullptr;
   }
 }

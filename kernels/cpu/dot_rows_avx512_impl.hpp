@@ -1,7 +1,9 @@
 #pragma once
 // AVX-512 matvec kernels of Q4_0, IQ4_NL and MXFP4 in the repacked order (ggml's 8x8 gemv: per
 // weight row one scalar chain, acc = fma(Σ w·x, d_w·d_x, acc) per block), sixteen weight rows at a
-// time (detail::DotRowsFn), with up to kMaxNx activation rows. Included by dot_avx512_impl.hpp.
+// time (detail::DotRowsFn), with up to kMaxNx activation rows, on the file's layout
+// (RepackedRows512) and on the sixteen-row interleaved layout (Rows16x512; rows16.hpp). Included by
+// dot_avx512_impl.hpp.
 //
 // Why sixteen rows: the order's float step is one FMA per 32-value block and row, on a chain, after
 // a full integer sum of the block; row by row (dot_legacy_avx2.cpp) that costs a horizontal sum,
@@ -26,6 +28,10 @@ namespace {
 // 16 dwords that start at the rows' blocks → the 16 scales (an F16 d in the low 16 bits).
 struct F16ScaleRows {
   static __m512 scales(__m512i words) { return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(words)); }
+  // The 16 scales stored side by side (the interleaved layout).
+  static __m512 scales16(const uint8_t* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
 };
 struct Q4_0Rows : F16ScaleRows {
   using Block = BlockQ4_0;
@@ -58,6 +64,9 @@ struct MXFP4Rows {
     const __mmask16 small = _mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2));
     return _mm512_castsi512_ps(_mm512_mask_blend_epi32(small, normal, tiny));
   }
+  static __m512 scales16(const uint8_t* p) {
+    return scales(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  }
 };
 
 template <typename W>
@@ -86,6 +95,53 @@ inline int32_t load_i32(const void* p) {
   return v;
 }
 
+// One block step of sixteen rows: t[j] holds nibble bytes 4j..4j+3 of every row (lane r = row r),
+// dw the rows' scales; adds the block's products into acc[k] for the NX activation rows.
+template <bool kVnni, typename W, int NX>
+inline void rows_block(const __m512i t[4], __m512 dw, __m512i table, const BlockQ8_0* const* x, int64_t i,
+                       __m512 acc[NX]) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  __m512i lo[4], hi[4];
+  for (int j = 0; j < 4; ++j) {
+    lo[j] = _mm512_and_si512(t[j], m4);
+    hi[j] = _mm512_and_si512(_mm512_srli_epi16(t[j], 4), m4);
+    if constexpr (W::kTable) {
+      lo[j] = _mm512_shuffle_epi8(table, lo[j]);
+      hi[j] = _mm512_shuffle_epi8(table, hi[j]);
+    }
+  }
+  for (int k = 0; k < NX; ++k) {
+    const int8_t* xq = x[k][i].qs;
+    // Two integer chains (low and high nibbles), added at the end: half the dependent vpdpbusd
+    // latency per block; integer sums are exact in any order.
+    __m512i sum_lo = _mm512_set1_epi32(-W::kOffset * sum_i8x32(xq)), sum_hi = _mm512_setzero_si512();
+    for (int j = 0; j < 4; ++j) {
+      sum_lo = dot4_u8s8<kVnni>(sum_lo, lo[j], _mm512_set1_epi32(load_i32(xq + 4 * j)));
+      sum_hi = dot4_u8s8<kVnni>(sum_hi, hi[j], _mm512_set1_epi32(load_i32(xq + 16 + 4 * j)));
+    }
+    const __m512i sum = _mm512_add_epi32(sum_lo, sum_hi);
+    acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(dw, _mm512_set1_ps(h2f(x[k][i].d))), acc[k]);
+  }
+}
+
+// The table formats' levels as unsigned bytes (level + kOffset) in every 128-bit lane.
+template <typename W>
+inline __m512i level_table() {
+  if constexpr (!W::kTable) return _mm512_setzero_si512();
+  alignas(16) uint8_t u[16];
+  for (int q = 0; q < 16; ++q) u[q] = static_cast<uint8_t>(W::kValues[q] + W::kOffset);
+  return _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(u)));
+}
+
+template <int NX>
+inline void store_rows(const __m512 acc[NX], int nw, float* out, size_t out_stride) {
+  for (int k = 0; k < NX; ++k) {
+    alignas(64) float res[detail::kMaxRows];
+    _mm512_store_ps(res, acc[k]);
+    for (int r = 0; r < nw; ++r) out[k * out_stride + r] = res[r];
+  }
+}
+
 template <bool kVnni, typename W>
 struct RepackedRows512 {
   static_assert(kVnni || kRowsExactWithoutVnni<W>);
@@ -112,13 +168,7 @@ struct RepackedRows512 {
     const __m512i gather_offs = _mm512_load_si512(offs);
     const size_t s4 = 4 * w_stride;
     const uint8_t* next = w + kRows * w_stride;  // the next sixteen rows (see the prefetch below)
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
-    __m512i table = _mm512_setzero_si512();
-    if constexpr (W::kTable) {
-      alignas(16) uint8_t u[16];
-      for (int q = 0; q < 16; ++q) u[q] = static_cast<uint8_t>(W::kValues[q] + W::kOffset);
-      table = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(u)));
-    }
+    const __m512i table = level_table<W>();
     __m512 acc[NX];
     for (int k = 0; k < NX; ++k) acc[k] = _mm512_setzero_ps();
     const int64_t nb = n / kQK8_0;
@@ -146,34 +196,9 @@ struct RepackedRows512 {
       const __m512i lo23 = _mm512_unpacklo_epi32(a[2], a[3]), hi23 = _mm512_unpackhi_epi32(a[2], a[3]);
       const __m512i t[4] = {_mm512_unpacklo_epi64(lo01, lo23), _mm512_unpackhi_epi64(lo01, lo23),
                             _mm512_unpacklo_epi64(hi01, hi23), _mm512_unpackhi_epi64(hi01, hi23)};
-      __m512i lo[4], hi[4];
-      for (int j = 0; j < 4; ++j) {
-        lo[j] = _mm512_and_si512(t[j], m4);
-        hi[j] = _mm512_and_si512(_mm512_srli_epi16(t[j], 4), m4);
-        if constexpr (W::kTable) {
-          lo[j] = _mm512_shuffle_epi8(table, lo[j]);
-          hi[j] = _mm512_shuffle_epi8(table, hi[j]);
-        }
-      }
-      const __m512 dw = W::scales(_mm512_i32gather_epi32(gather_offs, w + blk, 1));
-      for (int k = 0; k < NX; ++k) {
-        const int8_t* xq = x[k][i].qs;
-        // Two integer chains (low and high nibbles), added at the end: half the dependent
-        // vpdpbusd latency per block; integer sums are exact in any order.
-        __m512i sum_lo = _mm512_set1_epi32(-W::kOffset * sum_i8x32(xq)), sum_hi = _mm512_setzero_si512();
-        for (int j = 0; j < 4; ++j) {
-          sum_lo = dot4_u8s8<kVnni>(sum_lo, lo[j], _mm512_set1_epi32(load_i32(xq + 4 * j)));
-          sum_hi = dot4_u8s8<kVnni>(sum_hi, hi[j], _mm512_set1_epi32(load_i32(xq + 16 + 4 * j)));
-        }
-        const __m512i sum = _mm512_add_epi32(sum_lo, sum_hi);
-        acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(dw, _mm512_set1_ps(h2f(x[k][i].d))), acc[k]);
-      }
+      rows_block<kVnni, W, NX>(t, W::scales(_mm512_i32gather_epi32(gather_offs, w + blk, 1)), table, x, i, acc);
     }
-    for (int k = 0; k < NX; ++k) {
-      alignas(64) float res[kRows];
-      _mm512_store_ps(res, acc[k]);
-      for (int r = 0; r < nw; ++r) out[k * out_stride + r] = res[r];
-    }
+    store_rows<NX>(acc, nw, out, out_stride);
   }
 
   static void run(int64_t n, const void* w, size_t w_stride, int nw, const void* x, size_t x_stride, int nx,
@@ -198,11 +223,59 @@ struct RepackedRows512 {
   static_assert(kRows == 16, "one 512-bit register of rows");
 };
 
+// The same products on the sixteen-row interleaved layout (rows16.hpp): per block of a group the
+// sixteen scales, then the four registers t[j] as they are, so a block step is five loads instead of
+// sixteen loads, the transpose and a gather. Whole groups only (nw = 16); w is the group's start.
+template <bool kVnni, typename W>
+struct Rows16x512 {
+  static_assert(kVnni || kRowsExactWithoutVnni<W>);
+  static constexpr size_t kChunk = detail::kMaxRows * sizeof(typename W::Block);
+  static constexpr size_t kScales = detail::kMaxRows * W::kQsOffset;
+  // Prefetch distance in chunks (~2.3 KiB): the group is one linear stream.
+  static constexpr int64_t kAhead = 8;
+
+  template <int NX>
+  static void run_nx(int64_t n, const uint8_t* w, const void* xv, size_t x_stride, float* out,
+                     size_t out_stride) {
+    const BlockQ8_0* x[NX];
+    rows_of(xv, x_stride, x);
+    const __m512i table = level_table<W>();
+    __m512 acc[NX];
+    for (int k = 0; k < NX; ++k) acc[k] = _mm512_setzero_ps();
+    const int64_t nb = n / kQK8_0;
+    for (int64_t i = 0; i < nb; ++i) {
+      const uint8_t* c = w + static_cast<size_t>(i) * kChunk;
+      for (int l = 0; l < 5; ++l)
+        _mm_prefetch(reinterpret_cast<const char*>(c + kAhead * kChunk) + 64 * l, _MM_HINT_T0);
+      const __m512i t[4] = {_mm512_loadu_si512(c + kScales), _mm512_loadu_si512(c + kScales + 64),
+                            _mm512_loadu_si512(c + kScales + 128), _mm512_loadu_si512(c + kScales + 192)};
+      rows_block<kVnni, W, NX>(t, W::scales16(c), table, x, i, acc);
+    }
+    store_rows<NX>(acc, detail::kMaxRows, out, out_stride);
+  }
+
+  static void run(int64_t n, const void* w, size_t /*w_stride*/, int /*nw*/, const void* x, size_t x_stride, int nx,
+                  float* out, size_t out_stride) {
+    const auto* g = static_cast<const uint8_t*>(w);
+    switch (nx) {
+      case 1: return run_nx<1>(n, g, x, x_stride, out, out_stride);
+      case 2: return run_nx<2>(n, g, x, x_stride, out, out_stride);
+      case 3: return run_nx<3>(n, g, x, x_stride, out, out_stride);
+      default: return run_nx<4>(n, g, x, x_stride, out, out_stride);
+    }
+  }
+};
+
 template <bool kVnni>
 void add_repacked_rows512(detail::DotKernels& t) {
   t.q4_0_repacked_rows = RepackedRows512<kVnni, Q4_0Rows>::run;
   t.mxfp4_repacked_rows = RepackedRows512<kVnni, MXFP4Rows>::run;
-  if constexpr (kVnni) t.iq4_nl_repacked_rows = RepackedRows512<kVnni, IQ4NLRows>::run;
+  t.q4_0_rows16 = Rows16x512<kVnni, Q4_0Rows>::run;
+  t.mxfp4_rows16 = Rows16x512<kVnni, MXFP4Rows>::run;
+  if constexpr (kVnni) {
+    t.iq4_nl_repacked_rows = RepackedRows512<kVnni, IQ4NLRows>::run;
+    t.iq4_nl_rows16 = Rows16x512<kVnni, IQ4NLRows>::run;
+  }
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "kernels/cpu/dot_kernels.hpp"
 #include "kernels/cpu/quants.hpp"
 #include "kernels/cpu/row_check.hpp"
+#include "kernels/cpu/rows16.hpp"
 #include "runtime/core/error.hpp"
 
 namespace ferry::cpu {
@@ -92,10 +93,12 @@ struct Job {
     if (dot_rows) {
       // kMaxRows weight rows side by side (more than kStreams sequential streams), within tiles of
       // the batched path as below.
+      // Tiles of whole groups (the interleaved layout has no partial ones).
       const int64_t tile =
-          n_batch == 1
-              ? r1 - r0
-              : std::max<int64_t>(detail::kMaxRows, kTileBytes / static_cast<int64_t>(w_row_bytes));
+          n_batch == 1 ? r1 - r0
+                       : std::max<int64_t>(1, kTileBytes / static_cast<int64_t>(w_row_bytes) /
+                                                  detail::kMaxRows) *
+                             detail::kMaxRows;
       for (int64_t t0 = r0; t0 < r1; t0 += tile) {
         const int64_t t1 = std::min(r1, t0 + tile);
         for (int64_t b = 0; b < n_batch; b += kMaxNx) {
@@ -229,9 +232,23 @@ void detail::pack_q8k_lanes(const void* x, size_t x_stride, int nx, int64_t nb, 
 }
 
 void matmul_q(GgmlType w, const void* W, int64_t rows, int64_t cols, const void* Xq, int64_t ldxq,
-              int64_t n_batch, float* Y, int64_t ldy, bool parallel, bool dense) {
+              int64_t n_batch, float* Y, int64_t ldy, bool parallel, bool dense,
+              WeightLayout layout) {
   check_matmul("matmul_q", w, rows, cols, n_batch, ldy);
   const detail::DotKernels& kernels = detail::dot_kernels(active_isa());
+  detail::DotRowsFn rows16 = nullptr;
+  if (layout == WeightLayout::rows16) {
+    if (!rows16_type(w) || rows % kRows16 != 0)
+      fail(ErrorKind::invalid_arg, "matmul_q: a {} matrix of {} rows has no interleaved layout",
+           type_name(w), rows);
+    rows16 = detail::dot_rows16_fn(kernels, w);
+    if (!rows16) {  // this ISA has no kernel for the layout: the file layout's, on a copy
+      std::vector<uint8_t> file(static_cast<size_t>(rows) *
+                                row_bytes(w, static_cast<uint64_t>(cols)));
+      unpack_rows16(w, W, rows, cols, file.data());
+      return matmul_q(w, file.data(), rows, cols, Xq, ldxq, n_batch, Y, ldy, parallel, dense);
+    }
+  }
   const detail::DotOrder order = order_for(w, rows, n_batch, dense);
   const detail::DotFn dot = detail::dot_fn(kernels, w, order);
   if (!dot) fail(ErrorKind::unsupported, "matmul_q: type {} is not a weight type", type_name(w));
@@ -244,7 +261,8 @@ void matmul_q(GgmlType w, const void* W, int64_t rows, int64_t cols, const void*
   static_assert(kMaxNx == 4, "the grouped order is ggml's 4-row kernel's");
   // Q4_K's several-rows kernel adds in its 1-row order: not for the full 4-row groups of a dense
   // product, which take the 4-row order (dot_grouped below).
-  const detail::DotRowsFn dot_rows = w == GgmlType::Q4_K && dense && n_batch >= kMaxNx
+  const detail::DotRowsFn dot_rows = rows16 ? rows16
+                                     : w == GgmlType::Q4_K && dense && n_batch >= kMaxNx
                                          ? nullptr
                                          : detail::dot_rows_fn(kernels, w, order);
   Job job{dot,
@@ -281,7 +299,7 @@ void matmul_q(GgmlType w, const void* W, int64_t rows, int64_t cols, const void*
 }
 
 void matmul(GgmlType w, const void* W, int64_t rows, int64_t cols, const float* X, int64_t ldx,
-            int64_t n_batch, float* Y, int64_t ldy, bool parallel) {
+            int64_t n_batch, float* Y, int64_t ldy, bool parallel, WeightLayout layout) {
   check_matmul("matmul", w, rows, cols, n_batch, ldy);
   if (n_batch > 1 && ldx < cols)
     fail(ErrorKind::invalid_arg, "matmul: input stride {} is smaller than cols {}", ldx, cols);
@@ -303,7 +321,7 @@ void matmul(GgmlType w, const void* W, int64_t rows, int64_t cols, const float* 
   else
     quantize(0, n_batch);
   matmul_q(w, W, rows, cols, xq.data(), static_cast<int64_t>(x_row_bytes), n_batch, Y, ldy,
-           parallel, true);
+           parallel, true, layout);
 }
 
 }  // namespace ferry::cpu

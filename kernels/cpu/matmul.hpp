@@ -41,8 +41,11 @@ float vec_dot_ref(GgmlType w, const void* wrow, const void* xq, int64_t n);  // 
 //        slice of it); else IQ4_NL's dense products of 2+ rows take tinyBLAS's order, the rest
 //        vec_dot's (Q4_0's tinyBLAS order is its vec_dot order);
 //   Q8_0, Q4_1, Q5_0, Q5_1 and the float types: one order.
+// `layout` rows16: W is in the interleaved layout of rows16.hpp (Q4_0, IQ4_NL, MXFP4; rows a
+// multiple of 16), with the same results.
 void matmul(GgmlType w, const void* W, int64_t rows, int64_t cols, const float* X, int64_t ldx,
-            int64_t n_batch, float* Y, int64_t ldy, bool parallel = true);
+            int64_t n_batch, float* Y, int64_t ldy, bool parallel = true,
+            WeightLayout layout = WeightLayout::file);
 
 inline void matvec(GgmlType w, const void* W, int64_t rows, int64_t cols, const float* x, float* y,
                    bool parallel = true) {
@@ -52,6 +55,7 @@ inline void matvec(GgmlType w, const void* W, int64_t rows, int64_t cols, const 
 // As matmul, with X already quantized to vec_dot_type(w) (row stride ldxq bytes); lets a caller
 // quantize an activation once and reuse it for several weights (gate and up of all experts).
 void matmul_q(GgmlType w, const void* W, int64_t rows, int64_t cols, const void* Xq, int64_t ldxq,
-              int64_t n_batch, float* Y, int64_t ldy, bool parallel = true, bool dense = false);
+              int64_t n_batch, float* Y, int64_t ldy, bool parallel = true, bool dense = false,
+              WeightLayout layout = WeightLayout::file);
 
 }  // namespace ferry::cpu

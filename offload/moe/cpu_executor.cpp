@@ -28,9 +28,10 @@ const uint8_t* expert_matrix(const ExpertTensor& t, int32_t e) {
 // ggml_vec_dot_f32/f16 (what ggml's expert product uses for them), so F32 test models match the
 // oracle bit for bit; quantized experts go through the kernels' matmul_q.
 void expert_matmul(GgmlType w, const uint8_t* W, int64_t rows, int64_t cols, const uint8_t* Xq,
-                   int64_t ldxq, int64_t n, float* Y, int64_t ldy, bool parallel) {
+                   int64_t ldxq, int64_t n, float* Y, int64_t ldy, bool parallel,
+                   WeightLayout layout) {
   if (w != GgmlType::F32 && w != GgmlType::F16) {
-    cpu::matmul_q(w, W, rows, cols, Xq, ldxq, n, Y, ldy, parallel);
+    cpu::matmul_q(w, W, rows, cols, Xq, ldxq, n, Y, ldy, parallel, false, layout);
     return;
   }
   const uint64_t rb = row_bytes(w, static_cast<uint64_t>(cols));
@@ -104,9 +105,10 @@ void MoeCpuExecutor::run_decode(const MoeStep& req, const MoeLayerWeights& L) {
                     nr = std::min(kDecodeRowBlock, F - r0);
       const int32_t e = req.expert_ids[s];
       expert_matmul(L.gate.type, expert_matrix(L.gate, e) + r0 * gate_row, nr, E, xq_gate.data(),
-                    static_cast<int64_t>(gq_bytes), 1, g.data() + s * F + r0, F, false);
+                    static_cast<int64_t>(gq_bytes), 1, g.data() + s * F + r0, F, false,
+                    L.gate.layout);
       expert_matmul(L.up.type, expert_matrix(L.up, e) + r0 * up_row, nr, E, xq_up,
-                    static_cast<int64_t>(uq_bytes), 1, u.data() + s * F + r0, F, false);
+                    static_cast<int64_t>(uq_bytes), 1, u.data() + s * F + r0, F, false, L.up.layout);
       // r0 is a multiple of 64: ggml's SiLU vector chunks line up with the row's.
       cpu_math::swiglu(g.data() + s * F + r0, u.data() + s * F + r0, g.data() + s * F + r0, nr);
     }
@@ -126,7 +128,7 @@ void MoeCpuExecutor::run_decode(const MoeStep& req, const MoeLayerWeights& L) {
                     nr = std::min(kDecodeRowBlock, E - r0);
       expert_matmul(L.down.type, expert_matrix(L.down, req.expert_ids[s]) + r0 * down_row, nr, F,
                     hq.data() + s * hq_bytes, static_cast<int64_t>(hq_bytes), 1,
-                    y.data() + s * E + r0, E, false);
+                    y.data() + s * E + r0, E, false, L.down.layout);
     }
   });
   weighted_sum(1, K, E, y.data(), req.expert_weights, req.out);
@@ -176,9 +178,9 @@ void MoeCpuExecutor::run_grouped(const MoeStep& req, const MoeLayerWeights& L) {
       std::vector<float> g(static_cast<size_t>(n_e * F)),
           u(static_cast<size_t>(n_e * F));  // (n_e, F)
       expert_matmul(L.gate.type, expert_matrix(L.gate, e), F, E, xg.data(),
-                    static_cast<int64_t>(gq_bytes), n_e, g.data(), F, true);
+                    static_cast<int64_t>(gq_bytes), n_e, g.data(), F, true, L.gate.layout);
       expert_matmul(L.up.type, expert_matrix(L.up, e), F, E, xup, static_cast<int64_t>(uq_bytes),
-                    n_e, u.data(), F, true);
+                    n_e, u.data(), F, true, L.up.layout);
       std::vector<uint8_t> hq(static_cast<size_t>(n_e) * hq_bytes);
       for (int64_t i = 0; i < n_e; ++i) {
         float* gi = g.data() + i * F;
@@ -187,7 +189,7 @@ void MoeCpuExecutor::run_grouped(const MoeStep& req, const MoeLayerWeights& L) {
       }
       std::vector<float> ye(static_cast<size_t>(n_e * E));  // (n_e, E)
       expert_matmul(L.down.type, expert_matrix(L.down, e), E, F, hq.data(),
-                    static_cast<int64_t>(hq_bytes), n_e, ye.data(), E, true);
+                    static_cast<int64_t>(hq_bytes), n_e, ye.data(), E, true, L.down.layout);
       for (int64_t i = 0; i < n_e; ++i)
         std::memcpy(y.data() + idx[i] * E, ye.data() + i * E,
                     static_cast<size_t>(E) * sizeof(float));

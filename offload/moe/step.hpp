@@ -29,6 +29,9 @@ struct ExpertTensor {
   int64_t n_in = 0;   // columns (ne0)
   int64_t n_out = 0;  // rows (ne1)
   uint64_t expert_stride_bytes = 0;
+  // rows16: each expert's matrix in the CPU's interleaved layout (kernels/cpu/rows16.hpp); only
+  // MoeCpuExecutor reads such a tensor.
+  WeightLayout layout = WeightLayout::file;
 };
 
 struct MoeLayerWeights {

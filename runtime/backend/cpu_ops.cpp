@@ -81,7 +81,7 @@ void CpuOps::rmsnorm(const float* x, const float* w, int64_t n_rows, int64_t n, 
 void CpuOps::matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n, float* y,
                     int64_t ldy) {
   if (w.type != GgmlType::F32 && w.type != GgmlType::F16) {
-    cpu::matmul(w.type, w.data, w.rows, w.cols, x, ldx, n, y, ldy, true);
+    cpu::matmul(w.type, w.data, w.rows, w.cols, x, ldx, n, y, ldy, true, w.layout);
     return;
   }
   // F32/F16 weights (F32 routers and gates of quantized models, F32/F16 test models) in the order

@@ -1,6 +1,11 @@
 #pragma once
 // The CPU implementation of Ops: host memory, oneTBB parallelism (bounded by the caller's
 // tbb::global_control / task_arena), quantized products through kernels/cpu.
+#include <cstdint>
+#include <functional>
+#include <utility>
+#include <vector>
+
 #include "kernels/cpu/gdn.hpp"
 #include "runtime/backend/ops.hpp"
 
@@ -10,6 +15,15 @@ struct CpuOpsOptions {
   // The Gated DeltaNet delta rule's form for prefill batches (kernels/cpu/gdn.hpp): the recurrence
   // is bit-identical to llama.cpp's CPU op; chunked is faster on the rule and agrees to rounding.
   cpu::GdnPrefill gdn_prefill = cpu::GdnPrefill::recurrent;
+  // resident_matmul() repacks Q4_0, IQ4_NL and MXFP4 matrices into the sixteen-row interleaved
+  // layout (kernels/cpu/rows16.hpp; bit-identical products, faster kernels), into at most
+  // repack_budget bytes of new host memory; past it a matrix keeps the file's layout. Off with
+  // `--no-repack`.
+  bool repack = true;
+  uint64_t repack_budget = UINT64_MAX;
+  // Called with the file-layout bytes of each matrix just repacked, which nothing reads any more
+  // (the engine hands their mapped pages back to the OS).
+  std::function<void(const void* data, size_t bytes)> repacked;
 };
 
 class CpuOps final : public Ops {
@@ -24,6 +38,10 @@ class CpuOps final : public Ops {
   void fill_zero(void* dst, size_t bytes) override;
   void sync() override {}
   WeightView resident(const WeightView& host) override { return host; }
+  WeightView resident_matmul(const WeightView& host) override;  // cpu_ops_repack.cpp
+  // Bytes resident_matmul() repacked so far, and bytes it left in the file's layout for want of RAM.
+  uint64_t repacked_bytes() const { return repacked_bytes_; }
+  uint64_t repack_skipped_bytes() const { return repack_skipped_bytes_; }
 
   void embed(const WeightView& table, const int32_t* ids, int64_t n, float* dst) override;
   void rmsnorm(const float* x, const float* w, int64_t n_rows, int64_t n, int64_t ld, float eps,
@@ -46,6 +64,10 @@ class CpuOps final : public Ops {
 
  private:
   CpuOpsOptions options_;
+  std::vector<DeviceBuffer> repacked_;
+  std::vector<std::pair<const void*, WeightView>> repacked_views_;  // host data → its repack
+  uint64_t repacked_bytes_ = 0;
+  uint64_t repack_skipped_bytes_ = 0;
 };
 
 }  // namespace ferry

@@ -33,6 +33,7 @@ struct WeightView {
   GgmlType type = GgmlType::F32;
   int64_t rows = 0;
   int64_t cols = 0;
+  WeightLayout layout = WeightLayout::file;  // rows16: only the CPU's matmul reads it
 };
 
 // Backend memory with RAII: freed through the backend that made it.
@@ -129,6 +130,9 @@ class Ops {
   // unchanged; a device backend copies it once and owns the copy for its own lifetime (asking
   // twice for the same host data returns the same copy: tied embedding/lm_head tables).
   virtual WeightView resident(const WeightView& host) = 0;
+  // As resident(), for a matrix that is only ever an operand of matmul (never embed's table): the
+  // CPU may then keep it in a faster layout of its own (CpuOps: kernels/cpu/rows16.hpp).
+  virtual WeightView resident_matmul(const WeightView& host) { return resident(host); }
 
   // --- step graphs (CUDA graphs; docs/decisions/0005): the Ops calls between begin_graph() and
   // end_graph() are recorded instead of run, then launched as one graph. begin_graph() returns

@@ -23,6 +23,9 @@ void add_backend_args(CLI::App& app, BackendArgs& a) {
          "chunked, recurrent")
       ->check(CLI::IsMember({"auto", "chunked", "recurrent"}))
       ->capture_default_str();
+  app.add_flag("--no-repack", a.no_repack,
+               "cpu: keep Q4_0/IQ4_NL/MXFP4 matrices in the file's layout instead of repacking them "
+               "at load (same results; slower kernels, no copy in RAM)");
 }
 
 void apply_backend_args(const BackendArgs& a, BackendOptions& b) {
@@ -31,6 +34,7 @@ void apply_backend_args(const BackendArgs& a, BackendOptions& b) {
   b.cuda.graphs = a.cuda_graphs != "off";
   b.cuda.graph_segments = a.cuda_graphs == "segments";
   b.cuda.int8_dot = a.cuda_int8_dot;
+  b.cpu.repack = !a.no_repack;
   if (a.gdn_prefill == "chunked" || a.gdn_prefill == "recurrent") {
     const cpu::GdnPrefill f =
         a.gdn_prefill == "chunked" ? cpu::GdnPrefill::chunked : cpu::GdnPrefill::recurrent;

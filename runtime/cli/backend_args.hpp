@@ -14,6 +14,7 @@ struct BackendArgs {
   bool cuda_int8_dot = false;      // --cuda-int8-dot
   std::string gdn_prefill =
       "auto";  // --gdn-prefill auto | chunked | recurrent (auto: the backend's)
+  bool no_repack = false;  // --no-repack
 };
 
 void add_backend_args(CLI::App& app, BackendArgs& a);

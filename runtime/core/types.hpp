@@ -16,6 +16,11 @@ enum class GgmlType : uint32_t {
   TQ1_0 = 34, TQ2_0 = 35, MXFP4 = 39,
 };
 
+// How a weight matrix's bytes are laid out in memory. `file`: as in GGUF, row r at
+// r·row_bytes(type, cols). `rows16`: the CPU's sixteen-row interleaved layout of the 32-value 4-bit
+// formats (kernels/cpu/rows16.hpp), made at load; same size, row groups of 16 at the same offsets.
+enum class WeightLayout : uint8_t { file = 0, rows16 = 1 };
+
 struct TypeInfo {
   std::string_view name;
   uint32_t block_values;  // values per block (1 for plain types)

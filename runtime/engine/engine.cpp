@@ -21,13 +21,25 @@ std::unique_ptr<LoadedModel> LoadedModel::load(const std::string& path,
   auto setup = std::make_unique<MoeSetup>(moe);  // bad flags fail before anything is loaded
   std::unique_ptr<LoadedModel> m(new LoadedModel(gguf::File::open(path)));
   m->moe_ = std::move(setup);
+  const CpuOps* cpu = nullptr;
   if (backend.kind == DeviceKind::cuda) {
     DeviceOptions d;
     d.budget_bytes = backend.vram_bytes;
     m->device_ = make_device(DeviceKind::cuda, d);
     m->ops_ = make_cuda_ops(*m->device_, backend.cuda);
   } else if (backend.kind == DeviceKind::cpu) {
-    m->ops_ = std::make_unique<CpuOps>(backend.cpu);
+    CpuOpsOptions co = backend.cpu;
+    if (co.repack) {
+      // The interleaved copies of Q4_0/IQ4_NL/MXFP4 matrices take new memory; the mapped file
+      // pages they were made from are handed back as each is done.
+      if (const std::optional<uint64_t> usable = host_mem_usable())
+        co.repack_budget = std::min(co.repack_budget, *usable);
+      const gguf::File* file = &m->file_;
+      co.repacked = [file](const void* p, size_t bytes) { file->release(p, bytes); };
+    }
+    auto cpu_ops = std::make_unique<CpuOps>(co);
+    cpu = cpu_ops.get();
+    m->ops_ = std::move(cpu_ops);
     m->file_.prefault();  // the CPU computes from the mapping itself
   } else {
     fail(ErrorKind::invalid_arg, "the dense ops run on cpu or cuda, not '{}'",
@@ -39,6 +51,9 @@ std::unique_ptr<LoadedModel> LoadedModel::load(const std::string& path,
     return m->moe_->build(layers, m->file_, *m->ops_);
   };
   m->model_ = load_model(m->file_, *m->ops_, factory, progress);
+  if (cpu && cpu->repacked_bytes() > 0)
+    log::info("cpu: {:.1f} MiB of Q4_0/IQ4_NL/MXFP4 matrices repacked at load (--no-repack keeps "
+              "the file's layout)", static_cast<double>(cpu->repacked_bytes()) / (1 << 20));
   try {
     m->tokenizer_.emplace(Tokenizer::from_gguf(m->file_));
   } catch (const Error& e) {

@@ -103,6 +103,28 @@ bool MoeSetup::offloading() const {
   return a.device == "sim" || (a.device == "cuda" && (!a.vram.empty() || planning()));
 }
 
+namespace {
+
+// The CPU's experts: each tensor whose experts' matrices have whole groups of 16 rows is offered
+// to the backend as one matrix of n_expert·n_out rows (CpuOps repacks it into the interleaved
+// layout, group by group, so every expert's matrix stays at its own offset).
+std::vector<MoeLayerWeights> cpu_layers(std::vector<MoeLayerWeights> layers, Ops& ops) {
+  for (MoeLayerWeights& L : layers)
+    for (ExpertTensor* t : {&L.gate, &L.up, &L.down}) {
+      if (t->n_out % 16 != 0 || t->layout != WeightLayout::file ||
+          t->expert_stride_bytes != static_cast<uint64_t>(t->n_out) *
+                                        row_bytes(t->type, static_cast<uint64_t>(t->n_in)))
+        continue;
+      const WeightView v =
+          ops.resident_matmul(WeightView{t->base, t->type, t->n_out * L.n_expert, t->n_in});
+      t->base = static_cast<const uint8_t*>(v.data);
+      t->layout = v.layout;
+    }
+  return layers;
+}
+
+}  // namespace
+
 std::unique_ptr<MoeExecutor> MoeSetup::build(const std::vector<MoeLayerWeights>& layers,
                                              const gguf::File& f, Ops& ops) {
   const ModelConfig c = read_config(f);
@@ -120,7 +142,7 @@ std::unique_ptr<MoeExecutor> MoeSetup::build(const std::vector<MoeLayerWeights>&
   if (offloading()) e = build_offload(layers, f, c, ops);
   if (!e)
     e = cuda ? make_cuda_resident_executor(ops, layers)
-             : std::unique_ptr<MoeExecutor>(std::make_unique<MoeCpuExecutor>(layers));
+             : std::unique_ptr<MoeExecutor>(std::make_unique<MoeCpuExecutor>(cpu_layers(layers, ops)));
   if (o_.observe.stats) {
     // The offload engine's counters are the one sink when it runs; otherwise these hold the
     // tokens (every expert resident: nothing else to count).

@@ -123,6 +123,9 @@ class File {
   // tokens then take no page faults (with 4 KiB pages a 17 GiB file is over four million). Only
   // advice: nothing fails when the kernel declines.
   void prefault() const;
+  // Hands the whole pages of [p, p + bytes) that lie in the mapping back to the OS (their contents
+  // are read from the file again if touched): for tensors the engine copied elsewhere.
+  void release(const void* p, size_t bytes) const;
   // Byte range of expert e inside a 3-D expert tensor {n_in, n_out, n_expert}: starts at e·nb[2].
   ByteRange expert_range(const TensorInfo& t, uint64_t expert) const;
 

@@ -63,6 +63,16 @@ void File::prefault() const {
   (void)::madvise(p, size_, MADV_WILLNEED);
 }
 
+void File::release(const void* p, size_t bytes) const {
+  const auto* b = static_cast<const uint8_t*>(p);
+  if (!base_ || b < base_ || b + bytes > base_ + size_) return;
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t lo = (reinterpret_cast<uintptr_t>(b) + page - 1) / page * page;
+  const uintptr_t hi = (reinterpret_cast<uintptr_t>(b) + bytes) / page * page;
+  // A private read-only mapping of the file: dropped pages fault in from the file again.
+  if (hi > lo) (void)::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+}
+
 File::File(File&& o) noexcept
     : path_(std::move(o.path_)),
       fd_(std::exchange(o.fd_, -1)),

@@ -119,7 +119,8 @@ class Hybrid final : public Model {
     const WeightView tok_embd = w.matrix("token_embd.weight", c.n_embd, c.n_vocab);
     tok_embd_ = ops.resident(tok_embd);
     output_norm_ = vec(w, "output_norm.weight", c.n_embd);
-    output_ = ops.resident(w.has("output.weight") ? w.matrix("output.weight", c.n_embd, c.n_vocab) : tok_embd);
+    output_ = w.has("output.weight") ? ops.resident_matmul(w.matrix("output.weight", c.n_embd, c.n_vocab))
+                                       : ops.resident(tok_embd);
     for (int32_t il = 0; il < c.n_layer; ++il) {
       layers_.push_back(load_layer(f, w, il));
       if (progress) progress(static_cast<float>(il + 1) / static_cast<float>(c.n_layer + 1));
@@ -151,7 +152,7 @@ class Hybrid final : public Model {
     return static_cast<const float*>(ops_.resident(w.vector(name, n)).data);
   }
   WeightView mat(const WeightLoader& w, std::string_view name, int64_t cols, int64_t rows) {
-    return ops_.resident(w.matrix(name, cols, rows));
+    return ops_.resident_matmul(w.matrix(name, cols, rows));
   }
 
   Layer load_layer(const gguf::File& f, const WeightLoader& w, int32_t il) {

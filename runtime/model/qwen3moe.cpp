@@ -101,19 +101,20 @@ class Qwen3Moe final : public Model {
     tok_embd_ = ops.resident(tok_embd);
     output_norm_ = ops.resident(w.vector("output_norm.weight", c.n_embd));
     // No output.weight: the lm_head is tied to the embedding table (resident() shares the copy).
-    output_ = ops.resident(w.has("output.weight") ? w.matrix("output.weight", c.n_embd, c.n_vocab) : tok_embd);
+    output_ = w.has("output.weight") ? ops.resident_matmul(w.matrix("output.weight", c.n_embd, c.n_vocab))
+                                       : ops.resident(tok_embd);
     for (int32_t il = 0; il < c.n_layer; ++il) {
       auto name = [&](std::string_view s) { return layer_tensor(il, s); };
       Layer L;
       L.attn_norm = ops.resident(w.vector(name("attn_norm"), c.n_embd));
-      L.wq = ops.resident(w.matrix(name("attn_q"), c.n_embd, nq));
-      L.wk = ops.resident(w.matrix(name("attn_k"), c.n_embd, nk));
-      L.wv = ops.resident(w.matrix(name("attn_v"), c.n_embd, nv));
-      L.wo = ops.resident(w.matrix(name("attn_output"), na, c.n_embd));
+      L.wq = ops.resident_matmul(w.matrix(name("attn_q"), c.n_embd, nq));
+      L.wk = ops.resident_matmul(w.matrix(name("attn_k"), c.n_embd, nk));
+      L.wv = ops.resident_matmul(w.matrix(name("attn_v"), c.n_embd, nv));
+      L.wo = ops.resident_matmul(w.matrix(name("attn_output"), na, c.n_embd));
       L.q_norm = ops.resident(w.vector(name("attn_q_norm"), c.head_dim_k));
       L.k_norm = ops.resident(w.vector(name("attn_k_norm"), c.head_dim_k));
       L.ffn_norm = ops.resident(w.vector(name("ffn_norm"), c.n_embd));
-      L.gate_inp = ops.resident(w.matrix(name("ffn_gate_inp"), c.n_embd, c.n_expert));
+      L.gate_inp = ops.resident_matmul(w.matrix(name("ffn_gate_inp"), c.n_embd, c.n_expert));
       MoeLayerWeights m;
       m.gate = w.experts(name("ffn_gate_exps"), c.n_embd, c.n_ff_exp, c.n_expert);
       m.up = w.experts(name("ffn_up_exps"), c.n_embd, c.n_ff_exp, c.n_expert);
