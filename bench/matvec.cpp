@@ -193,6 +193,15 @@ std::string cpu_model() {
 
 int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
+  // FERRY_ISA caps the kernels' ISA, as for the ferry binary (docs/options.md).
+  if (const char* v = std::getenv("FERRY_ISA"); v && *v) {
+    const auto isa = ferry::cpu::isa_from_name(v);
+    if (!isa) {
+      std::fprintf(stderr, "FERRY_ISA=%s: expected scalar, avx2, avx512 or avx512vnni\n", v);
+      return 2;
+    }
+    ferry::cpu::set_isa(*isa);
+  }
   const int64_t target_bytes = o.mb << 20;
 
   std::printf("# matvec, %lld MiB of weights per matrix, cols %lld\n\n",
@@ -241,15 +250,19 @@ int main(int argc, char** argv) {
     for (int64_t r = 0; r < distinct; ++r) {
       for (auto& v : row) v = nd(rng);
       uint8_t* dst = seed_rows.data() + r * rb;
-      if (t == GgmlType::IQ4_NL ||
-          t == GgmlType::MXFP4) {  // no quantizer here: random levels, sane scales
+      // No quantizer here for these: random levels, sane scales (the F16 scale fields' high byte
+      // set to 0x2c, ~0.06; MXFP4's exponent near 1).
+      const std::vector<int> f16_scales = t == GgmlType::IQ4_NL   ? std::vector<int>{0}
+                                          : t == GgmlType::IQ4_XS ? std::vector<int>{0}
+                                          : t == GgmlType::Q2_K   ? std::vector<int>{80, 82}
+                                          : t == GgmlType::Q3_K   ? std::vector<int>{108}
+                                                                  : std::vector<int>{};
+      if (t == GgmlType::MXFP4 || !f16_scales.empty()) {
         for (int64_t k = 0; k < rb; ++k) dst[k] = static_cast<uint8_t>(rng());
-        const int64_t bb = static_cast<int64_t>(ferry::row_bytes(t, 32));
-        for (int64_t b = 0; b < rb; b += bb) {
-          if (t == GgmlType::MXFP4)
-            dst[b] = static_cast<uint8_t>(120 + rng() % 8);
-          else
-            dst[b + 1] = 0x2c;  // fp16 around 0.06
+        const auto& ti = ferry::type_info(t);
+        for (int64_t b = 0; b < rb; b += ti.block_bytes) {
+          if (t == GgmlType::MXFP4) dst[b] = static_cast<uint8_t>(120 + rng() % 8);
+          for (int off : f16_scales) dst[b + off + 1] = 0x2c;
         }
       } else {
         ferry::cpu::quantize_row_ref(t, row.data(), dst, o.cols);
