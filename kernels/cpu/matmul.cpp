@@ -32,6 +32,13 @@ constexpr int64_t kMinParallelWork = 256 * 1024;
 // Interleaved row streams per matvec task, and the fewest rows per stream worth splitting for.
 constexpr int64_t kStreams = 4;
 constexpr int64_t kMinStreamRows = 4;
+// Fewest weight bytes in a task's range for the streams: a smaller range (the 64-row blocks of an
+// expert's matrix in decode) is read as one sequential stream, which the hardware prefetchers
+// follow from its first lines, where four short ones each start cold. On the Zen 4 VM, qwen3moe
+// small-preset Q2_K decode ran 53-55 t/s with four streams in every range and 64-68 with one below
+// 1 MiB, while a 256 MiB matrix reads as fast either way
+// (bench/results/2026-12-04-cpu-rows16-zen4.md).
+constexpr int64_t kMinStreamBytes = int64_t{1} << 20;
 // Fewest activation rows for which llama.cpp's CPU backend takes its tiled K-quant kernel.
 constexpr int64_t kTiledMinRows = 8;
 // Weight rows a matrix must have a multiple of for ggml-cpu to repack it (8-row interleaving).
@@ -117,7 +124,10 @@ struct Job {
       // each in turn: several sequential streams per core keep more DRAM reads in flight than one
       // (measured: bench/results/2026-11-29-matvec-cpu.md).
       const int64_t len = r1 - r0;
-      const int64_t streams = len >= kStreams * kMinStreamRows ? kStreams : 1;
+      const int64_t streams = len >= kStreams * kMinStreamRows &&
+                                      len * static_cast<int64_t>(w_row_bytes) >= kMinStreamBytes
+                                  ? kStreams
+                                  : 1;
       const int64_t sub = (len + streams - 1) / streams;
       for (int64_t i = 0; i < sub; ++i)
         for (int64_t s = 0; s < streams; ++s) {
