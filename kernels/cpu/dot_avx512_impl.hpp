@@ -296,7 +296,7 @@ struct Q3KKernel512 {
     for (int64_t i = 0; i < n / kQK_K; ++i) {
       const BlockQ3K& b = w[i];
       prefetch_ahead<2>(&b);  // 110 bytes
-      const __m512i sc_all = _mm512_castsi256_si512(q3k_scales16(b.scales));
+      const __m512i sc_all = _mm512_castsi256_si512(q3k_scales16(b));
       const __m256i hbits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.hmask));
       __m512i sumi[NX];
       for (int k = 0; k < NX; ++k) sumi[k] = _mm512_setzero_si512();

@@ -87,7 +87,7 @@ struct Q3KKernel {
       const BlockQ3K& b = w[i];
       prefetch_ahead<2>(&b);  // 110 bytes
       __m256i scales[2];
-      split_scales(q3k_scales16(b.scales), scales);
+      split_scales(q3k_scales16(b), scales);
       const __m256i hbits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.hmask));
       __m256i sumi[NX];
       for (int k = 0; k < NX; ++k) sumi[k] = _mm256_setzero_si256();

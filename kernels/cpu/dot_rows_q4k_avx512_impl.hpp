@@ -23,6 +23,31 @@ struct Q4KRows512 {
   // Bytes ahead of a group's linear read position that the prefetch runs.
   static constexpr size_t kAheadBytes = 4096;
 
+  // q4k_scales_mins of the four rows' block i at once: their three scale words side by side
+  // (a 4x4 transpose), the 6-bit fields unpacked lane-wise, and transposed back.
+  static void scales_mins_x4(const BlockQ4K* const row[kGroup], int64_t i, __m128i out[kGroup]) {
+    __m128i w[kGroup];
+    // 16 bytes from the 12 scale bytes: the 4 after them are the block's first quants (unused).
+    for (int r = 0; r < kGroup; ++r) w[r] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row[r][i].scales));
+    const __m128i t01l = _mm_unpacklo_epi32(w[0], w[1]), t23l = _mm_unpacklo_epi32(w[2], w[3]);
+    const __m128i t01h = _mm_unpackhi_epi32(w[0], w[1]), t23h = _mm_unpackhi_epi32(w[2], w[3]);
+    const __m128i u0 = _mm_unpacklo_epi64(t01l, t23l), u1 = _mm_unpackhi_epi64(t01l, t23l);
+    const __m128i u2 = _mm_unpacklo_epi64(t01h, t23h);
+    const __m128i k1 = _mm_set1_epi32(0x3f3f3f3f), k2 = _mm_set1_epi32(0x0f0f0f0f), k3 = _mm_set1_epi32(0x03030303);
+    const __m128i sl = _mm_and_si128(u0, k1), ml = _mm_and_si128(u1, k1);
+    const __m128i sh =
+        _mm_or_si128(_mm_and_si128(u2, k2), _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(u0, 6), k3), 4));
+    const __m128i mh = _mm_or_si128(_mm_and_si128(_mm_srli_epi32(u2, 4), k2),
+                                    _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(u1, 6), k3), 4));
+    // Row r: [sl, sh, ml, mh] of lane r, as q4k_scales_mins returns them.
+    const __m128i a = _mm_unpacklo_epi32(sl, sh), b = _mm_unpackhi_epi32(sl, sh);
+    const __m128i c = _mm_unpacklo_epi32(ml, mh), d = _mm_unpackhi_epi32(ml, mh);
+    out[0] = _mm_unpacklo_epi64(a, c);
+    out[1] = _mm_unpackhi_epi64(a, c);
+    out[2] = _mm_unpacklo_epi64(b, d);
+    out[3] = _mm_unpackhi_epi64(b, d);
+  }
+
   template <int NX>
   static void run_nx(int64_t n, const uint8_t* w, size_t w_stride, int nw, const void* xv, size_t x_stride,
                      float* out, size_t out_stride) {
@@ -44,10 +69,11 @@ struct Q4KRows512 {
           _mm_prefetch(ahead + i * kGroup * sizeof(BlockQ4K) + 64 * l, _MM_HINT_T0);
         __m256i s8[NX][kGroup];
         __m128i mins[kGroup];  // row r: its 8 mins as s16
-        alignas(16) uint32_t dm[kGroup];
+        __m128i sms[kGroup];
+        scales_mins_x4(row, i, sms);
         for (int r = 0; r < kGroup; ++r) {
           const BlockQ4K& b = row[r][i];
-          const __m128i sm = q4k_scales_mins(b.scales);
+          const __m128i sm = sms[r];
           const __m512i sc8 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(sm));
           __m512i sumi[NX];
           for (int k = 0; k < NX; ++k) sumi[k] = _mm512_setzero_si512();
@@ -61,9 +87,17 @@ struct Q4KRows512 {
           }
           for (int k = 0; k < NX; ++k) s8[k][r] = fold_512(sumi[k]);
           mins[r] = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
-          std::memcpy(&dm[r], &b.d, 4);  // d, dmin
         }
-        const __m256 dmf = _mm256_permutevar8x32_ps(_mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(dm))), split);
+        // The rows' (d, dmin) words in registers (not through memory: four 4-byte stores read back
+        // as one 16-byte load cannot be forwarded and stall).
+        auto dm_word = [&](int r) {
+          int32_t v;
+          std::memcpy(&v, &row[r][i].d, 4);
+          return _mm_cvtsi32_si128(v);
+        };
+        const __m128i dm = _mm_unpacklo_epi64(_mm_unpacklo_epi32(dm_word(0), dm_word(1)),
+                                              _mm_unpacklo_epi32(dm_word(2), dm_word(3)));
+        const __m256 dmf = _mm256_permutevar8x32_ps(_mm256_cvtph_ps(dm), split);
         const __m128 dw = _mm256_castps256_ps128(dmf), dmw = _mm256_extractf128_ps(dmf, 1);
         for (int k = 0; k < NX; ++k) {
           const BlockQ8K& y = x[k][i];

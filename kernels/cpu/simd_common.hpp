@@ -75,15 +75,21 @@ inline __m128i q4k_scales_mins(const uint8_t* s12) {
                        static_cast<int>(scales_hi), static_cast<int>(u[0] & kmask1));
 }
 
-// The 16 scales of a Q3_K block minus 32 as int16 (q3k_scales, in general registers).
-inline __m256i q3k_scales16(const uint8_t* s12) {
-  constexpr uint32_t kmask1 = 0x03030303, kmask2 = 0x0f0f0f0f;
-  uint32_t a[3];
-  std::memcpy(a, s12, 12);
-  const __m128i s = _mm_set_epi32(static_cast<int>(((a[1] >> 4) & kmask2) | (((a[2] >> 6) & kmask1) << 4)),
-                                  static_cast<int>(((a[0] >> 4) & kmask2) | (((a[2] >> 4) & kmask1) << 4)),
-                                  static_cast<int>((a[1] & kmask2) | (((a[2] >> 2) & kmask1) << 4)),
-                                  static_cast<int>((a[0] & kmask2) | ((a[2] & kmask1) << 4)));
+// The 16 scales of a Q3_K block minus 32 as int16 (q3k_scales), unpacked in a vector register: the
+// three scale words a0, a1, a2 give scale bytes 4j..4j+3 as (a_{j%2} >> 4·(j/2)) & 0x0f with bits
+// 4-5 from (a2 >> 2j) & 3.
+inline __m256i q3k_scales16(const BlockQ3K& b) {
+  // 16 bytes that end with the 12 scale bytes (the 4 before them are the block's last quants), so
+  // the load stays inside the block; shifted down, the words are a0, a1, a2, 0.
+  const __m128i v =
+      _mm_srli_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales - 4)), 4);
+  const __m128i lo = _mm_and_si128(_mm_srlv_epi32(_mm_shuffle_epi32(v, _MM_SHUFFLE(1, 0, 1, 0)),
+                                                  _mm_setr_epi32(0, 0, 4, 4)),
+                                   _mm_set1_epi32(0x0f0f0f0f));
+  const __m128i hi = _mm_and_si128(_mm_srlv_epi32(_mm_shuffle_epi32(v, _MM_SHUFFLE(2, 2, 2, 2)),
+                                                  _mm_setr_epi32(0, 2, 4, 6)),
+                                   _mm_set1_epi32(0x03030303));
+  const __m128i s = _mm_or_si128(lo, _mm_slli_epi32(hi, 4));
   return _mm256_cvtepi8_epi16(_mm_sub_epi8(s, _mm_set1_epi8(32)));
 }
 
