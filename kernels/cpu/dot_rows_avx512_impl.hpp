@@ -203,19 +203,10 @@ struct RepackedRows512 {
 
   static void run(int64_t n, const void* w, size_t w_stride, int nw, const void* x, size_t x_stride, int nx,
                   float* out, size_t out_stride) {
-    if (nw == kRows) return by_x<true>(n, w, w_stride, nw, x, x_stride, nx, out, out_stride);
-    by_x<false>(n, w, w_stride, nw, x, x_stride, nx, out, out_stride);
-  }
-
-  template <bool kFull>
-  static void by_x(int64_t n, const void* w, size_t w_stride, int nw, const void* x, size_t x_stride, int nx,
-                   float* out, size_t out_stride) {
-    switch (nx) {
-      case 1: return run_nx<1, kFull>(n, w, w_stride, nw, x, x_stride, out, out_stride);
-      case 2: return run_nx<2, kFull>(n, w, w_stride, nw, x, x_stride, out, out_stride);
-      case 3: return run_nx<3, kFull>(n, w, w_stride, nw, x, x_stride, out, out_stride);
-      default: return run_nx<4, kFull>(n, w, w_stride, nw, x, x_stride, out, out_stride);
-    }
+    with_nx(nx, [&](auto k) {
+      if (nw == kRows) run_nx<k(), true>(n, w, w_stride, nw, x, x_stride, out, out_stride);
+      else run_nx<k(), false>(n, w, w_stride, nw, x, x_stride, out, out_stride);
+    });
   }
 
  private:
@@ -257,12 +248,7 @@ struct Rows16x512 {
   static void run(int64_t n, const void* w, size_t /*w_stride*/, int /*nw*/, const void* x, size_t x_stride, int nx,
                   float* out, size_t out_stride) {
     const auto* g = static_cast<const uint8_t*>(w);
-    switch (nx) {
-      case 1: return run_nx<1>(n, g, x, x_stride, out, out_stride);
-      case 2: return run_nx<2>(n, g, x, x_stride, out, out_stride);
-      case 3: return run_nx<3>(n, g, x, x_stride, out, out_stride);
-      default: return run_nx<4>(n, g, x, x_stride, out, out_stride);
-    }
+    with_nx(nx, [&](auto k) { run_nx<k()>(n, g, x, x_stride, out, out_stride); });
   }
 };
 

@@ -122,12 +122,7 @@ struct Q4KRows512 {
   static void run(int64_t n, const void* w, size_t w_stride, int nw, const void* x, size_t x_stride, int nx,
                   float* out, size_t out_stride) {
     const auto* wb = static_cast<const uint8_t*>(w);
-    switch (nx) {
-      case 1: return run_nx<1>(n, wb, w_stride, nw, x, x_stride, out, out_stride);
-      case 2: return run_nx<2>(n, wb, w_stride, nw, x, x_stride, out, out_stride);
-      case 3: return run_nx<3>(n, wb, w_stride, nw, x, x_stride, out, out_stride);
-      default: return run_nx<4>(n, wb, w_stride, nw, x, x_stride, out, out_stride);
-    }
+    with_nx(nx, [&](auto k) { run_nx<k()>(n, wb, w_stride, nw, x, x_stride, out, out_stride); });
   }
 };
 

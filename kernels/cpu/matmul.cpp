@@ -99,8 +99,7 @@ struct Job {
     }
     if (dot_rows) {
       // kMaxRows weight rows side by side (more than kStreams sequential streams), within tiles of
-      // the batched path as below.
-      // Tiles of whole groups (the interleaved layout has no partial ones).
+      // the batched path as below, of whole groups (the interleaved layout has no partial ones).
       const int64_t tile =
           n_batch == 1 ? r1 - r0
                        : std::max<int64_t>(1, kTileBytes / static_cast<int64_t>(w_row_bytes) /

@@ -307,6 +307,19 @@ inline void rows_of(const void* x, size_t stride, const T* (&out)[NX]) {
     out[k] = reinterpret_cast<const T*>(static_cast<const uint8_t*>(x) + k * stride);
 }
 
+// Calls f(std::integral_constant<int, NX>{}) for nx in 1..kMaxNx (the several-rows kernels'
+// dispatch to their run_nx<NX>).
+template <typename F>
+inline void with_nx(int nx, F&& f) {
+  static_assert(detail::kMaxNx == 4);
+  switch (nx) {
+    case 1: return f(std::integral_constant<int, 1>{});
+    case 2: return f(std::integral_constant<int, 2>{});
+    case 3: return f(std::integral_constant<int, 3>{});
+    default: return f(std::integral_constant<int, 4>{});
+  }
+}
+
 // Turns a kernel K (a struct with `template <int NX> static void run(n, w, x, stride, out)`) into
 // a detail::DotFn that handles any nx in 1..kMaxNx.
 template <typename K>

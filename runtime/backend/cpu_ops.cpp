@@ -28,12 +28,14 @@ inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
 }  // namespace
 
-DeviceBuffer CpuOps::alloc(size_t bytes) {
-  const size_t rounded = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
-  void* p = std::aligned_alloc(64, rounded);
+DeviceBuffer CpuOps::host_buffer(size_t bytes, size_t align) {
+  const size_t rounded = (std::max<size_t>(bytes, 1) + align - 1) / align * align;
+  void* p = std::aligned_alloc(align, rounded);
   if (!p) fail(ErrorKind::budget, "cpu: cannot allocate {} bytes of host memory", bytes);
   return DeviceBuffer(p, bytes, [](void* q) { std::free(q); });
 }
+
+DeviceBuffer CpuOps::alloc(size_t bytes) { return host_buffer(bytes, 64); }
 
 void CpuOps::to_device(void* dst, const void* src_host, size_t bytes) {
   if (dst != src_host && bytes) std::memcpy(dst, src_host, bytes);

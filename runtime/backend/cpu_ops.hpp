@@ -3,7 +3,6 @@
 // tbb::global_control / task_arena), quantized products through kernels/cpu.
 #include <cstdint>
 #include <functional>
-#include <utility>
 #include <vector>
 
 #include "kernels/cpu/gdn.hpp"
@@ -63,9 +62,16 @@ class CpuOps final : public Ops {
   void argmax(const float* x, int64_t n_rows, int64_t n, int32_t* out) override;
 
  private:
+  // Host memory of `bytes` bytes, aligned to `align` (a power of two; the size is rounded up to it).
+  static DeviceBuffer host_buffer(size_t bytes, size_t align);
+
+  struct Repacked {
+    const void* host;  // the matrix's file-layout data
+    WeightView view;   // its repack, in buf
+    DeviceBuffer buf;
+  };
   CpuOpsOptions options_;
-  std::vector<DeviceBuffer> repacked_;
-  std::vector<std::pair<const void*, WeightView>> repacked_views_;  // host data → its repack
+  std::vector<Repacked> repacked_;
   uint64_t repacked_bytes_ = 0;
   uint64_t repack_skipped_bytes_ = 0;
 };

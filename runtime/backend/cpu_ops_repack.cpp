@@ -4,40 +4,20 @@
 // 2.1x as fast in cache and 1.1-1.3x from DRAM (bench/results/2026-12-04-cpu-rows16-zen4.md).
 #include <sys/mman.h>
 
-#include <algorithm>
-#include <cstdlib>
-
 #include "kernels/cpu/rows16.hpp"
 #include "runtime/backend/cpu_ops.hpp"
-#include "runtime/core/error.hpp"
 #include "runtime/core/log.hpp"
 
 namespace ferry {
-namespace {
-
-// Host memory for a repacked matrix: 2 MiB-aligned and marked for transparent huge pages, so the
-// copy takes few page faults and the kernels' reads few TLB misses (a hint; 4 KiB pages otherwise).
-DeviceBuffer alloc_huge(size_t bytes) {
-  constexpr size_t kHuge = size_t{2} << 20;
-  const size_t rounded = (std::max<size_t>(bytes, 1) + kHuge - 1) / kHuge * kHuge;
-  void* p = std::aligned_alloc(kHuge, rounded);
-  if (!p) fail(ErrorKind::budget, "cpu: cannot allocate {} bytes of host memory", bytes);
-#ifdef MADV_HUGEPAGE
-  (void)::madvise(p, rounded, MADV_HUGEPAGE);
-#endif
-  return DeviceBuffer(p, bytes, [](void* q) { std::free(q); });
-}
-
-}  // namespace
 
 WeightView CpuOps::resident_matmul(const WeightView& host) {
   if (!options_.repack || !host.data || host.layout != WeightLayout::file ||
       !cpu::rows16_fast(host.type, host.rows))
     return host;
-  for (const auto& [data, view] : repacked_views_)
-    if (data == host.data && view.type == host.type && view.rows == host.rows &&
-        view.cols == host.cols)
-      return view;
+  for (const Repacked& r : repacked_)
+    if (r.host == host.data && r.view.type == host.type && r.view.rows == host.rows &&
+        r.view.cols == host.cols)
+      return r.view;
   const size_t bytes =
       static_cast<size_t>(host.rows) * row_bytes(host.type, static_cast<uint64_t>(host.cols));
   if (repacked_bytes_ + bytes > options_.repack_budget) {
@@ -47,17 +27,20 @@ WeightView CpuOps::resident_matmul(const WeightView& host) {
     repack_skipped_bytes_ += bytes;
     return host;
   }
-  DeviceBuffer buf = alloc_huge(bytes);
+  // 2 MiB-aligned and marked for transparent huge pages: the copy takes few page faults and the
+  // kernels' reads few TLB misses (a hint; 4 KiB pages otherwise).
+  constexpr size_t kHugePage = size_t{2} << 20;
+  DeviceBuffer buf = host_buffer(bytes, kHugePage);
+#ifdef MADV_HUGEPAGE
+  (void)::madvise(buf.data(), (bytes + kHugePage - 1) / kHugePage * kHugePage, MADV_HUGEPAGE);
+#endif
   cpu::repack_rows16(host.type, host.data, host.rows, host.cols, buf.data());
   WeightView v = host;
   v.data = buf.data();
   v.layout = WeightLayout::rows16;
   repacked_bytes_ += bytes;
   if (options_.repacked) options_.repacked(host.data, bytes);
-  log::debug("cpu: {} matrix {}x{} repacked into the interleaved layout ({} bytes)",
-             type_name(host.type), host.rows, host.cols, bytes);
-  repacked_views_.emplace_back(host.data, v);
-  repacked_.push_back(std::move(buf));
+  repacked_.push_back({host.data, v, std::move(buf)});
   return v;
 }
 

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "kernels/cpu/rows16.hpp"
 #include "offload/moe/cpu_executor.hpp"
 #include "offload/moe/cuda_resident.hpp"
 #include "runtime/backend/cuda_device.hpp"
@@ -111,7 +112,7 @@ namespace {
 std::vector<MoeLayerWeights> cpu_layers(std::vector<MoeLayerWeights> layers, Ops& ops) {
   for (MoeLayerWeights& L : layers)
     for (ExpertTensor* t : {&L.gate, &L.up, &L.down}) {
-      if (t->n_out % 16 != 0 || t->layout != WeightLayout::file ||
+      if (t->n_out % cpu::kRows16 != 0 || t->layout != WeightLayout::file ||
           t->expert_stride_bytes != static_cast<uint64_t>(t->n_out) *
                                         row_bytes(t->type, static_cast<uint64_t>(t->n_in)))
         continue;
