@@ -30,6 +30,13 @@ if [[ -n "${CUDA_ARCH:-}" ]]; then args+=(-DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCH
 elif [[ "${CI:-}" == "true" ]]; then args+=(-DCMAKE_CUDA_ARCHITECTURES=90); fi
 [[ "${CI:-}" == "true" ]] && args+=(-DFERRY_WERROR=ON)
 gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
+# ccache, when installed, shares objects between checkouts of the same tree (paths made relative to
+# the checkout, so a second worktree's build mostly hits the cache). Optional: not installed by
+# install-deps.sh, and a machine without it builds the same way.
+if command -v ccache >/dev/null && [[ "${FERRY_CCACHE:-1}" == 1 ]]; then
+  export CCACHE_BASEDIR="$root" CCACHE_NOHASHDIR=1
+  args+=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+fi
 if [[ ! -f "$root/$dir/CMakeCache.txt" ]]; then
   cmake -S "$root" -B "$root/$dir" "${gen[@]}" "${args[@]}" "$@"
 else
