@@ -35,7 +35,7 @@ gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
 # install-deps.sh, and a machine without it builds the same way.
 if command -v ccache >/dev/null && [[ "${FERRY_CCACHE:-1}" == 1 ]]; then
   export CCACHE_BASEDIR="$root" CCACHE_NOHASHDIR=1
-  args+=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  args+=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
 fi
 if [[ ! -f "$root/$dir/CMakeCache.txt" ]]; then
   cmake -S "$root" -B "$root/$dir" "${gen[@]}" "${args[@]}" "$@"
