@@ -17,7 +17,7 @@
 
 #include "runtime/backend/cuda_device.hpp"
 #include "runtime/backend/cuda_ops.hpp"
-#include "offload/moe/cuda_resident.hpp"
+#include "runtime/moe/cuda_resident.hpp"
 #include "runtime/backend/device.hpp"
 #include "runtime/backend/device_size.hpp"
 #include "runtime/core/error.hpp"

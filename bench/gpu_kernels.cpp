@@ -205,7 +205,7 @@ int run(bool quick) {
     const int n_exp = 256, k = 8;
     const size_t gu = row_bytes(GgmlType::Q4_K, embd) * ff, dn = row_bytes(GgmlType::Q6_K, ff) * embd;
     const size_t per = (2 * gu + dn + 255) / 256 * 256;
-    DeviceMem pool(per * n_exp), x(embd * 4), h(k * ff * 4), y(embd * 4), ids(k * 4), wts(k * 4), table(n_exp * sizeof(cuda::ExpertPtrs));
+    DeviceMem pool(per * n_exp), x(embd * 4), h(k * ff * 4), ys(k * embd * 4), y(embd * 4), ids(k * 4), wts(k * 4), table(n_exp * sizeof(cuda::ExpertPtrs));
     std::vector<cuda::ExpertPtrs> tab(n_exp);
     for (int e = 0; e < n_exp; ++e) {
       uint8_t* base = pool.as<uint8_t>() + e * per;
@@ -222,9 +222,10 @@ int run(bool quick) {
     const auto* tp = table.as<const cuda::ExpertPtrs>();
     const double us = time_us([&] {
       cuda::moe_gate_up_swiglu(GgmlType::Q4_K, tp, ids.as<int32_t>(), 1, k, embd, ff, x.as<float>(), h.as<float>(), nullptr);
-      cuda::moe_down(GgmlType::Q6_K, tp, ids.as<int32_t>(), wts.as<float>(), 1, k, embd, ff, h.as<float>(), y.as<float>(), false, nullptr);
+      cuda::moe_down_slots(GgmlType::Q6_K, tp, ids.as<int32_t>(), 1, k, embd, ff, h.as<float>(), ys.as<float>(), nullptr);
+      cuda::moe_sum(ys.as<float>(), wts.as<float>(), 1, k, embd, y.as<float>(), nullptr);
     }, reps);
-    rows.push_back({"moe decode (gate/up Q4_K + down Q6_K, 2 launches)", "8 of 256 experts, 2048/512", us, double(k) * (2 * gu + dn), 0});
+    rows.push_back({"moe decode (gate/up Q4_K + down Q6_K slots + sum, 3 launches)", "8 of 256 experts, 2048/512", us, double(k) * (2 * gu + dn), 0});
   }
 
   // Attention decode, qwen35 full-attention shape: F16 cache (the plain kernel) and quantized

@@ -10,7 +10,7 @@
 #include <sstream>
 #include <vector>
 
-#include "offload/moe/cpu_experts.hpp"
+#include "runtime/moe/cpu_experts.hpp"
 #include "runtime/backend/device.hpp"
 #include "runtime/core/error.hpp"
 
@@ -112,7 +112,7 @@ HardwareRates rates_from_profile(const std::string& path) {
   return r;
 }
 
-HardwareRates calibrate_rates(Device& dev, const ExpertShape& s, const ExpertPtrs3& host,
+HardwareRates calibrate_rates(Device& dev, const ExpertShape& s, const ExpertPtrs& host,
                               void* slot, const HardwareRates& base) {
   using Clock = std::chrono::steady_clock;
   HardwareRates r = base;
@@ -127,7 +127,7 @@ HardwareRates calibrate_rates(Device& dev, const ExpertShape& s, const ExpertPtr
   double best_us = 1e30;
   for (int i = 0; i < 4; ++i) {
     const auto t0 = Clock::now();
-    compute_decode(s, x.data(), std::span<const ExpertPtrs3>(&host, 1),
+    compute_decode(s, x.data(), std::span<const ExpertPtrs>(&host, 1),
                    std::span<const uint8_t>(&one, 1), y.data());
     best_us =
         std::min(best_us, std::chrono::duration<double, std::micro>(Clock::now() - t0).count());

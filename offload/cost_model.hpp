@@ -19,7 +19,7 @@ namespace ferry {
 
 class Device;
 struct ExpertShape;
-struct ExpertPtrs3;
+struct ExpertPtrs;
 
 struct HardwareRates {
   double h2d_gbps = 13.0;         // pinned host → device
@@ -59,7 +59,7 @@ HardwareRates rates_from_profile(const std::string& path);
 // Measures on this machine: one expert's CPU decode time (from `host`, the host store) and one
 // expert's copy into `slot` through the device. The device rate is kept from `base` (the sim
 // device computes with the CPU: there it is measured like the CPU rate).
-HardwareRates calibrate_rates(Device& dev, const ExpertShape& s, const ExpertPtrs3& host,
+HardwareRates calibrate_rates(Device& dev, const ExpertShape& s, const ExpertPtrs& host,
                               void* slot, const HardwareRates& base = {});
 
 }  // namespace ferry

@@ -4,14 +4,6 @@
 
 namespace ferry {
 
-ColdMode parse_cold_mode(std::string_view s) {
-  if (s == "auto") return ColdMode::auto_;
-  if (s == "cpu") return ColdMode::cpu;
-  if (s == "copy") return ColdMode::copy;
-  if (s == "mapped") return ColdMode::mapped;
-  fail(ErrorKind::invalid_arg, "--cold '{}': expected auto, cpu, copy or mapped", s);
-}
-
 const char* decision_name(Decision d) {
   switch (d) {
     case Decision::slot:

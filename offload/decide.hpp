@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "offload/cost_model.hpp"
+#include "offload/offload.hpp"
 
 namespace ferry {
 
@@ -23,8 +24,6 @@ namespace ferry {
 // read by the device kernels in place from the pinned host store over the link (no slot, no
 // copy), and admitted behind as with cpu; prefill keeps the cost model (reading in place costs the
 // link once per token there).
-enum class ColdMode { auto_, cpu, copy, mapped };
-ColdMode parse_cold_mode(std::string_view s);  // "auto" | "cpu" | "copy" | "mapped"
 
 enum class Residence { ready, in_flight, absent };
 

@@ -17,12 +17,12 @@ namespace {
 // pointers are sim-arena (host) memory that stays valid until the stream has run this work.
 class SimExpertKernels final : public DeviceExpertKernels {
  public:
-  void experts_per_slot(const ExpertShape& s, const ExpertPtrs3* table, const int32_t* ids,
+  void experts_per_slot(const ExpertShape& s, const ExpertPtrs* table, const int32_t* ids,
                         int64_t n_tokens, int32_t k, const float* x, float* y_slots,
                         Stream& stream) override {
     stream.host_fn([s, table, ids, n_tokens, k, x, y_slots] {
       if (n_tokens == 1) {
-        std::vector<ExpertPtrs3> w(static_cast<size_t>(k));
+        std::vector<ExpertPtrs> w(static_cast<size_t>(k));
         for (int32_t j = 0; j < k; ++j)
           if (ids[j] >= 0) w[static_cast<size_t>(j)] = table[ids[j]];
         return decode(s, w, x, y_slots);
@@ -60,11 +60,11 @@ class SimExpertKernels final : public DeviceExpertKernels {
       fail(ErrorKind::invalid_arg, "sim experts: a decode step of {} slots (at most {})", k,
            DecodeSlots::kMaxSlots);
     stream.host_fn([s, slots, k, x, y_slots] {
-      decode(s, std::span<const ExpertPtrs3>(slots.w.data(), static_cast<size_t>(k)), x, y_slots);
+      decode(s, std::span<const ExpertPtrs>(slots.w, static_cast<size_t>(k)), x, y_slots);
     });
   }
 
-  void expert_pairs_per_slot(const ExpertShape& s, const ExpertPtrs3* expert, const int32_t* pairs,
+  void expert_pairs_per_slot(const ExpertShape& s, const ExpertPtrs* expert, const int32_t* pairs,
                              int64_t n_pairs, int32_t k, const float* x, float* y_slots,
                              Stream& stream) override {
     stream.host_fn([s, expert, pairs, n_pairs, k, x, y_slots] {
@@ -88,7 +88,7 @@ class SimExpertKernels final : public DeviceExpertKernels {
   void scatter_rows(float* y_slots, const float* rows, const RowIndex& idx, int64_t n,
                     int64_t n_embd, Stream& stream) override {
     stream.host_fn(
-        [y_slots, rows, idx, n, n_embd] { scatter(y_slots, rows, idx.i.data(), n, n_embd); });
+        [y_slots, rows, idx, n, n_embd] { scatter(y_slots, rows, idx.i, n, n_embd); });
   }
 
  private:
@@ -100,7 +100,7 @@ class SimExpertKernels final : public DeviceExpertKernels {
   }
   // Decode: the slots whose w[j].gate is set through compute_decode (each slot's expert alone,
   // the CPU executor's decode rows).
-  static void decode(const ExpertShape& s, std::span<const ExpertPtrs3> w, const float* x,
+  static void decode(const ExpertShape& s, std::span<const ExpertPtrs> w, const float* x,
                      float* y_slots) {
     std::vector<uint8_t> compute(w.size(), 0);
     for (size_t j = 0; j < w.size(); ++j) compute[j] = w[j].gate != nullptr;

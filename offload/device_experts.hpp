@@ -3,7 +3,7 @@
 // from device memory (cache slots, prefill staging slots, mapped host memory), in
 // kernels/cuda/moe.cuh's terms.
 //
-//   table:   device array of ExpertPtrs3 (device pointers), indexed by ids
+//   table:   device array of ExpertPtrs (kernels/moe_table.hpp; device pointers), indexed by ids
 //   ids:     (n_tokens, k) int32 device; < 0: this (token, slot) is computed elsewhere
 //   x:       (n_tokens, n_embd) float device
 //
@@ -14,23 +14,11 @@
 #include <cstdint>
 #include <memory>
 
-#include "offload/moe/cpu_experts.hpp"
+#include "kernels/moe_table.hpp"
+#include "runtime/moe/cpu_experts.hpp"
 #include "runtime/backend/device.hpp"
 
 namespace ferry {
-
-// A decode step's slots, carried by value in the kernel launch (kernels/cuda/moe.cuh): no table
-// copy, so the step never waits on the copy engine behind the copy streams' expert transfers.
-// Slot j is computed when w[j].gate is not null.
-struct DecodeSlots {
-  static constexpr int32_t kMaxSlots = 16;
-  std::array<ExpertPtrs3, kMaxSlots> w{};
-};
-// Up to kMax row indices, by value in the launch.
-struct RowIndex {
-  static constexpr int32_t kMax = 16;
-  std::array<int32_t, kMax> i{};
-};
 
 class DeviceExpertKernels {
  public:
@@ -43,7 +31,7 @@ class DeviceExpertKernels {
   // as compute_decode, prefill grouped by table entry as compute_group).
   //
   // y_slots[t][j] = table[ids[t][j]](x_t) where ids[t][j] ≥ 0; rows with ids < 0 untouched.
-  virtual void experts_per_slot(const ExpertShape& s, const ExpertPtrs3* table, const int32_t* ids,
+  virtual void experts_per_slot(const ExpertShape& s, const ExpertPtrs* table, const int32_t* ids,
                                 int64_t n_tokens, int32_t k, const float* x, float* y_slots,
                                 Stream& stream) = 0;
   // One token (k ≤ DecodeSlots::kMaxSlots): y_slots[j] = slots.w[j](x) where w[j].gate is set, other
@@ -52,7 +40,7 @@ class DeviceExpertKernels {
                               const float* x, float* y_slots, Stream& stream) = 0;
   // One expert over its pairs p = t·k + j (device int32, distinct tokens, in token order):
   // y_slots[p] = expert(x_t); other rows untouched.
-  virtual void expert_pairs_per_slot(const ExpertShape& s, const ExpertPtrs3* expert,
+  virtual void expert_pairs_per_slot(const ExpertShape& s, const ExpertPtrs* expert,
                                      const int32_t* pairs, int64_t n_pairs, int32_t k,
                                      const float* x, float* y_slots, Stream& stream) = 0;
   // out[t] = Σ_j y_slots[t][j] · weights[t][j], slots in order (group.hpp weighted_sum).

@@ -14,23 +14,16 @@
 namespace ferry {
 namespace {
 
-static_assert(sizeof(ExpertPtrs3) == sizeof(cuda::ExpertPtrs) && alignof(ExpertPtrs3) == alignof(cuda::ExpertPtrs),
-              "the offload slot table is read by the CUDA kernels as cuda::ExpertPtrs");
-static_assert(DecodeSlots::kMaxSlots == cuda::DecodeSlots::kMaxSlots &&
-                  sizeof(DecodeSlots) == sizeof(cuda::DecodeSlots) &&
-                  RowIndex::kMax == cuda::RowIndex::kMax && sizeof(RowIndex) == sizeof(cuda::RowIndex),
-              "the by-value decode slots are passed to the CUDA kernels as they are");
-
 class CudaExpertKernels final : public DeviceExpertKernels {
  public:
   explicit CudaExpertKernels(Device& dev) : dev_(dev) {}
 
-  void experts_per_slot(const ExpertShape& s, const ExpertPtrs3* table, const int32_t* ids,
+  void experts_per_slot(const ExpertShape& s, const ExpertPtrs* table, const int32_t* ids,
                         int64_t n_tokens, int32_t k, const float* x, float* y_slots,
                         Stream& stream) override {
     scratch(static_cast<size_t>(n_tokens) * static_cast<size_t>(k), s, stream);
     auto st = static_cast<cudaStream_t>(stream.native_handle());
-    const auto* t = reinterpret_cast<const cuda::ExpertPtrs*>(table);
+    const ExpertPtrs* t = table;
     cuda::moe_gate_up_swiglu(s.gate_type, t, ids, n_tokens, k, s.n_embd, s.n_ff, x, h_.f32(), st);
     cuda::moe_down_slots(s.down_type, t, ids, n_tokens, k, s.n_embd, s.n_ff, h_.f32(), y_slots, st);
   }
@@ -41,19 +34,17 @@ class CudaExpertKernels final : public DeviceExpertKernels {
       fail(ErrorKind::invalid_arg, "cuda experts: a decode step of {} slots (at most {})", k,
            DecodeSlots::kMaxSlots);
     scratch(static_cast<size_t>(k), s, stream);
-    cuda::DecodeSlots d{};
-    std::memcpy(d.w, slots.w.data(), sizeof d.w);
-    cuda::moe_decode_slots(s.gate_type, s.down_type, d, k, s.n_embd, s.n_ff, x, h_.f32(), y_slots,
+    cuda::moe_decode_slots(s.gate_type, s.down_type, slots, k, s.n_embd, s.n_ff, x, h_.f32(), y_slots,
                            static_cast<cudaStream_t>(stream.native_handle()));
   }
 
-  void expert_pairs_per_slot(const ExpertShape& s, const ExpertPtrs3* expert, const int32_t* pairs,
+  void expert_pairs_per_slot(const ExpertShape& s, const ExpertPtrs* expert, const int32_t* pairs,
                              int64_t n_pairs, int32_t k, const float* x, float* y_slots,
                              Stream& stream) override {
     if (n_pairs == 0) return;
     scratch(static_cast<size_t>(n_pairs), s, stream);
     cuda::moe_expert_pairs_slots(s.gate_type, s.down_type,
-                                 reinterpret_cast<const cuda::ExpertPtrs*>(expert), pairs, n_pairs,
+                                 expert, pairs, n_pairs,
                                  k, s.n_embd, s.n_ff, x, h_.f32(), y_slots,
                                  static_cast<cudaStream_t>(stream.native_handle()));
   }
@@ -72,9 +63,7 @@ class CudaExpertKernels final : public DeviceExpertKernels {
 
   void scatter_rows(float* y_slots, const float* rows, const RowIndex& idx, int64_t n,
                     int64_t n_embd, Stream& stream) override {
-    cuda::RowIndex d{};
-    std::memcpy(d.i, idx.i.data(), sizeof d.i);
-    cuda::moe_scatter_rows(rows, d, n, n_embd, y_slots,
+    cuda::moe_scatter_rows(rows, idx, n, n_embd, y_slots,
                            static_cast<cudaStream_t>(stream.native_handle()));
   }
 

@@ -7,7 +7,7 @@
 #include <chrono>
 #include <cstring>
 
-#include "offload/moe/group.hpp"
+#include "runtime/moe/group.hpp"
 #include "runtime/core/error.hpp"
 
 namespace ferry {
@@ -25,7 +25,7 @@ size_t pad256(size_t n) {
 struct StepLayout {
   size_t off_ids, off_pairs, off_rows, total;
   StepLayout(size_t n_table, int64_t nk)
-      : off_ids(pad256(n_table * sizeof(ExpertPtrs3))),
+      : off_ids(pad256(n_table * sizeof(ExpertPtrs))),
         off_pairs(off_ids + pad256(static_cast<size_t>(nk) * 4)),
         off_rows(off_pairs + pad256(static_cast<size_t>(nk) * 4)),
         total(off_rows + pad256(static_cast<size_t>(nk) * 4)) {}
@@ -97,7 +97,7 @@ int64_t DeviceStep::cpu_part(const MoeStep& req, const std::vector<Resolved>& cp
   // executor computes it (its pairs in token order, one batch).
   auto* rows = static_cast<float*>(cpu_rows_.data());
   if (n == 1) {
-    std::vector<ExpertPtrs3> w(static_cast<size_t>(K));
+    std::vector<ExpertPtrs> w(static_cast<size_t>(K));
     std::vector<uint8_t> mask(static_cast<size_t>(K), 0);
     for (int64_t j = 0; j < K; ++j) {
       const int32_t e = req.expert_ids[j];
@@ -129,7 +129,7 @@ int64_t DeviceStep::cpu_part(const MoeStep& req, const std::vector<Resolved>& cp
 }
 
 void DeviceStep::run(const MoeStep& req, const MoeStep& dev, const std::vector<Resolved>& used,
-                     OffloadStats& st, StatsCounters& c, Tracer* tracer, int64_t routing_ready_ns,
+                     StatsCounters& c, Tracer* tracer, int64_t routing_ready_ns,
                      uint64_t copy_wait0_ns) {
   const ExpertShape& shape = res_.shape(req.layer);
   const int32_t n_expert = res_.host_layer(req.layer).n_expert;
@@ -138,11 +138,11 @@ void DeviceStep::run(const MoeStep& req, const MoeStep& dev, const std::vector<R
   // The host's step buffers are rewritten below: the previous step's copies and kernels that read
   // them must have run (on cuda the routing's synchronisation has already seen to it).
   compute_done_.synchronize();
-  collect_waits(st, c);
+  collect_waits(c);
 
   // The step's table: slot and mapped experts first, then the two staging slots; local ids per
   // pair.
-  std::vector<ExpertPtrs3> table;
+  std::vector<ExpertPtrs> table;
   std::vector<int32_t> index(static_cast<size_t>(n_expert), -1);
   std::vector<Resolved> cpu, streamed;
   for (const Resolved& x : used) {
@@ -174,7 +174,7 @@ void DeviceStep::run(const MoeStep& req, const MoeStep& dev, const std::vector<R
   const ExpertGroups groups = group_by_expert(req.expert_ids, nk, n_expert);
   std::vector<int64_t> pair_start(streamed.size() + 1, 0);
   if (!by_value) {
-    std::copy(table.begin(), table.end(), reinterpret_cast<ExpertPtrs3*>(h));
+    std::copy(table.begin(), table.end(), reinterpret_cast<ExpertPtrs*>(h));
     auto* ids = reinterpret_cast<int32_t*>(h + lay.off_ids);
     for (int64_t i = 0; i < nk; ++i) ids[i] = index[static_cast<size_t>(req.expert_ids[i])];
     // Each streamed expert's pairs, in token order (its group of group_by_expert).
@@ -199,7 +199,7 @@ void DeviceStep::run(const MoeStep& req, const MoeStep& dev, const std::vector<R
   // the rows' scatter below, from the same pinned buffer.
   if (!by_value) compute_.copy_h2d(step_dev_.data(), h, lay.off_rows);
   auto* d = static_cast<uint8_t*>(step_dev_.data());
-  const auto* d_table = reinterpret_cast<const ExpertPtrs3*>(d);
+  const auto* d_table = reinterpret_cast<const ExpertPtrs*>(d);
   float* y = y_dev_.f32();
 
   Tracer::Span span(tracer, "experts", "compute",
@@ -216,7 +216,7 @@ void DeviceStep::run(const MoeStep& req, const MoeStep& dev, const std::vector<R
   // for each copy. The host only enqueues.
   if (!streamed.empty()) {
     compute_.record(*stream_begin_);
-    st.stream_bytes += shape.expert_bytes() * streamed.size();
+    c.add(Count::stream_bytes, shape.expert_bytes() * streamed.size());
   }
   for (size_t i = 0; i < streamed.size(); ++i) {
     const size_t b = i % 2;
@@ -237,7 +237,7 @@ void DeviceStep::run(const MoeStep& req, const MoeStep& dev, const std::vector<R
     compute_.record(*kernels_done_);
     const auto tc = Clock::now();
     RowIndex row_index;
-    auto* row_idx = by_value ? row_index.i.data() : reinterpret_cast<int32_t*>(h + lay.off_rows);
+    auto* row_idx = by_value ? row_index.i : reinterpret_cast<int32_t*>(h + lay.off_rows);
     const int64_t n_rows = cpu_part(req, cpu, groups, row_idx, tracer);
     compute_.record(
         *cpu_ready_);  // the device idled from kernels_done_ to here if it finished first
@@ -254,13 +254,13 @@ void DeviceStep::run(const MoeStep& req, const MoeStep& dev, const std::vector<R
       kernels_.scatter_rows(y, rows, reinterpret_cast<const int32_t*>(d + lay.off_rows), n_rows,
                             E, compute_);
     }
-    st.cpu_ms += ms_since(tc);
+    c.add(Count::cpu_ns, static_cast<uint64_t>(ms_since(tc) * 1e6));
   }
   kernels_.weighted_sum(y, dev.expert_weights, n, static_cast<int32_t>(K), E, dev.out, compute_);
-  st.compute_ms += ms_since(t0);
+  c.add(Count::compute_ns, static_cast<uint64_t>(ms_since(t0) * 1e6));
 }
 
-void DeviceStep::collect_waits(OffloadStats& st, StatsCounters& c) {
+void DeviceStep::collect_waits(StatsCounters& c) {
   if (pending_cpu_wait_) {  // (both events recorded before the flag was set)
     c.wait(
         WaitCause::cpu_expert,
@@ -268,12 +268,13 @@ void DeviceStep::collect_waits(OffloadStats& st, StatsCounters& c) {
     pending_cpu_wait_ = false;
   }
   if (pending_stream_) {
-    st.stream_gpu_ms += std::max(0.0, stream_end_->elapsed_ms_since(*stream_begin_));
+    c.add(Count::stream_gpu_ns,
+          static_cast<uint64_t>(std::max(0.0, stream_end_->elapsed_ms_since(*stream_begin_)) * 1e6));
     pending_stream_ = false;
   }
 }
 
-double DeviceStep::time_kernels(const ExpertShape& s, const std::vector<ExpertPtrs3>& entries) {
+double DeviceStep::time_kernels(const ExpertShape& s, const std::vector<ExpertPtrs>& entries) {
   // Layout in the step buffer (sized for max_batch ≥ 1 tokens): table | ids | x; y in y_dev_.
   const size_t x_bytes = static_cast<size_t>(s.n_embd) * sizeof(float);
   constexpr size_t kMax = 8;  // entries the layout below holds
@@ -282,7 +283,7 @@ double DeviceStep::time_kernels(const ExpertShape& s, const std::vector<ExpertPt
       total > step_host_.bytes() || x_bytes > y_dev_.bytes())
     return 0.0;
   auto* h = static_cast<uint8_t*>(step_host_.data());
-  std::copy(entries.begin(), entries.end(), reinterpret_cast<ExpertPtrs3*>(h));
+  std::copy(entries.begin(), entries.end(), reinterpret_cast<ExpertPtrs*>(h));
   for (size_t i = 0; i < entries.size(); ++i)
     reinterpret_cast<int32_t*>(h + off_id)[i] = static_cast<int32_t>(i);
   auto* x = reinterpret_cast<float*>(h + off_x);
@@ -290,7 +291,7 @@ double DeviceStep::time_kernels(const ExpertShape& s, const std::vector<ExpertPt
   compute_.copy_h2d(step_dev_.data(), h, total);
   auto* d = static_cast<uint8_t*>(step_dev_.data());
   const auto run = [&](size_t i) {
-    kernels_.experts_per_slot(s, reinterpret_cast<const ExpertPtrs3*>(d),
+    kernels_.experts_per_slot(s, reinterpret_cast<const ExpertPtrs*>(d),
                               reinterpret_cast<const int32_t*>(d + off_id) + i, 1, 1,
                               reinterpret_cast<const float*>(d + off_x), y_dev_.f32(), compute_);
   };

@@ -6,7 +6,7 @@
 //                  pairs when the copy has landed (copy i+2 waits for the kernels that read copy i)
 //   cpu            computed on the host while the device works (cpu_experts.hpp)
 // Every path writes per-slot outputs y (n_tokens, top_k, n_embd), unweighted; then ONE weighted
-// sum adds them in slot order (offload/moe/group.hpp). On the sim device the kernels are the CPU
+// sum adds them in slot order (runtime/moe/group.hpp). On the sim device the kernels are the CPU
 // executor's code, so the step is bit-identical to MoeCpuExecutor whatever path each expert
 // took; on CUDA the same enqueues run as kernels and copies, and the host never waits for them.
 //
@@ -14,7 +14,7 @@
 // rows' indices go by value in the launches, so it never queues on the copy engine behind the copy
 // stream's admissions (docs/decisions/0004).
 // Buffers (device unless noted), sized for max_batch tokens at start and grown for larger steps:
-//   step (device and pinned host alike): table (n_table ExpertPtrs3) | local ids (n·k int32, -1
+//   step (device and pinned host alike): table (n_table ExpertPtrs) | local ids (n·k int32, -1
 //     where not in the table) | streamed pairs (≤ n·k int32, each expert's back to back) | CPU
 //     row indices (≤ n·k int32)
 //   y: (n, k, n_embd) float — the per-slot outputs
@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "offload/device_experts.hpp"
-#include "offload/moe/group.hpp"
+#include "runtime/moe/group.hpp"
 #include "offload/residency.hpp"
 
 namespace ferry {
@@ -36,7 +36,7 @@ namespace ferry {
 // Where one distinct expert of a step comes from.
 struct Resolved {
   int32_t expert = -1;
-  ExpertPtrs3 w;             // slot, mapped host or host store addresses
+  ExpertPtrs w;             // slot, mapped host or host store addresses
   int32_t pinned_slot = -1;  // unpinned after the step
   bool stream = false;       // prefill: through the staging slots
   bool mapped = false;       // the device kernels read w (mapped host addresses) in place
@@ -56,15 +56,15 @@ class DeviceStep {
   // idle time until the first enqueue counts as sync, less the host's copy waits since
   // copy_wait0_ns = c.wait_ns(copy) at the step's start). c: the engine's counters sink.
   void run(const MoeStep& host, const MoeStep& dev, const std::vector<Resolved>& used,
-           OffloadStats& st, StatsCounters& c, Tracer* tracer, int64_t routing_ready_ns,
+           StatsCounters& c, Tracer* tracer, int64_t routing_ready_ns,
            uint64_t copy_wait0_ns);
   // The compute stream's idle time measured by the last step's events (cpu_expert) and the
   // streaming time; call once those events have completed.
-  void collect_waits(OffloadStats& st, StatsCounters& c);
+  void collect_waits(StatsCounters& c);
   // The expert kernels on one token of layer 0's shape over `entries` (device-readable
   // pointers), timed with events: a warm-up on entries[0], then the best of one launch per further
   // entry, as weight bytes per second (0 when it cannot be measured).
-  double time_kernels(const ExpertShape& s, const std::vector<ExpertPtrs3>& entries);
+  double time_kernels(const ExpertShape& s, const std::vector<ExpertPtrs>& entries);
 
  private:
   void grow(DeviceBuffer& b, size_t bytes, const char* tag);

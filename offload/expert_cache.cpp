@@ -9,12 +9,6 @@
 
 namespace ferry {
 
-EvictionPolicy parse_eviction_policy(std::string_view s) {
-  if (s == "lru") return EvictionPolicy::lru;
-  if (s == "lrfu") return EvictionPolicy::lrfu;
-  fail(ErrorKind::invalid_arg, "unknown eviction policy '{}' (lru, lrfu)", s);
-}
-
 ExpertCache::ExpertCache(int32_t n_slots, int32_t n_layer, int32_t n_expert, EvictionPolicy policy,
                          const SlotPartition& partition, double half_life_ticks)
     : policy_(policy), n_layer_(n_layer), n_expert_(n_expert), half_life_(half_life_ticks) {

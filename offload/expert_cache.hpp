@@ -22,10 +22,10 @@
 #include <utility>
 #include <vector>
 
+#include "offload/offload.hpp"
+
 namespace ferry {
 
-enum class EvictionPolicy { lru, lrfu };
-EvictionPolicy parse_eviction_policy(std::string_view s);  // "lru" | "lrfu"
 
 enum class SlotState : uint8_t { empty, loading, ready };
 

@@ -26,8 +26,6 @@ namespace {
 constexpr uint64_t kAlign = 4096;
 constexpr uint64_t kChunk = 1 << 20;
 constexpr unsigned kDepth = 16;
-// Left free for the OS and the rest of the process when checking MemAvailable.
-constexpr uint64_t kHostReserve = 1ull << 30;
 
 uint64_t down_align(uint64_t x) {
   return x / kAlign * kAlign;
@@ -142,43 +140,7 @@ int run_reads(int fd, const std::vector<ReadJob>& jobs, const std::string& path,
 
 }  // namespace
 
-HostLoad parse_host_load(std::string_view s) {
-  if (s == "alias") return HostLoad::alias;
-  if (s == "mmap") return HostLoad::mmap;
-  if (s == "uring") return HostLoad::uring;
-  if (s == "registered") return HostLoad::registered;
-  fail(ErrorKind::invalid_arg, "--host-load '{}': expected uring, mmap, registered or alias", s);
-}
-
-const char* host_load_name(HostLoad m) {
-  switch (m) {
-    case HostLoad::alias:
-      return "alias";
-    case HostLoad::mmap:
-      return "mmap";
-    case HostLoad::uring:
-      return "uring";
-    case HostLoad::registered:
-      return "registered";
-  }
-  return "?";
-}
-
-uint64_t host_mem_available() {
-  std::ifstream f("/proc/meminfo");
-  std::string key;
-  uint64_t kb = 0;
-  std::string unit;
-  while (f >> key >> kb >> unit)
-    if (key == "MemAvailable:") return kb * 1024;
-  return 0;
-}
-
-std::optional<uint64_t> host_mem_usable() {
-  const uint64_t avail = host_mem_available();
-  if (avail == 0) return std::nullopt;
-  return avail > kHostReserve ? avail - kHostReserve : 0;
-}
+const char* host_load_name(HostLoad m) { return name_of(kHostLoads, m); }
 
 void check_host_memory(uint64_t bytes, std::string_view what) {
   const std::optional<uint64_t> usable_or = host_mem_usable();
@@ -191,7 +153,7 @@ void check_host_memory(uint64_t bytes, std::string_view what) {
          "memory, use a smaller model or quantization, or keep more experts in VRAM (a disk tier "
          "is not there yet)",
          what, format_size(bytes), format_size(usable), format_size(avail),
-         format_size(kHostReserve), format_size(bytes - usable));
+         format_size(kHostMemReserveBytes), format_size(bytes - usable));
 }
 
 HostStore::HostStore(Device* device, const std::string& path, std::vector<StoreRegion> regions,

@@ -22,14 +22,13 @@
 #include <vector>
 
 #include "runtime/backend/device.hpp"
+#include "runtime/core/host_memory.hpp"
+#include "offload/offload.hpp"
 
 namespace ferry {
 
 // alias: the file mapping as it is (pageable); registered: the mapping page-locked in place by the
 // device (no copy; the pages are faulted in once); mmap / uring: copied into pinned memory.
-enum class HostLoad { alias, mmap, uring, registered };
-HostLoad parse_host_load(std::string_view s);  // "alias" | "mmap" | "uring" | "registered"
-const char* host_load_name(HostLoad m);
 
 struct StoreRegion {
   uint64_t file_offset = 0;  // absolute offset in the file
@@ -71,11 +70,6 @@ class HostStore {
   HostStoreStats stats_;
 };
 
-// MemAvailable from /proc/meminfo in bytes (0 when it cannot be read).
-uint64_t host_mem_available();
-// What Ferry may take of it: MemAvailable minus a reserve for the OS and the rest of the process
-// (1 GiB); nullopt when MemAvailable cannot be read.
-std::optional<uint64_t> host_mem_usable();
 // ErrorKind::budget when `bytes` exceed MemAvailable minus a reserve (what = what they are for).
 void check_host_memory(uint64_t bytes, std::string_view what);
 

@@ -43,16 +43,21 @@ OffloadExecutor::OffloadExecutor(Device& device, std::unique_ptr<Stream> compute
 
 void OffloadExecutor::init(std::vector<MoeLayerWeights> layers) {
   compute_done_ = device_->create_event();
-  counters_ = std::make_unique<StatsCounters>(static_cast<int32_t>(layers.size()));
+  if (o_.counters) {
+    counters_ = o_.counters;
+  } else {
+    owned_counters_ = std::make_unique<StatsCounters>(static_cast<int32_t>(layers.size()));
+    counters_ = owned_counters_.get();
+  }
   res_ = std::make_unique<Residency>(*device_, std::move(layers), o_, *compute_done_);
-  res_->prefetcher().set_counters(counters_.get());
+  res_->prefetcher().set_counters(counters_);
   step_ = std::make_unique<DeviceStep>(*device_, *compute_, *kernels_, *res_, o_, *compute_done_);
   if (o_.decode_table)
     tables_ = std::make_unique<TableDecoder>(*device_, *compute_, *kernels_, res_->shapes(),
                                              res_->mapped(), o_.plan.in.n_expert_used);
-  st_.init_bytes = res_->init_bytes();
   calibrate();
   counters_->reset();
+  counters_->add(Count::init_bytes, res_->init_bytes());
 }
 
 void OffloadExecutor::calibrate() {
@@ -61,7 +66,7 @@ void OffloadExecutor::calibrate() {
     return;
   }
   // Expert 0 of layer 0 copied into staging slot 0, then the expert kernels reading it there.
-  const ExpertPtrs3 staged = res_->staging_ptrs(0, 0);
+  const ExpertPtrs staged = res_->staging_ptrs(0, 0);
   HardwareRates r = calibrate_rates(*device_, res_->shape(0), res_->host_ptrs(0, 0),
                                     const_cast<uint8_t*>(staged.gate));
   if (const double g = step_->time_kernels(res_->shape(0), {staged, staged, staged, staged}); g > 0)
@@ -69,7 +74,7 @@ void OffloadExecutor::calibrate() {
   // The same kernels reading experts in place, each once (a repeated one could be served from the
   // device's L2 instead of the link); 0 when it cannot be measured: never chosen.
   if (!res_->mapped().empty() && device_->kind() == DeviceKind::cuda) {
-    std::vector<ExpertPtrs3> entries;
+    std::vector<ExpertPtrs> entries;
     for (int32_t e = 0; e < std::min(4, o_.plan.in.n_expert); ++e)
       entries.push_back(expert_ptrs(res_->mapped()[0], e));
     if (entries.size() >= 2) r.mapped_gbps = step_->time_kernels(res_->shape(0), entries);
@@ -104,21 +109,21 @@ Resolved OffloadExecutor::resolve(int32_t layer, int32_t expert, int64_t n_token
     counters_->hit(layer);
   } else {
     counters_->miss(layer);
-    if (state.where == Residence::in_flight) ++st_.inflight;
+    if (state.where == Residence::in_flight) counters_->add(Count::inflight);
   }
   // Decode misses computed elsewhere are admitted behind, so the cache follows the routing's
   // locality (a prefill would push out the decode working set for experts used once).
   const bool admit_behind = decode && o_.admit && state.where == Residence::absent;
   switch (d) {
     case Decision::mapped:
-      ++st_.mapped;
-      st_.mapped_bytes += bytes;
+      counters_->add(Count::mapped);
+      counters_->add(Count::mapped_bytes, bytes);
       r.mapped = true;
       r.w = expert_ptrs(res_->mapped()[static_cast<size_t>(layer)], expert);
       if (admit_behind) prefetcher.admit(layer, expert, tick_);
       return r;
     case Decision::stream:
-      ++st_.streamed;
+      counters_->add(Count::streamed);
       counters_->h2d(layer, bytes);  // its staging copy
       r.stream = true;
       r.w = res_->host_ptrs(layer, expert);
@@ -131,7 +136,7 @@ Resolved OffloadExecutor::resolve(int32_t layer, int32_t expert, int64_t n_token
         prefetcher.wait(slot);
       }
       counters_->wait(WaitCause::copy, static_cast<uint64_t>(ms_since(t0) * 1e6));
-      ++st_.waited;
+      counters_->add(Count::waited);
       [[fallthrough]];
     }
     case Decision::slot:
@@ -146,7 +151,7 @@ Resolved OffloadExecutor::resolve(int32_t layer, int32_t expert, int64_t n_token
         cache.pin(slot);
         const double waited_ms = res_->fill_now(slot, layer, expert);
         cache.mark_ready(slot);
-        ++st_.copy_now;
+        counters_->add(Count::copy_now);
         counters_->h2d(layer, bytes);
         counters_->wait(WaitCause::copy, static_cast<uint64_t>(waited_ms * 1e6));
         r.pinned_slot = slot;
@@ -222,7 +227,7 @@ void OffloadExecutor::run(const MoeStep& step) {
 void OffloadExecutor::run_host_routed(const MoeStep& req, const MoeStep& dev) {
   const int32_t n_expert = res_->host_layer(req.layer).n_expert;
   ExpertCache& cache = res_->cache();
-  ++st_.steps;
+  counters_->add(Count::steps);
   const uint64_t copy_wait0_ns = counters_->wait_ns(WaitCause::copy);
   counters_->vram_in_use(device_->memory().used_bytes);
   res_->prefetcher().poll();
@@ -268,7 +273,7 @@ void OffloadExecutor::run_host_routed(const MoeStep& req, const MoeStep& dev) {
   for (int32_t e : missing) used.push_back(resolve(req.layer, e, 1, true));
   std::sort(used.begin(), used.end(),
             [](const Resolved& a, const Resolved& b) { return a.expert < b.expert; });
-  step_->run(req, dev, used, st_, *counters_, o_.tracer, routing_ready_ns_, copy_wait0_ns);
+  step_->run(req, dev, used, *counters_, o_.tracer, routing_ready_ns_, copy_wait0_ns);
   // The CPU forward reads `out` as soon as run() returns; the CUDA forward's next ops are queued
   // behind the kernels on the same stream.
   if (device_->kind() != DeviceKind::cuda) compute_->synchronize();
@@ -282,10 +287,10 @@ void OffloadExecutor::begin_step(int64_t n_tokens) {
   if (!tables_) return;
   res_->prefetcher().poll();
   if (n_tokens == 1) {
-    ++st_.table_tokens;
-    st_.table_updates += tables_->begin_step(
+    counters_->add(Count::table_tokens);
+    counters_->add(Count::table_updates, tables_->begin_step(
         res_->cache(), [this](int32_t slot, int32_t layer) { return res_->slot_ptrs(slot, layer); },
-        observers_);
+        observers_));
   }
 }
 
@@ -309,7 +314,7 @@ void OffloadExecutor::read_routing_log() {
     if (e < 0 || e >= E)
       fail(ErrorKind::internal, "offload: routing log layer {}: expert id {} outside [0, {})", l, e,
            E);
-    if (l != last_layer) ++st_.steps;
+    if (l != last_layer) counters_->add(Count::steps);
     last_layer = l;
     const int32_t slot = cache.access(l, e, tick_);
     if (slot >= 0 && cache.state(slot) == SlotState::ready) {
@@ -317,8 +322,8 @@ void OffloadExecutor::read_routing_log() {
       counters_->hit(l);
       return;
     }
-    ++st_.mapped;
-    st_.mapped_bytes += res_->shape(l).expert_bytes();
+    counters_->add(Count::mapped);
+    counters_->add(Count::mapped_bytes, res_->shape(l).expert_bytes());
     counters_->miss(l);
     if (slot < 0 && o_.admit) admit.emplace_back(l, e);
   });
@@ -329,25 +334,38 @@ void OffloadExecutor::drain() {
   read_routing_log();  // the last table step's routing (its admissions are waited for below)
   device_->synchronize();
   res_->prefetcher().poll();
-  step_->collect_waits(st_, *counters_);
+  step_->collect_waits(*counters_);
 }
 
 OffloadStats OffloadExecutor::stats() const {
-  OffloadStats s = st_;
-  // The counted figures, from the one sink.
+  // Every counted figure comes from the one sink; the rest are the engine's state.
   const StatsSnapshot c = counters_->snapshot();
+  OffloadStats s;
+  const auto ev = [&](Count k) { return c.count(k); };
+  s.steps = ev(Count::steps);
   s.tokens = c.tokens;
   s.hits = c.total.hit;
   s.uses = c.total.hit + c.total.miss;
+  s.inflight = ev(Count::inflight);
+  s.waited = ev(Count::waited);
   s.misses = c.total.miss - std::min(c.total.miss, s.inflight);
   s.cpu_experts = c.total.cpu_expert;
-  s.prefetch = res_->prefetcher().counters();
+  s.copy_now = ev(Count::copy_now);
+  s.streamed = ev(Count::streamed);
+  s.mapped = ev(Count::mapped);
+  s.mapped_bytes = ev(Count::mapped_bytes);
+  s.table_tokens = ev(Count::table_tokens);
+  s.table_updates = ev(Count::table_updates);
+  s.init_bytes = ev(Count::init_bytes);
+  s.cpu_ms = static_cast<double>(ev(Count::cpu_ns)) / 1e6;
+  s.compute_ms = static_cast<double>(ev(Count::compute_ns)) / 1e6;
+  s.stream_gpu_ms = static_cast<double>(ev(Count::stream_gpu_ns)) / 1e6;
+  s.stream_bytes = ev(Count::stream_bytes);
+  s.prefetch = prefetch_counters(c);
   s.h2d_bytes = c.total.h2d_bytes - std::min(c.total.h2d_bytes, s.prefetch.bytes);
   for (int w = 0; w < kWaitCauses; ++w)
     s.device_wait_ms[w] = static_cast<double>(c.wait_ns[static_cast<size_t>(w)]) / 1e6;
   s.wait_ms = s.device_wait_ms[static_cast<int>(WaitCause::copy)];
-  s.layer_uses.clear();
-  s.layer_hits.clear();
   for (const LayerCounts& l : c.layers) {
     s.layer_uses.push_back(l.hit + l.miss);
     s.layer_hits.push_back(l.hit);
@@ -358,15 +376,6 @@ OffloadStats OffloadExecutor::stats() const {
   s.store = res_->store_stats();
   s.n_slots = o_.plan.n_slots;
   return s;
-}
-
-void OffloadExecutor::reset_stats() {
-  read_routing_log();                     // a table step before the reset is not counted after it
-  step_->collect_waits(st_, *counters_);  // nor a step's device waits
-  st_ = OffloadStats{};
-  counters_->reset();
-  res_->prefetcher().reset_counters();
-  res_->cache().reset_counters();
 }
 
 }  // namespace ferry

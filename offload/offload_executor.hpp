@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "offload/device_step.hpp"
-#include "offload/moe/step.hpp"
+#include "runtime/moe/step.hpp"
 #include "offload/offload_options.hpp"
 #include "offload/residency.hpp"
 #include "offload/table_decode.hpp"
@@ -35,8 +35,6 @@ inline uint64_t device_step_bytes(int64_t max_batch, const ExpertShape& s, int32
                                   int32_t n_expert) {
   return DeviceStep::device_bytes(max_batch, s, top_k, n_expert);
 }
-
-std::string offload_stats_text(const OffloadStats& s);
 
 class OffloadExecutor final : public MoeExecutor {
  public:
@@ -59,8 +57,8 @@ class OffloadExecutor final : public MoeExecutor {
   // and settles their slots.
   void drain() override;
 
+  // The report (--offload-stats): the counters sink's snapshot with the engine's state.
   OffloadStats stats() const;
-  void reset_stats();
   Device& device() { return *device_; }
   const ExpertCache& cache() const { return res_->cache(); }
   const Plan& plan() const { return o_.plan; }
@@ -94,8 +92,8 @@ class OffloadExecutor final : public MoeExecutor {
   CostModel cost_;
   uint64_t tick_ = 0;  // forward steps: the cache's and prefetcher's clock
   std::vector<PredictedExpert> predicted_;
-  OffloadStats st_;  // what the counters do not hold (see OffloadStats)
-  std::unique_ptr<StatsCounters> counters_;
+  StatsCounters* counters_ = nullptr;  // OffloadOptions::counters, or owned_counters_
+  std::unique_ptr<StatsCounters> owned_counters_;
   HostBuffer routing_host_;       // cuda: the host copy of a step's x, ids and weights
   int64_t routing_ready_ns_ = 0;  // steady_clock ns when that copy arrived
 };

@@ -13,8 +13,8 @@
 #include "offload/host_store.hpp"
 #include "offload/placement.hpp"
 #include "offload/prefetcher.hpp"
-#include "offload/stats.hpp"
-#include "offload/trace.hpp"
+#include "runtime/moe/stats.hpp"
+#include "runtime/moe/trace.hpp"
 #include "runtime/backend/device.hpp"
 
 namespace ferry {
@@ -32,6 +32,8 @@ struct OffloadOptions {
   // Decode misses computed on the CPU are copied into a slot in the background (Prefetcher::admit).
   bool admit = true;
   ExpertPredictor* predictor = nullptr;  // not owned; may be null
+  // The run's counters sink (not owned); null: the executor makes its own (tests).
+  StatsCounters* counters = nullptr;
   // Charge the plan's dense/KV/state/workspace to the device as reservations, so the pool's
   // accounting covers the whole budget (sim: the forward's own buffers live elsewhere).
   bool reserve_fixed = true;
@@ -58,8 +60,9 @@ struct OffloadOptions {
   bool decode_table = false;
 };
 
-// The executor's summary (--offload-stats). The fields marked "counters" are read from the
-// engine's one counters sink (StatsCounters) when stats() is taken, never counted twice.
+// The executor's summary (--offload-stats): a view taken by OffloadExecutor::stats() of the run's
+// one counters sink (StatsCounters, runtime/moe/stats.hpp: every counted field below) and of the
+// engine's state (cache, memory, rates, store, slots). Nothing is counted here.
 struct OffloadStats {
   uint64_t steps = 0, tokens = 0;  // tokens: counters
   uint64_t uses = 0;               // (step, distinct expert) pairs: counters (hit + miss)
@@ -95,6 +98,7 @@ struct OffloadStats {
   HostStoreStats store;
   int32_t n_slots = 0;
 };
+// The --offload-stats lines.
 std::string offload_stats_text(const OffloadStats& s);
 
 }  // namespace ferry

@@ -21,28 +21,11 @@
 #include <vector>
 
 #include "offload/expert_cache.hpp"
-#include "offload/placement_profile.hpp"
+#include "offload/offload.hpp"
+#include "runtime/moe/placement_profile.hpp"
 
 namespace ferry {
 
-struct PlacementInput {
-  std::string model;    // for messages
-  int32_t n_layer = 0;  // layers with routed experts
-  int32_t n_expert = 0;
-  int32_t n_expert_used = 0;
-  std::vector<uint64_t> layer_expert_bytes;  // (n_layer) one expert's gate + up + down bytes
-  uint64_t dense_bytes = 0;                  // everything but routed experts
-  uint64_t kv_bytes = 0;                     // attention KV cache for n_ctx
-  uint64_t state_bytes = 0;                  // recurrent (DeltaNet) state
-  uint64_t workspace_bytes = 0;
-  // The offload device flow's per-step buffers (table and routing upload, CPU expert sum, expert
-  // kernel scratch) for the largest batch: left free, allocated by the executor as steps need
-  // them (offload/offload_executor.hpp: device_step_bytes).
-  uint64_t step_bytes = 0;
-  int64_t n_ctx = 0;          // for messages
-  std::string kv_types;       // "f16/f16", for messages
-  uint64_t budget_bytes = 0;  // 0 = no limit: every expert gets a slot
-};
 
 // The slots of one expert size. Slots are numbered class by class: class c owns slots
 // [first_slot, first_slot + n_slots), packed back to back from offset_bytes in the slot arena.

@@ -24,12 +24,14 @@ Prefetcher::Prefetcher(Device& dev, ExpertCache& cache, SlotCopy copy,
       layer_expert_bytes_(std::move(layer_expert_bytes)),
       max_in_flight_(std::max(1, max_in_flight)),
       stream_(dev.create_stream()) {
+  own_counters_ = std::make_unique<StatsCounters>(static_cast<int32_t>(layer_expert_bytes_.size()));
+  counters_ = own_counters_.get();
   slots_.resize(static_cast<size_t>(cache.n_slots()));
   for (auto& s : slots_) s.done = dev.create_event();
 }
 
 void Prefetcher::request(const PredictedExpert& p) {
-  ++c_.requested;
+  counters_->add(Count::prefetch_requested);
   queue_.push_back(p);
 }
 
@@ -42,7 +44,7 @@ void Prefetcher::issue(int32_t current_layer, uint64_t now) {
   std::vector<PredictedExpert> keep;
   for (const PredictedExpert& p : queue_) {
     if (p.layer <= current_layer) {
-      ++c_.dropped_stale;
+      counters_->add(Count::prefetch_dropped_stale);
       continue;
     }
     if (cache_.find(p.layer, p.expert) >= 0) continue;  // present or already coming
@@ -52,7 +54,7 @@ void Prefetcher::issue(int32_t current_layer, uint64_t now) {
     }
     const int32_t slot = cache_.insert(p.layer, p.expert, now);
     if (slot < 0) {
-      ++c_.dropped_no_slot;
+      counters_->add(Count::prefetch_dropped_no_slot);
       continue;
     }
     note_evict(slot);  // its previous content, if that was an unused prefetch
@@ -65,12 +67,9 @@ void Prefetcher::issue(int32_t current_layer, uint64_t now) {
     s.layer = p.layer;
     s.issued_at_us = now_us();
     ++n_in_flight_;
-    ++c_.issued;
-    c_.bytes += expert_bytes(p.layer);
-    if (counters_) {
-      counters_->prefetch_issued(p.layer, expert_bytes(p.layer));
-      counters_->h2d(p.layer, expert_bytes(p.layer));
-    }
+    counters_->prefetch_issued(p.layer, expert_bytes(p.layer));
+    counters_->add(Count::prefetch_bytes, expert_bytes(p.layer));
+    counters_->h2d(p.layer, expert_bytes(p.layer));
   }
   queue_ = std::move(keep);
 }
@@ -78,12 +77,12 @@ void Prefetcher::issue(int32_t current_layer, uint64_t now) {
 void Prefetcher::admit(int32_t layer, int32_t expert, uint64_t now) {
   if (cache_.find(layer, expert) >= 0) return;
   if (n_in_flight_ >= max_in_flight_) {
-    ++c_.admit_dropped;
+    counters_->add(Count::admit_dropped);
     return;
   }
   const int32_t slot = cache_.insert(layer, expert, now);
   if (slot < 0) {
-    ++c_.admit_dropped;
+    counters_->add(Count::admit_dropped);
     return;
   }
   note_evict(slot);
@@ -96,9 +95,9 @@ void Prefetcher::admit(int32_t layer, int32_t expert, uint64_t now) {
   s.layer = layer;
   s.issued_at_us = now_us();
   ++n_in_flight_;
-  ++c_.admitted;
-  c_.bytes += expert_bytes(layer);
-  if (counters_) counters_->h2d(layer, expert_bytes(layer));
+  counters_->add(Count::admitted);
+  counters_->add(Count::prefetch_bytes, expert_bytes(layer));
+  counters_->h2d(layer, expert_bytes(layer));
 }
 
 void Prefetcher::complete(int32_t slot) {
@@ -141,8 +140,7 @@ void Prefetcher::note_use(int32_t slot) {
   Slot& s = slots_[static_cast<size_t>(slot)];
   if (s.unused) {
     s.unused = false;
-    ++c_.used;
-    if (counters_) counters_->prefetch_used(s.layer);
+    counters_->prefetch_used(s.layer);
   }
 }
 
@@ -152,9 +150,22 @@ void Prefetcher::note_evict(int32_t slot) {
     fail(ErrorKind::internal, "prefetcher: slot {} reused while its copy is in flight", slot);
   if (s.unused) {
     s.unused = false;
-    ++c_.wasted;
-    if (counters_) counters_->prefetch_wasted(s.layer, expert_bytes(s.layer));
+    counters_->prefetch_wasted(s.layer, expert_bytes(s.layer));
   }
+}
+
+PrefetchCounters prefetch_counters(const StatsSnapshot& c) {
+  PrefetchCounters p;
+  p.requested = c.count(Count::prefetch_requested);
+  p.issued = c.total.prefetch_issued;
+  p.used = c.total.prefetch_used;
+  p.wasted = c.total.prefetch_wasted;
+  p.dropped_stale = c.count(Count::prefetch_dropped_stale);
+  p.dropped_no_slot = c.count(Count::prefetch_dropped_no_slot);
+  p.admitted = c.count(Count::admitted);
+  p.admit_dropped = c.count(Count::admit_dropped);
+  p.bytes = c.count(Count::prefetch_bytes);
+  return p;
 }
 
 }  // namespace ferry

@@ -10,38 +10,27 @@
 // wait(slot) blocks on one slot's event. A prefetched slot evicted before any use counts as
 // wasted; its first use counts as used (precision = used / issued).
 //
-// Predictions come from an ExpertPredictor (RouterPredictor, predictor.hpp, implements it).
+// Predictions come from an ExpertPredictor (runtime/moe/predictor.hpp; RouterPredictor implements it).
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <vector>
 
 #include "offload/expert_cache.hpp"
-#include "offload/stats.hpp"
+#include "runtime/moe/predictor.hpp"
+#include "runtime/moe/stats.hpp"
 #include "runtime/backend/device.hpp"
 
 namespace ferry {
 
-struct PredictedExpert {
-  int32_t layer = 0;
-  int32_t expert = 0;
-  float score = 0.0f;  // higher = more likely; used as the priority
-};
-
-class ExpertPredictor {
- public:
-  virtual ~ExpertPredictor() = default;
-  // Called with the MoE input of `layer` (x: (n_tokens, n_embd) normalized hidden state) and the
-  // experts it routed to (ids: (n_tokens, top_k)). Appends experts later layers are likely to use.
-  virtual void predict(int32_t layer, const float* x, int32_t n_tokens, const int32_t* ids,
-                       int32_t top_k, std::vector<PredictedExpert>& out) = 0;
-};
-
+// The prefetch figures of a counters snapshot (prefetch_counters), for --offload-stats.
 struct PrefetchCounters {
   uint64_t requested = 0, issued = 0, used = 0, wasted = 0, dropped_stale = 0, dropped_no_slot = 0;
   uint64_t admitted = 0, admit_dropped = 0;  // admissions (not predictions: outside precision)
   uint64_t bytes = 0;                        // prefetches and admissions
 };
+
+PrefetchCounters prefetch_counters(const StatsSnapshot& c);
 
 class Prefetcher {
  public:
@@ -67,11 +56,10 @@ class Prefetcher {
   // Executor hooks for the counters: a use of a slot, and a slot about to be reused.
   void note_use(int32_t slot);
   void note_evict(int32_t slot);
-  const PrefetchCounters& counters() const { return c_; }
-  void reset_counters() { c_ = {}; }
   Stream& stream() { return *stream_; }
-  // Per-layer counters for --stats (offload/stats.hpp); may be null.
-  void set_counters(StatsCounters* c) { counters_ = c; }
+  // The run's counters sink (runtime/moe/stats.hpp), where every prefetch figure is counted; until
+  // set, a sink of the prefetcher's own.
+  void set_counters(StatsCounters* c) { counters_ = c ? c : own_counters_.get(); }
 
  private:
   struct Slot {
@@ -94,7 +82,7 @@ class Prefetcher {
   std::unique_ptr<Stream> stream_;
   std::vector<Slot> slots_;  // (n_slots)
   std::vector<PredictedExpert> queue_;
-  PrefetchCounters c_;
+  std::unique_ptr<StatsCounters> own_counters_;
   StatsCounters* counters_ = nullptr;
 };
 

@@ -9,8 +9,8 @@ namespace ferry {
 namespace {
 
 // An expert packed at `base` (a cache or staging slot): gate, up, down back to back.
-ExpertPtrs3 packed(const uint8_t* base, const ExpertShape& s) {
-  return ExpertPtrs3{base, base + s.gate_bytes(), base + s.gate_bytes() + s.up_bytes()};
+ExpertPtrs packed(const uint8_t* base, const ExpertShape& s) {
+  return ExpertPtrs{base, base + s.gate_bytes(), base + s.gate_bytes() + s.up_bytes()};
 }
 
 }  // namespace
@@ -134,12 +134,12 @@ Residency::~Residency() {
   }
 }
 
-ExpertPtrs3 Residency::slot_ptrs(int32_t slot, int32_t layer) const {
+ExpertPtrs Residency::slot_ptrs(int32_t slot, int32_t layer) const {
   return packed(static_cast<const uint8_t*>(slots_.data()) + o_.plan.slot_offset(slot),
                 shapes_[static_cast<size_t>(layer)]);
 }
 
-ExpertPtrs3 Residency::staging_ptrs(size_t b, int32_t layer) const {
+ExpertPtrs Residency::staging_ptrs(size_t b, int32_t layer) const {
   return packed(static_cast<const uint8_t*>(staging_.data()) + b * o_.plan.staging_slot_bytes,
                 shapes_[static_cast<size_t>(layer)]);
 }
@@ -172,7 +172,7 @@ void Residency::traced_copy(Stream& s, int32_t layer, int32_t expert, uint64_t b
 
 void Residency::fill_slot(int32_t slot, int32_t layer, int32_t expert, Stream& s) {
   const ExpertShape& sh = shapes_[static_cast<size_t>(layer)];
-  const ExpertPtrs3 src = host_ptrs(layer, expert), dst = slot_ptrs(slot, layer);
+  const ExpertPtrs src = host_ptrs(layer, expert), dst = slot_ptrs(slot, layer);
   s.wait(
       compute_done_);  // kernels queued on the compute stream may still read the slot's old expert
   traced_copy(s, layer, expert, sh.expert_bytes(), [&] {
@@ -195,7 +195,7 @@ double Residency::fill_now(int32_t slot, int32_t layer, int32_t expert) {
 
 void Residency::stage(int32_t layer, int32_t expert, size_t b) {
   const ExpertShape& sh = shapes_[static_cast<size_t>(layer)];
-  const ExpertPtrs3 src = host_ptrs(layer, expert), dst = staging_ptrs(b, layer);
+  const ExpertPtrs src = host_ptrs(layer, expert), dst = staging_ptrs(b, layer);
   demand_->wait(*staging_free_[b]);
   traced_copy(*demand_, layer, expert, sh.expert_bytes(), [&] {
     demand_->copy_h2d(const_cast<uint8_t*>(dst.gate), src.gate, sh.gate_bytes());

@@ -16,7 +16,7 @@
 #include <memory>
 #include <vector>
 
-#include "offload/moe/cpu_experts.hpp"
+#include "runtime/moe/cpu_experts.hpp"
 #include "offload/offload_options.hpp"
 
 namespace ferry {
@@ -36,11 +36,11 @@ class Residency {
     return layers_[static_cast<size_t>(layer)];
   }
   const std::vector<MoeLayerWeights>& host_layers() const { return layers_; }
-  ExpertPtrs3 host_ptrs(int32_t layer, int32_t expert) const {
+  ExpertPtrs host_ptrs(int32_t layer, int32_t expert) const {
     return expert_ptrs(host_layer(layer), expert);
   }
-  ExpertPtrs3 slot_ptrs(int32_t slot, int32_t layer) const;
-  ExpertPtrs3 staging_ptrs(size_t b, int32_t layer) const;  // staging slot b (0 or 1)
+  ExpertPtrs slot_ptrs(int32_t slot, int32_t layer) const;
+  ExpertPtrs staging_ptrs(size_t b, int32_t layer) const;  // staging slot b (0 or 1)
   // The host store as the device reads it in place; empty when it is not mapped.
   const std::vector<MoeLayerWeights>& mapped() const { return mapped_; }
 

@@ -29,7 +29,7 @@ uint64_t TableDecoder::device_bytes(int32_t n_layer, int32_t n_expert, int32_t t
   const auto L = static_cast<size_t>(n_layer);
   // The tables, the per-slot outputs, and a one-token routing log (ids + weights per layer; x too
   // when an observer wants it).
-  return pad256(L * static_cast<size_t>(n_expert) * sizeof(ExpertPtrs3)) +
+  return pad256(L * static_cast<size_t>(n_expert) * sizeof(ExpertPtrs)) +
          pad256(static_cast<size_t>(top_k) * static_cast<size_t>(n_embd) * 4) +
          L * pad256(static_cast<size_t>(top_k) * 8);
 }
@@ -46,17 +46,17 @@ TableDecoder::TableDecoder(Device& dev, Stream& compute, DeviceExpertKernels& ke
       log_(dev, compute, static_cast<int32_t>(mapped.size()), top_k,
            shapes_.empty() ? 0 : shapes_[0].n_embd) {
   const size_t n = mapped.size() * static_cast<size_t>(n_expert_);
-  tables_dev_ = dev_.alloc(n * sizeof(ExpertPtrs3), "expert tables (decode)");
+  tables_dev_ = dev_.alloc(n * sizeof(ExpertPtrs), "expert tables (decode)");
   int64_t max_embd = 0;
   for (const ExpertShape& sh : shapes_) max_embd = std::max(max_embd, sh.n_embd);
   y_dev_ = dev_.alloc(static_cast<size_t>(top_k) * static_cast<size_t>(max_embd) * sizeof(float),
                       "per-slot outputs (decode)");
-  tables_host_ = dev_.alloc_host(n * sizeof(ExpertPtrs3), true);
+  tables_host_ = dev_.alloc_host(n * sizeof(ExpertPtrs), true);
   if (!tables_host_.pinned())
     fail(ErrorKind::device,
          "--offload-decode table: pinned host memory for the tables could not be allocated");
-  std::fill_n(static_cast<ExpertPtrs3*>(tables_host_.data()), n,
-              ExpertPtrs3{});  // nothing copied yet
+  std::fill_n(static_cast<ExpertPtrs*>(tables_host_.data()), n,
+              ExpertPtrs{});  // nothing copied yet
   for (const MoeLayerWeights& w : mapped)
     for (int32_t e = 0; e < n_expert_; ++e) mapped_.push_back(expert_ptrs(w, e));
   tables_copied_ = dev_.create_event();
@@ -71,7 +71,7 @@ void TableDecoder::run(const MoeStep& s) {
          top_k_);
   const auto l = static_cast<size_t>(s.layer);
   const auto* table =
-      static_cast<const ExpertPtrs3*>(tables_dev_.data()) + l * static_cast<size_t>(n_expert_);
+      static_cast<const ExpertPtrs*>(tables_dev_.data()) + l * static_cast<size_t>(n_expert_);
   kernels_.experts_per_slot(shapes_[l], table, s.expert_ids, 1, s.top_k, s.x, y_dev_.f32(),
                             compute_);
   kernels_.weighted_sum(y_dev_.f32(), s.expert_weights, 1, s.top_k, s.n_embd, s.out, compute_);
@@ -92,7 +92,7 @@ void TableDecoder::read_log(const ObserverSet* observers,
 }
 
 uint64_t TableDecoder::begin_step(const ExpertCache& cache,
-                                  const std::function<ExpertPtrs3(int32_t, int32_t)>& slot,
+                                  const std::function<ExpertPtrs(int32_t, int32_t)>& slot,
                                   const ObserverSet* observers) {
   // Callers read the log first (read_log), so this reports nothing; it sizes the log and decides
   // whether x is logged.
@@ -102,7 +102,7 @@ uint64_t TableDecoder::begin_step(const ExpertCache& cache,
 }
 
 uint64_t TableDecoder::sync(const ExpertCache& cache,
-                            const std::function<ExpertPtrs3(int32_t, int32_t)>& slot) {
+                            const std::function<ExpertPtrs(int32_t, int32_t)>& slot) {
   // The pinned mirror is rewritten below: its last copy must have run (it normally has).
   if (tables_pending_) {
     tables_copied_->synchronize();
@@ -119,15 +119,15 @@ uint64_t TableDecoder::sync(const ExpertCache& cache,
       const int32_t l = cache.layer_of(s);
       want_[static_cast<size_t>(l) * E + static_cast<size_t>(cache.expert_of(s))] = slot(s, l);
     }
-  auto* host = static_cast<ExpertPtrs3*>(tables_host_.data());
+  auto* host = static_cast<ExpertPtrs*>(tables_host_.data());
   // Changed layers, runs of consecutive ones copied at once.
   const size_t L = shapes_.size();
   size_t run_begin = L;
   uint64_t updates = 0;
   const auto flush = [&](size_t end) {
     if (run_begin == L) return;
-    compute_.copy_h2d(static_cast<ExpertPtrs3*>(tables_dev_.data()) + run_begin * E,
-                      host + run_begin * E, (end - run_begin) * E * sizeof(ExpertPtrs3));
+    compute_.copy_h2d(static_cast<ExpertPtrs*>(tables_dev_.data()) + run_begin * E,
+                      host + run_begin * E, (end - run_begin) * E * sizeof(ExpertPtrs));
     tables_pending_ = true;
     run_begin = L;
   };

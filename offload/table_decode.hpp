@@ -25,7 +25,7 @@
 
 #include "offload/device_experts.hpp"
 #include "offload/expert_cache.hpp"
-#include "offload/moe/routing_log.hpp"
+#include "runtime/moe/routing_log.hpp"
 
 namespace ferry {
 
@@ -47,7 +47,7 @@ class TableDecoder {
   // A table step is about to run: the log is ready for it, and the entries follow the cache.
   // Returns the number of entries rewritten.
   uint64_t begin_step(const ExpertCache& cache,
-                      const std::function<ExpertPtrs3(int32_t slot, int32_t layer)>& slot,
+                      const std::function<ExpertPtrs(int32_t slot, int32_t layer)>& slot,
                       const ObserverSet* observers);
   // End of a table step: the log's copy to the host.
   void end_step() { log_.end_step(); }
@@ -56,17 +56,17 @@ class TableDecoder {
   bool pending() const { return pending_; }
 
  private:
-  uint64_t sync(const ExpertCache& cache, const std::function<ExpertPtrs3(int32_t, int32_t)>& slot);
+  uint64_t sync(const ExpertCache& cache, const std::function<ExpertPtrs(int32_t, int32_t)>& slot);
   Device& dev_;
   Stream& compute_;
   DeviceExpertKernels& kernels_;
   std::vector<ExpertShape> shapes_;  // (n_layer)
   int32_t n_expert_, top_k_;
-  DeviceBuffer tables_dev_;  // (n_layer, n_expert) ExpertPtrs3
+  DeviceBuffer tables_dev_;  // (n_layer, n_expert) ExpertPtrs
   DeviceBuffer y_dev_;       // (top_k, n_embd) the step's per-slot outputs (one layer at a time)
   HostBuffer tables_host_;   // pinned: as last queued
-  std::vector<ExpertPtrs3> mapped_;  // (n_layer · n_expert) the in-place entries
-  std::vector<ExpertPtrs3> want_;    // (n_layer · n_expert) scratch of sync()
+  std::vector<ExpertPtrs> mapped_;  // (n_layer · n_expert) the in-place entries
+  std::vector<ExpertPtrs> want_;    // (n_layer · n_expert) scratch of sync()
   std::unique_ptr<Event> tables_copied_;
   bool tables_pending_ = false, synced_ = false;
   uint64_t version_ = UINT64_MAX;  // ExpertCache::version() the tables were last synced with

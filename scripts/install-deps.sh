@@ -34,13 +34,31 @@ if [[ "${FERRY_SKIP_PY:-0}" != 1 ]]; then
     "$venv/bin/pip" install -q "numpy<3" "gguf>=0.17"
   fi
   # Pinned: Ferry's CPU kernels add in the orders of this version's ggml (kernels/cpu/dot_ref.cpp),
-  # and the oracle tests hold quantized logits to it bit for bit.
+  # and the oracle tests hold quantized logits to it bit for bit — for the AVX2 build below. A build
+  # with other CPU flags (e.g. a native AVX-512 one, which pip's wheel cache may hold from another
+  # project: the cache is keyed by the source, not by CMAKE_ARGS) adds in other orders, and the
+  # oracle tests would fail bit-identity with no hint why. So the build skips the wheel cache, and
+  # the installed library's compiled features are checked (scripts/check_oracle_build.py).
   llama_version=0.3.36
+  llama_flags="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF"
+  check="$root/scripts/check_oracle_build.py"
+  build_oracle() {
+    echo "[install-deps] building llama-cpp-python $llama_version (compiles llama.cpp, several minutes; $1)"
+    CMAKE_ARGS="$llama_flags" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
+      "$venv/bin/pip" install -q --no-cache-dir --force-reinstall --no-deps "llama-cpp-python==$llama_version"
+    # its own dependencies (numpy, typing-extensions, diskcache, jinja2), without rebuilding it
+    "$venv/bin/pip" install -q "llama-cpp-python==$llama_version"
+  }
   if ! "$venv/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('llama_cpp_python') != '$llama_version')" 2>/dev/null; then
-    echo "[install-deps] building llama-cpp-python (compiles llama.cpp, several minutes)"
-    CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF" \
-      CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
-      "$venv/bin/pip" install -q "llama-cpp-python==$llama_version"
+    build_oracle "not installed"
+  elif ! why="$("$venv/bin/python" "$check" 2>&1)"; then
+    echo "[install-deps] the installed llama-cpp-python does not match the oracle build: $why"
+    build_oracle "rebuilding without pip's wheel cache"
+  fi
+  if ! why="$("$venv/bin/python" "$check" 2>&1)"; then
+    echo "[install-deps] error: llama-cpp-python $llama_version in $venv is not the oracle build the tests need: $why" >&2
+    echo "[install-deps] remove it ($venv/bin/pip uninstall llama-cpp-python) and run this script again" >&2
+    exit 1
   fi
 fi
 echo "[install-deps] ok"

@@ -109,47 +109,6 @@ __global__ void __launch_bounds__(32 * kWarps)
   gate_up_row<T>(*expert, row, n_embd, x + (ts / k) * n_embd, h + int64_t{blockIdx.y} * n_ff + row);
 }
 
-// y[t] += weights[t·k + j] · down · h[pair] for each pair t·k + j (distinct tokens: an expert is
-// routed at most once per token, so no two blocks of one launch write the same row).
-template <GgmlType T>
-__global__ void __launch_bounds__(32 * kWarps)
-    down_pairs_kernel(const ExpertPtrs* __restrict__ expert, const int32_t* __restrict__ pairs,
-                      const float* __restrict__ weights, int64_t n_embd, int64_t n_ff, int k,
-                      const float* __restrict__ h, float* __restrict__ y) {
-  const int64_t row = int64_t{blockIdx.x} * kWarps + (threadIdx.x >> 5);
-  if (row >= n_embd) return;
-  const int64_t ts = pairs[blockIdx.y];
-  // The grouped kernel's operations for one slot: total = 0 + w·d, then y + total.
-  const float v = __fadd_rn(0.f, __fmul_rn(weights[ts], down_row<T>(*expert, row, n_ff, h + int64_t{blockIdx.y} * n_ff)));
-  if ((threadIdx.x & 31) == 0) {
-    float* o = y + (ts / k) * n_embd + row;
-    *o = __fadd_rn(*o, v);
-  }
-}
-
-// grid.x: row blocks of n_embd; grid.y: token.
-template <GgmlType T>
-__global__ void __launch_bounds__(32 * kWarps)
-    down_kernel(const ExpertPtrs* __restrict__ table, const int32_t* __restrict__ ids,
-                const float* __restrict__ weights, int64_t n_embd, int64_t n_ff, int k,
-                const float* __restrict__ h, float* __restrict__ y, bool accumulate) {
-  const int lane = threadIdx.x & 31;
-  const int64_t row = int64_t{blockIdx.x} * kWarps + (threadIdx.x >> 5);
-  const int64_t t = blockIdx.y;
-  if (row >= n_embd) return;
-  float total = 0.f;
-  for (int j = 0; j < k; ++j) {
-    const int32_t e = ids[t * k + j];
-    if (e < 0) continue;
-    // Explicit roundings (no FMA contraction): moe_expert_pairs does the same operations.
-    total = __fadd_rn(total, __fmul_rn(weights[t * k + j], down_row<T>(table[e], row, n_ff, h + (t * k + j) * n_ff)));
-  }
-  if (lane == 0) {
-    float* o = y + t * n_embd + row;
-    *o = accumulate ? __fadd_rn(*o, total) : total;
-  }
-}
-
 // y_slots[ts] = down_e · h[ts] for ts = token·k + slot with e = ids[ts] ≥ 0 (others untouched).
 // grid.x: row blocks of n_embd; grid.y: token·k + slot.
 template <GgmlType T, typename Table>
@@ -238,44 +197,6 @@ void moe_gate_up_swiglu(GgmlType t_gate_up, const ExpertPtrs* table, const int32
            n_embd, n_ff, k, x, h);
   });
   FERRY_CUDA_CHECK_LAUNCH("gate_up_kernel");
-}
-
-void moe_down(GgmlType t_down, const ExpertPtrs* table, const int32_t* ids, const float* weights,
-              int64_t n_tokens, int k, int64_t n_embd, int64_t n_ff, const float* h, float* y,
-              bool accumulate, cudaStream_t stream) {
-  const char* op = "moe_down";
-  check_moe_args(op, table, ids, n_tokens, k, h, y);
-  require(weights != nullptr, op, "null routing weights");
-  check_weight_args(op, t_down, reinterpret_cast<const void*>(16), n_embd, n_ff);
-  const dim3 grid(static_cast<unsigned>((n_embd + kWarps - 1) / kWarps), static_cast<unsigned>(n_tokens));
-  FERRY_DISPATCH_WEIGHT_TYPE(t_down, op, {
-    launch(down_kernel<kT>, grid, 32 * kWarps, 0, stream, table, ids, weights, n_embd, n_ff, k, h, y, accumulate);
-  });
-  FERRY_CUDA_CHECK_LAUNCH("down_kernel");
-}
-
-void moe_expert_pairs(GgmlType t_gate_up, GgmlType t_down, const ExpertPtrs* expert, const int32_t* pairs,
-                      int64_t n_pairs, const float* weights, int k, int64_t n_embd, int64_t n_ff, const float* x,
-                      float* h, float* y, cudaStream_t stream) {
-  const char* op = "moe_expert_pairs";
-  if (n_pairs == 0) return;
-  require(expert && pairs && weights && x && h && y, op, "null pointer argument");
-  require(k >= 1 && k <= kMaxK, op, "k must be in [1, 64], got " + std::to_string(k));
-  require(n_pairs >= 1 && n_pairs <= 65535, op, "n_pairs must be in [1, 65535]");
-  require(aligned(x, 16) && aligned(h, 16) && aligned(y, 16), op, "activations must be 16-byte aligned");
-  check_weight_args(op, t_gate_up, reinterpret_cast<const void*>(16), n_ff, n_embd);
-  check_weight_args(op, t_down, reinterpret_cast<const void*>(16), n_embd, n_ff);
-  require(n_ff % 4 == 0, op, "n_ff must be a multiple of 4 (h rows are read with float4)");
-  const dim3 g1(static_cast<unsigned>((n_ff + kWarps - 1) / kWarps), static_cast<unsigned>(n_pairs));
-  FERRY_DISPATCH_WEIGHT_TYPE(t_gate_up, op, {
-    launch(gate_up_pairs_kernel<kT>, g1, 32 * kWarps, 0, stream, expert, pairs, n_embd, n_ff, k, x, h);
-  });
-  FERRY_CUDA_CHECK_LAUNCH("gate_up_pairs_kernel");
-  const dim3 g2(static_cast<unsigned>((n_embd + kWarps - 1) / kWarps), static_cast<unsigned>(n_pairs));
-  FERRY_DISPATCH_WEIGHT_TYPE(t_down, op, {
-    launch(down_pairs_kernel<kT>, g2, 32 * kWarps, 0, stream, expert, pairs, weights, n_embd, n_ff, k, h, y);
-  });
-  FERRY_CUDA_CHECK_LAUNCH("down_pairs_kernel");
 }
 
 void moe_down_slots(GgmlType t_down, const ExpertPtrs* table, const int32_t* ids, int64_t n_tokens,

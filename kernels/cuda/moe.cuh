@@ -14,15 +14,15 @@
 
 #include <cstdint>
 
+#include "kernels/moe_table.hpp"
 #include "runtime/core/types.hpp"
 
 namespace ferry::cuda {
 
-struct ExpertPtrs {
-  const void* gate;  // (n_ff, n_embd)
-  const void* up;    // (n_ff, n_embd)
-  const void* down;  // (n_embd, n_ff)
-};
+// The shared structs (kernels/moe_table.hpp), named here as the kernels use them.
+using ferry::DecodeSlots;
+using ferry::ExpertPtrs;
+using ferry::RowIndex;
 
 // h[t][j] = silu(gate_e · x_t) ⊙ (up_e · x_t), e = ids[t][j]; h[t][j] = 0 where e < 0.
 // One warp per (row, token, slot) computes both dots from one pass over x (fused SwiGLU).
@@ -30,36 +30,21 @@ void moe_gate_up_swiglu(GgmlType t_gate_up, const ExpertPtrs* table, const int32
                         int64_t n_tokens, int k, int64_t n_embd, int64_t n_ff, const float* x,
                         float* h, cudaStream_t stream);
 
-// y[t] (+)= Σ_j weights[t][j] · (down_e · h[t][j]) over slots with e = ids[t][j] ≥ 0; one warp
-// per output row sums the k experts in a fixed order (deterministic, no atomics).
-// accumulate=false overwrites y.
-void moe_down(GgmlType t_down, const ExpertPtrs* table, const int32_t* ids, const float* weights,
-              int64_t n_tokens, int k, int64_t n_embd, int64_t n_ff, const float* h, float* y,
-              bool accumulate, cudaStream_t stream);
-
-// One expert (expert: a single device ExpertPtrs) over a list of its (token, slot) pairs — a
-// streamed prefill expert reads only its own tokens instead of scanning all n_tokens·k:
-//   pairs: (n_pairs) int32 device, t·k + j;  weights: (n_tokens, k) device;  h: (n_pairs, n_ff)
-//   y[t] += weights[t·k + j] · down(silu(gate·x_t) ⊙ up·x_t)   for each pair
-// An expert appears at most once per token, so the pairs name distinct tokens. The same float
-// operations as moe_gate_up_swiglu + moe_down(accumulate) with only this expert's ids ≥ 0.
-void moe_expert_pairs(GgmlType t_gate_up, GgmlType t_down, const ExpertPtrs* expert, const int32_t* pairs,
-                      int64_t n_pairs, const float* weights, int k, int64_t n_embd, int64_t n_ff, const float* x,
-                      float* h, float* y, cudaStream_t stream);
-
-// The per-slot outputs of the offload engine's device flow: every path (grouped slot experts,
-// streamed experts, CPU experts) writes y_slots (n_tokens, k, n_embd), y_slots[t][j] =
+// One kernel family for every MoE executor (the resident one and the offload engine's device
+// flow): every path (grouped slot experts, streamed experts, CPU experts) writes y_slots
+// (n_tokens, k, n_embd), y_slots[t][j] =
 // expert_{ids[t][j]}(x_t) unweighted, and one moe_sum then weights and adds them in slot order,
 // so the result does not depend on which path computed which slot.
 
 // y_slots[t][j] = down_e · h[t][j] (unweighted) for slots with e = ids[t][j] ≥ 0; rows of slots
 // with e < 0 are left untouched (another path writes them). h: (n_tokens, k, n_ff) from
-// moe_gate_up_swiglu; y_slots: (n_tokens, k, n_embd). One warp per output row, as moe_down.
+// moe_gate_up_swiglu; y_slots: (n_tokens, k, n_embd). One warp per output row.
 void moe_down_slots(GgmlType t_down, const ExpertPtrs* table, const int32_t* ids, int64_t n_tokens,
                     int k, int64_t n_embd, int64_t n_ff, const float* h, float* y_slots,
                     cudaStream_t stream);
 
-// The per-slot twin of moe_expert_pairs: one expert over its pairs p = t·k + j,
+// One expert over its (token, slot) pairs p = t·k + j — a streamed prefill expert reads only its
+// own tokens instead of scanning all n_tokens·k (an expert appears at most once per token):
 //   pairs: (n_pairs) int32 device;  h: (n_pairs, n_ff) scratch;  y_slots: (n_tokens·k, n_embd)
 //   y_slots[p] = down(silu(gate·x_t) ⊙ up·x_t)   (unweighted), other rows untouched.
 void moe_expert_pairs_slots(GgmlType t_gate_up, GgmlType t_down, const ExpertPtrs* expert,
@@ -85,19 +70,11 @@ void moe_scatter_rows(const float* rows, const int32_t* idx, int64_t n, int64_t 
 // (j < k ≤ kMaxSlots) is computed when w[j].gate is not null; its rows of h and y_slots are
 // written as moe_gate_up_swiglu + moe_down_slots write them (the same kernels), other slots' y
 // rows are left untouched. h: (k, n_ff) scratch; y_slots: (k, n_embd).
-struct DecodeSlots {
-  static constexpr int kMaxSlots = 16;
-  ExpertPtrs w[kMaxSlots];
-};
 void moe_decode_slots(GgmlType t_gate_up, GgmlType t_down, const DecodeSlots& slots, int k,
                       int64_t n_embd, int64_t n_ff, const float* x, float* h, float* y_slots,
                       cudaStream_t stream);
 
-// moe_scatter_rows with at most kMax row indices carried by value in the launch.
-struct RowIndex {
-  static constexpr int kMax = 16;
-  int32_t i[kMax];
-};
+// moe_scatter_rows with at most RowIndex::kMax row indices carried by value in the launch.
 void moe_scatter_rows(const float* rows, const RowIndex& idx, int64_t n, int64_t n_embd, float* y,
                       cudaStream_t stream);
 

@@ -28,6 +28,7 @@ struct CpuOpsOptions {
 class CpuOps final : public Ops {
  public:
   explicit CpuOps(const CpuOpsOptions& o = {}) : options_(o) {}
+  BackendKind kind() const override { return BackendKind::cpu; }
   const char* name() const override { return "cpu"; }
   std::unique_ptr<GdnOps> make_gdn_ops() override;  // gdn_cpu.cpp
 

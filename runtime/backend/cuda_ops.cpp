@@ -45,6 +45,7 @@ class CudaOps final : public Ops {
     }
   }
 
+  BackendKind kind() const override { return BackendKind::cuda; }
   const char* name() const override { return "cuda"; }
   std::unique_ptr<GdnOps> make_gdn_ops() override { return make_cuda_gdn_ops(*this, gdn_prefill_); }
   cudaStream_t stream() const { return s_; }

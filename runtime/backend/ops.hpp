@@ -115,10 +115,15 @@ struct AttentionArgs {
   float* out = nullptr;  // (n_tokens, n_head, head_dim_v) contiguous
 };
 
+// Which backend an Ops is: callers that pair other work with it (the MoE executors, the session's
+// host-memory check) ask this, never the name.
+enum class BackendKind { cpu, cuda };
+
 class Ops {
  public:
   virtual ~Ops() = default;
-  virtual const char* name() const = 0;  // "cpu", "cuda"
+  virtual BackendKind kind() const = 0;
+  virtual const char* name() const = 0;  // "cpu", "cuda": for messages
 
   // --- memory
   virtual DeviceBuffer alloc(size_t bytes) = 0;  // uninitialised, aligned to 64 bytes

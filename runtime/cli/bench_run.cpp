@@ -9,7 +9,8 @@
 
 #include <fmt/format.h>
 
-#include "offload/stats_routing.hpp"
+#include "offload/offload_executor.hpp"
+#include "runtime/moe/stats_routing.hpp"
 #include "runtime/backend/device_size.hpp"
 #include "runtime/cli/common_args.hpp"
 #include "runtime/core/error.hpp"
@@ -115,16 +116,8 @@ class WeightTrafficObserver final : public MoeObserver {
 };
 
 BenchModel::BenchModel(const BenchLoadSpec& s) : spec_(s) {
-  ObserveArgs oa = s.observe;
-  oa.routing = s.routing;
-  obs_ = std::make_unique<Observability>(oa);
-  OffloadArgs offa = s.offload;
-  offa.device = s.device;
-  offa.vram = s.vram;
-  const bool cuda = s.device == "cuda";
-  // cuda without a budget: every weight resident on the GPU, the engine's own resident executor.
-  const bool offloading = s.device == "sim" || (cuda && !s.vram.empty());
-  if (!offloading) offa.device = cuda ? "cuda" : "cpu";
+  obs_ = std::make_unique<Observability>(s.run.observe);
+  const bool cuda = s.run.device == DeviceKind::cuda;
   int32_t n_expert = 0;
 
   // The weight sizes come from the GGUF before the executors are built (the tap reads them).
@@ -157,20 +150,20 @@ BenchModel::BenchModel(const BenchLoadSpec& s) : spec_(s) {
   so.type_k = s.plan_type_k;
   so.type_v = s.plan_type_v;
   so.n_batch = s.n_batch;
-  MoeOptions mo = moe_options(offa, *obs_, so);
+  RunOptions ro = run_options(s.run, *obs_, so);
   if (!cuda) {
     tap_ = std::make_unique<WeightTrafficObserver>(expert_bytes_, n_expert);
     traffic_ = &tap_->counts;
-    mo.observers.push_back(tap_.get());
+    ro.observers.push_back(tap_.get());
   }
-  model_ = load_model_verbose(s.model, /*allow_default=*/false, mo, backend_options(cuda ? "cuda" : "cpu", s.vram, s.backend));
+  model_ = load_model_verbose(s.model, /*allow_default=*/false, ro);
 }
 
 BenchModel::~BenchModel() = default;
 
 void BenchModel::fill_identity(BenchResult& r) const {
   r.cpu_info = cpu_info_;
-  const bool cuda = spec_.device == "cuda";
+  const bool cuda = spec_.run.device == DeviceKind::cuda;
   r.backends = cuda ? "CUDA" : "CPU";
   if (cuda && model_->device()) r.gpu_info = model_->device()->name();
   r.model_filename = spec_.model;
@@ -178,12 +171,12 @@ void BenchModel::fill_identity(BenchResult& r) const {
   r.model_size = model_size_;
   r.model_n_params = model_n_params_;
   r.n_batch = r.n_ubatch = spec_.n_batch;
-  r.device = spec_.device;
-  r.vram_budget = spec_.vram.empty() ? 0 : parse_size(spec_.vram);
+  r.device = device_kind_name(spec_.run.device);
+  r.vram_budget = spec_.run.vram_bytes.value_or(0);
   r.routing = spec_.routing;
   // The decode flow of an offload executor's device flow (a budget that holds every expert on
   // cuda has none).
-  if (const OffloadExecutor* ox = model_->moe().offload(); ox) r.offload_decode = spec_.offload.decode;
+  if (const OffloadExecutor* ox = model_->moe().offload(); ox) r.offload_decode = name_of(kDecodeModes, spec_.run.offload.decode);
 }
 
 double BenchModel::weight_bytes(const WeightTraffic& w) const {
@@ -303,7 +296,7 @@ BenchResult BenchModel::run(const BenchTestSpec& t, std::optional<double> mem_bw
     // Host waits on copies; a decode from the device tables stalls inside its kernels instead
     // (mapped reads), which only a GPU timeline shows: not reported for those.
     if (timed_ms > 0 && table_tokens == 0) r.gpu_wait_pct = 100.0 * wait_ms / timed_ms;
-  } else if (spec_.device == "cuda") {
+  } else if (spec_.run.device == DeviceKind::cuda) {
     r.hit_rate = 1.0;  // every expert resident: no copies by construction
     r.h2d_bytes_per_token = 0.0;
   }

@@ -10,22 +10,18 @@
 #include <string>
 #include <vector>
 
-#include "runtime/cli/backend_args.hpp"
 #include "runtime/cli/bench_report.hpp"
 #include "runtime/cli/observe_args.hpp"
-#include "runtime/cli/offload_args.hpp"
 #include "runtime/engine/engine.hpp"
 
 namespace ferry::cli {
 
 struct BenchLoadSpec {
   std::string model;
-  std::string device;   // cpu | sim | cuda (auto resolved)
-  std::string vram;     // "" = no budget
-  std::string routing;  // --routing
-  OffloadArgs offload;  // the other offload flags (device and vram are overwritten)
-  ObserveArgs observe;  // the other observe flags (routing is overwritten)
-  BackendArgs backend;  // --cuda-graphs, --cuda-int8-dot, --gdn-prefill
+  // The load's run options: this point of the sweep (device, budget, routing, decode flow) over
+  // the flags given once (run_args.hpp).
+  RunOptions run;
+  std::string routing;  // --routing as given, for the report
   // The session the placement plan must hold: the largest test's context and KV types.
   int64_t plan_ctx = 0;
   GgmlType plan_type_k = GgmlType::F16, plan_type_v = GgmlType::F16;

@@ -59,15 +59,12 @@ struct TestShape {
 
 int bench_main(int argc, char** argv) {
   CLI::App app{"Benchmark prompt processing and generation (llama-bench compatible)", "ferry bench"};
-  std::vector<std::string> models, prompts{"512"}, gens{"128"}, pgs, depths{"0"}, threads, ctk{"f16"}, ctv{"f16"},
-      vrams{""}, devices{"cpu"}, routings{"model"}, decodes{"host"};
+  std::vector<std::string> models, prompts{"512"}, gens{"128"}, pgs, depths{"0"}, threads, ctk{"f16"}, ctv{"f16"};
   int32_t reps = 5, n_batch = 512;
   std::string output = "md";
   bool no_warmup = false;
   std::string depth_fill = "eval";
-  OffloadArgs offa;
-  ObserveArgs oa;
-  BackendArgs backend;
+  RunArgs run;  // the run flags through the sweep adapter (run_args.hpp)
   app.add_option("-m,--model", models, "GGUF model file(s), comma-separated or repeated")->required();
   app.add_option("-p,--n-prompt", prompts, "prompt tokens of the pp tests (0: none)")->capture_default_str();
   app.add_option("-n,--n-gen", gens, "generated tokens of the tg tests (0: none)")->capture_default_str();
@@ -86,30 +83,9 @@ int bench_main(int argc, char** argv) {
   app.add_option("--cache-type-v", ctv, "KV cache types for V, comma-separated: f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1 (-ctv)")->capture_default_str();
   app.add_option("-b,--batch-size", n_batch, "tokens per forward step of the prompt")
       ->check(CLI::Range(1, 65536))->capture_default_str();
-  app.add_option("--device", devices, "where routed experts run: cpu, sim, cuda, auto (comma-separated sweep)")
-      ->capture_default_str();
-  app.add_option("--vram", vrams, "device memory budgets (e.g. none,16G,12G; sim/cuda only; none or no --vram: every expert resident)");
-  app.add_option("--routing", routings,
-                 "expert choice: model, uniform, locality, locality:FILE, trace:FILE (sweep)")
-      ->capture_default_str();
-  app.add_option("--routing-seed", oa.routing_seed, "seed of --routing uniform|locality")->capture_default_str();
-  app.add_option("--prefetch", offa.prefetch, "offload: layers ahead to predict and prefetch (0: off)")
-      ->check(CLI::Range(0, 8))->capture_default_str();
-  app.add_option("--cold", offa.cold, "offload: cold experts by auto (cost model), cpu, copy, mapped")
-      ->check(CLI::IsMember({"auto", "cpu", "copy", "mapped"}))->capture_default_str();
-  app.add_option("--evict", offa.evict, "offload: eviction lrfu or lru")->check(CLI::IsMember({"lrfu", "lru"}))
-      ->capture_default_str();
-  app.add_option("--sim-link", offa.sim_link, "sim device link model GBPS[:LATENCY_US]")->capture_default_str();
-  app.add_option("--hw-profile", offa.hw_profile, "offload cost-model rates from a hardware profile JSON");
-  app.add_option("--offload-decode", decodes,
-                 "offloaded decode (cuda, sim): host (routing on the host per MoE step) or table (device tables, no sync); "
-                 "comma-separated sweep, e.g. host,table")
-      ->capture_default_str();
-  app.add_option("--host-load", offa.host_load, "offload host store fill: uring, mmap, registered (page-lock the mapping), alias")
-      ->check(CLI::IsMember({"uring", "mmap", "registered", "alias"}));
+  run.add_sweep(app);
   app.add_option("-o,--output", output, "output format: md, csv, json, jsonl")->capture_default_str();
   app.add_flag("--no-warmup", no_warmup, "skip the warm-up run before each test");
-  add_backend_args(app, backend);
 
   // llama-bench's multi-letter short flags.
   std::vector<std::string> args;
@@ -142,22 +118,26 @@ int bench_main(int argc, char** argv) {
   const std::vector<std::string> ctk_list = split_list(ctk), ctv_list = split_list(ctv);
   for (const auto& s : ctk_list) (void)parse_cache_type(s, "-ctk");
   for (const auto& s : ctv_list) (void)parse_cache_type(s, "-ctv");
-  std::vector<std::string> device_list;
-  for (const std::string& d : split_list(devices)) {
-    const std::string k = d == "auto" ? device_kind_name(default_device_kind()) : d;
-    (void)parse_device_kind(k);
-    if (std::find(device_list.begin(), device_list.end(), k) == device_list.end()) device_list.push_back(k);
+  // The sweep's points, each checked by its flag's own parser before anything is loaded.
+  auto points = [&](SweepFlag f, std::vector<std::string> fallback) {
+    std::vector<std::string> v = run.sweep(f);
+    if (v.empty()) v = std::move(fallback);
+    RunOptions scratch;
+    for (const std::string& x : v) RunArgs::apply_sweep(f, x, scratch);
+    return v;
+  };
+  std::vector<DeviceKind> device_list;
+  for (const std::string& d : points(SweepFlag::device, {"cpu"})) {
+    RunOptions o;
+    RunArgs::apply_sweep(SweepFlag::device, d, o);  // auto: this machine's
+    if (std::find(device_list.begin(), device_list.end(), o.device) == device_list.end())
+      device_list.push_back(o.device);
   }
-  std::vector<std::string> vram_list = split_list(vrams);
-  const std::vector<std::string> routing_list = split_list(routings);
-  const std::vector<std::string> decode_list = split_list(decodes);
-  for (const std::string& d : decode_list)
-    if (d != "host" && d != "table")
-      fail(ErrorKind::invalid_arg, "--offload-decode '{}': expected host or table", d);
-  for (std::string& v : vram_list) {
-    if (v == "none") v.clear();  // in a sweep: the unconstrained run beside the budgets
-    if (!v.empty()) (void)parse_size(v);
-  }
+  std::vector<std::string> vram_list = points(SweepFlag::vram, {"none"});
+  for (std::string& v : vram_list)
+    if (v.empty()) v = "none";
+  const std::vector<std::string> routing_list = points(SweepFlag::routing, {"model"});
+  const std::vector<std::string> decode_list = points(SweepFlag::decode, {"host"});
 
   // The plan of an offloaded load must hold the largest test of the run.
   int64_t plan_ctx = 1;
@@ -174,18 +154,21 @@ int bench_main(int argc, char** argv) {
   const GgmlType plan_type_k = largest_type(ctk_list, "-ctk"), plan_type_v = largest_type(ctv_list, "-ctv");
 
   struct Load {
-    std::string model, device, vram, routing, decode;
+    std::string model;
+    DeviceKind device;
+    std::string vram, routing, decode;  // sweep points as given ("none": no budget)
   };
   std::vector<Load> loads;
   for (const auto& m : model_list)
-    for (const auto& d : device_list)
+    for (const DeviceKind d : device_list)
       for (const auto& v : vram_list) {
-        if (d == "cpu" && !v.empty()) {
+        const bool budget = v != "none";
+        if (d == DeviceKind::cpu && budget) {
           std::fprintf(stderr, "ferry bench: --vram %s does not apply to --device cpu: skipped\n", v.c_str());
           continue;
         }
         // The decode flow applies to offloaded cuda loads (and sim's device flow); others run once.
-        const bool flows = (d == "cuda" && !v.empty()) || d == "sim";
+        const bool flows = (d == DeviceKind::cuda && budget) || d == DeviceKind::sim;
         for (const auto& r : routing_list)
           for (size_t i = 0; i < (flows ? decode_list.size() : 1); ++i)
             loads.push_back({m, d, v, r, flows ? decode_list[i] : "host"});
@@ -201,19 +184,18 @@ int bench_main(int argc, char** argv) {
   for (const Load& L : loads) {
     BenchLoadSpec spec;
     spec.model = L.model;
-    spec.device = L.device;
-    spec.vram = L.vram;
+    spec.run = run.options;
+    spec.run.device = L.device;
+    RunArgs::apply_sweep(SweepFlag::vram, L.vram, spec.run);
+    RunArgs::apply_sweep(SweepFlag::routing, L.routing, spec.run);
+    RunArgs::apply_sweep(SweepFlag::decode, L.decode, spec.run);
     spec.routing = L.routing;
-    spec.offload = offa;
-    spec.offload.decode = L.decode;
-    spec.observe = oa;
-    spec.backend = backend;
     spec.plan_ctx = plan_ctx;
     spec.plan_type_k = plan_type_k;
     spec.plan_type_v = plan_type_v;
     spec.n_batch = n_batch;
-    std::string what = fmt::format("{} on {}", L.model, L.device);
-    if (!L.vram.empty()) what += fmt::format(" --vram {}", L.vram);
+    std::string what = fmt::format("{} on {}", L.model, device_kind_name(L.device));
+    if (L.vram != "none") what += fmt::format(" --vram {}", L.vram);
     if (L.routing != "model") what += fmt::format(" --routing {}", L.routing);
     if (L.decode != "host") what += fmt::format(" --offload-decode {}", L.decode);
     std::unique_ptr<BenchModel> bm;
@@ -226,11 +208,11 @@ int bench_main(int argc, char** argv) {
       continue;
     }
     std::optional<double> device_bw;
-    if (L.device == "cuda" && bm->loaded().device()) device_bw = measure_device_copy_gbps(*bm->loaded().device());
+    if (L.device == DeviceKind::cuda && bm->loaded().device()) device_bw = measure_device_copy_gbps(*bm->loaded().device());
     for (int32_t nt : thread_list) {
       ThreadLimit limit(nt);
       std::optional<double> bw = device_bw;
-      if (L.device != "cuda") {
+      if (L.device != DeviceKind::cuda) {
         if (!host_bw.count(nt)) {
           host_bw[nt] = measure_host_read_gbps();
           std::fprintf(stderr, "ferry bench: host memory read bandwidth with %d threads: %.1f GB/s (best of 5 passes over %zu MiB)\n",

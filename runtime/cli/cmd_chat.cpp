@@ -11,7 +11,7 @@
 #include "runtime/cli/common_args.hpp"
 #include "runtime/cli/load_observed.hpp"
 #include "runtime/cli/observe_args.hpp"
-#include "runtime/cli/offload_args.hpp"
+#include "runtime/cli/offload_report.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/engine/chat.hpp"
 #include "runtime/engine/threads.hpp"
@@ -28,10 +28,6 @@ int chat_main(int argc, char** argv) {
   bool timings = false;
   add_model_args(app, ma);
   add_sampling_args(app, sp);
-  ObserveArgs oa;
-  add_observe_args(app, oa);
-  OffloadArgs offa;
-  add_offload_args(app, offa);
   app.add_option("-n,--n-predict", n_predict, "tokens per reply at most (-1: until end of turn)")->capture_default_str();
   app.add_option("--system-prompt", system_prompt, "system message (-sys)");
   app.add_flag("--timings", timings, "print timings after each reply");
@@ -41,8 +37,8 @@ int chat_main(int argc, char** argv) {
   if (n_predict < -1) fail(ErrorKind::invalid_arg, "-n {}: must be >= -1", n_predict);
 
   ThreadLimit threads(ma.threads);
-  Observability obs(oa);
-  auto model = load_observed(ma, offa, obs, session_options(ma));
+  Observability obs(ma.run.options.observe);
+  auto model = load_observed(ma, obs, session_options(ma));
   const Tokenizer& tok = model->tokenizer();
   Session session(*model, session_options(ma));
   Sampler sampler(sp);

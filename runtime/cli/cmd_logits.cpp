@@ -10,7 +10,7 @@
 
 #include "runtime/cli/command.hpp"
 #include "runtime/cli/common_args.hpp"
-#include "runtime/cli/offload_args.hpp"
+#include "runtime/cli/offload_report.hpp"
 #include "runtime/cli/observe_args.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/engine/threads.hpp"
@@ -34,10 +34,6 @@ int logits_main(int argc, char** argv) {
   app.add_option("--dump", dump_names,
                  "intermediates to save, by llama.cpp name (e.g. attn_norm,ffn_moe_out,l_out; 'all' for every one)");
   app.add_option("--dump-dir", dump_dir, "where --dump writes NAME-LAYER.npy (rows: tokens of the step)");
-  ObserveArgs oa;
-  add_observe_args(app, oa);
-  OffloadArgs offa;
-  add_offload_args(app, offa);
   bool stop = false;
   const int rc = parse(app, argc, argv, stop);
   if (stop) return rc;
@@ -45,7 +41,7 @@ int logits_main(int argc, char** argv) {
   if (ma.model.empty()) fail(ErrorKind::invalid_arg, "no model given (-m FILE)");
 
   ThreadLimit threads(ma.threads);
-  Observability obs(oa);
+  Observability obs(ma.run.options.observe);
   // The tokens and the session's shape first (from the GGUF alone), so that an offload plan holds
   // exactly the state the session will allocate (a long prompt is one large batch).
   std::vector<int32_t> tokens;
@@ -57,7 +53,7 @@ int logits_main(int argc, char** argv) {
   }
   const int64_t n = static_cast<int64_t>(tokens.size());
   if (!decode) so.n_batch = static_cast<int32_t>(std::max<int64_t>(n, 1));  // ONE prefill batch
-  auto model = LoadedModel::load(ma.model, {}, moe_options(offa, obs, so), backend_options(offa.device, offa.vram, ma.backend));
+  auto model = LoadedModel::load(ma.model, {}, run_options(ma.run.options, obs, so));
   Session session(*model, so);
   DebugHook dump;
   if (!dump_names.empty()) {

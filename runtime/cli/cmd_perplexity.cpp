@@ -16,7 +16,7 @@
 
 #include "runtime/cli/command.hpp"
 #include "runtime/cli/common_args.hpp"
-#include "runtime/cli/offload_args.hpp"
+#include "runtime/cli/offload_report.hpp"
 #include "runtime/cli/observe_args.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/engine/perplexity.hpp"
@@ -73,10 +73,6 @@ int perplexity_main(int argc, char** argv) {
   app.add_flag("--kl-divergence", kl_divergence,
                "compare this model with the --kl-divergence-base file: perplexity, KL divergence and token "
                "probability statistics");
-  ObserveArgs oa;
-  add_observe_args(app, oa);
-  OffloadArgs offa;
-  add_offload_args(app, offa);
   bool stop = false;
   const int rc = parse(app, argc, argv, stop);
   if (stop) return rc;
@@ -88,7 +84,7 @@ int perplexity_main(int argc, char** argv) {
   if (ma.batch < 1) fail(ErrorKind::invalid_arg, "-b {}: must be at least 1", ma.batch);
 
   ThreadLimit threads(ma.threads);
-  Observability obs(oa);
+  Observability obs(ma.run.options.observe);
   // The tokens and the chunk size first: from the base file, or the text and -c.
   std::optional<LogProbReader> base_in;
   LogProbFileHeader h;
@@ -125,7 +121,7 @@ int perplexity_main(int argc, char** argv) {
   SessionOptions so = session_options(ma);
   so.n_ctx = h.n_ctx;
   so.n_batch = std::min(ma.batch, h.n_ctx);
-  auto model = LoadedModel::load(ma.model, {}, moe_options(offa, obs, so), backend_options(offa.device, offa.vram, ma.backend));
+  auto model = LoadedModel::load(ma.model, {}, run_options(ma.run.options, obs, so));
   Session session(*model, so);
   obs.attach(*model, {});
 

@@ -7,7 +7,7 @@
 #include "runtime/cli/common_args.hpp"
 #include "runtime/cli/load_observed.hpp"
 #include "runtime/cli/observe_args.hpp"
-#include "runtime/cli/offload_args.hpp"
+#include "runtime/cli/offload_report.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/engine/engine.hpp"
 #include "runtime/engine/threads.hpp"
@@ -39,10 +39,6 @@ int run_main(int argc, char** argv) {
   app.add_option("-n,--n-predict", n_predict, "tokens to generate (-1: until end of generation or a full context)")
       ->capture_default_str();
   add_sampling_args(app, sp);
-  ObserveArgs oa;
-  add_observe_args(app, oa);
-  OffloadArgs offa;
-  add_offload_args(app, offa);
   app.add_flag("--chat", chat, "wrap the prompt in the ChatML template (user turn + assistant header)");
   app.add_flag("--no-chat-template", no_chat, "use the prompt as raw text (default)");
   app.add_option("--system-prompt", system_prompt, "system message for --chat (-sys)");
@@ -58,8 +54,8 @@ int run_main(int argc, char** argv) {
 
   const auto t_start = std::chrono::steady_clock::now();
   ThreadLimit threads(ma.threads);
-  Observability obs(oa);
-  auto model = load_observed(ma, offa, obs, session_options(ma));
+  Observability obs(ma.run.options.observe);
+  auto model = load_observed(ma, obs, session_options(ma));
   const Tokenizer& tok = model->tokenizer();
   Session session(*model, session_options(ma));
 

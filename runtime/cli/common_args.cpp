@@ -15,7 +15,7 @@
 
 namespace ferry::cli {
 
-void add_model_args(CLI::App& app, ModelArgs& a) {
+void add_model_args(CLI::App& app, ModelArgs& a, bool with_run) {
   app.add_option("-m,--model", a.model, "GGUF model file");
   app.add_option("-t,--threads", a.threads, "CPU threads (default: physical cores)");
   app.add_option("-c,--ctx-size", a.ctx, "context size in tokens (default: min(model context, 4096))");
@@ -23,7 +23,7 @@ void add_model_args(CLI::App& app, ModelArgs& a) {
       ->check(CLI::Range(1, 65536));
   app.add_option("--cache-type-k", a.cache_type_k, "KV cache type for K: f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0 or q5_1 (-ctk)");
   app.add_option("--cache-type-v", a.cache_type_v, "KV cache type for V: f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0 or q5_1 (-ctv)");
-  add_backend_args(app, a.backend);
+  if (with_run) a.run.add_all(app);
 }
 
 void add_sampling_args(CLI::App& app, SamplingParams& p) {
@@ -103,17 +103,7 @@ std::string default_model_path() {
   return path.string();
 }
 
-BackendOptions backend_options(const std::string& device, const std::string& vram, const BackendArgs& switches) {
-  BackendOptions b;
-  apply_backend_args(switches, b);
-  const DeviceKind k = parse_device_kind(device);
-  b.kind = k == DeviceKind::cuda ? DeviceKind::cuda : DeviceKind::cpu;
-  if (b.kind == DeviceKind::cuda && !vram.empty()) b.vram_bytes = parse_size(vram);
-  return b;
-}
-
-std::unique_ptr<LoadedModel> load_model_verbose(std::string path, bool allow_default, const MoeOptions& moe,
-                                                const BackendOptions& backend) {
+std::unique_ptr<LoadedModel> load_model_verbose(std::string path, bool allow_default, const RunOptions& run) {
   if (path.empty()) {
     if (!allow_default) fail(ErrorKind::invalid_arg, "no model given (-m FILE)");
     path = default_model_path();
@@ -128,7 +118,7 @@ std::unique_ptr<LoadedModel> load_model_verbose(std::string path, bool allow_def
                  pct == 100 ? "\n" : "");
     std::fflush(stderr);
   };
-  auto m = LoadedModel::load(path, progress, moe, backend);
+  auto m = LoadedModel::load(path, progress, run);
   const ModelConfig& c = m->config();
   std::fprintf(stderr,
                "ferry: %s: %d layers, n_embd %d, %d heads (%d kv), %d experts (top %d), vocab %d, "

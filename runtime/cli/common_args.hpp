@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/cli/backend_args.hpp"
+#include "runtime/cli/run_args.hpp"
 #include "runtime/engine/engine.hpp"
 #include "runtime/sampling/sampler.hpp"
 
@@ -21,10 +21,12 @@ struct ModelArgs {
   int32_t batch = 512;        // -b
   std::string cache_type_k = "f16";  // -ctk
   std::string cache_type_v = "f16";  // -ctv
-  BackendArgs backend;               // --cuda-graphs, --cuda-int8-dot, --gdn-prefill
+  RunArgs run;                       // device, budget, offload, backend, routing, observe
 };
 
-void add_model_args(CLI::App& app, ModelArgs& a);  // with the backend switches (backend_args.hpp)
+// The model flags; with_run: also every run flag (run_args.hpp: device, budget, offload engine,
+// backend switches, routing, observability).
+void add_model_args(CLI::App& app, ModelArgs& a, bool with_run = true);
 void add_sampling_args(CLI::App& app, SamplingParams& p);
 
 // CLI11 takes only one-letter short options; llama.cpp's -ctk/-ctv (and -sys) are rewritten to
@@ -38,15 +40,8 @@ GgmlType parse_cache_type(const std::string& s, const char* flag);
 
 // Loads with a progress line on stderr. An empty path (when allow_default) means the built-in
 // synthetic model: made once in the cache directory ($XDG_CACHE_HOME/ferry or ~/.cache/ferry).
-// moe: how the MoE steps run (the engine builds the executor and its observers from it).
-std::unique_ptr<LoadedModel> load_model_verbose(std::string path, bool allow_default, const MoeOptions& moe = {},
-                                                const BackendOptions& backend = {});
-
-// --device / --vram as the engine's backend: "cuda" (or "auto" when a GPU exists) → the forward on
-// CUDA under the budget (empty vram: free memory minus a margin); "cpu" and "sim" → the dense ops
-// on the CPU (sim: the offload engine brings the sim device). switches: the backend's flags.
-// ErrorKind::invalid_arg on junk.
-BackendOptions backend_options(const std::string& device, const std::string& vram, const BackendArgs& switches);
+// run: the run's typed options (the engine derives the backend and the MoE executor from them).
+std::unique_ptr<LoadedModel> load_model_verbose(std::string path, bool allow_default, const RunOptions& run = {});
 std::string default_model_path();  // creates it when missing
 
 // "1,2,3" → ids; ErrorKind::invalid_arg on junk.

@@ -6,11 +6,11 @@
 
 #include "runtime/cli/common_args.hpp"
 #include "runtime/cli/observe_args.hpp"
-#include "runtime/cli/offload_args.hpp"
+#include "runtime/cli/offload_report.hpp"
 
 namespace ferry::cli {
 
-std::unique_ptr<LoadedModel> load_observed(const ModelArgs& ma, const OffloadArgs& offload, Observability& obs,
+std::unique_ptr<LoadedModel> load_observed(const ModelArgs& ma, Observability& obs,
                                            const SessionOptions& session, DebugHook dump = {});
 
 }  // namespace ferry::cli

@@ -6,36 +6,21 @@
 #include <fmt/format.h>
 
 #include "runtime/core/error.hpp"
-#include "offload/predictor.hpp"
-#include "offload/routing.hpp"
+#include "runtime/moe/predictor.hpp"
+#include "runtime/moe/routing.hpp"
 #include "runtime/model/config.hpp"
 
 namespace ferry::cli {
 
-void add_observe_args(CLI::App& app, ObserveArgs& a) {
-  app.add_option("--routing", a.routing,
-                 "expert choice: model (the router's), uniform, locality (Qwen3-30B-A3B-like temporal "
-                 "locality), locality:FILE (the same process with the per-layer statistics of a "
-                 "--record-routing trace), or trace:FILE (replay --record-routing output); see docs/routing.md")
-      ->capture_default_str();
-  app.add_option("--routing-seed", a.routing_seed, "seed of --routing uniform|locality")->capture_default_str();
-  app.add_option("--record-routing", a.record_routing, "write the routing of this run to FILE (FRRT format)");
-  app.add_flag("--stats", a.stats,
-               "print routing locality with a reuse-distance histogram, prediction precision/recall (depth: --prefetch, or 2) and offload counters at the end");
-  app.add_option("--trace", a.trace, "write a Chrome/Perfetto trace (JSON) of ops, MoE steps and (offload) expert copies, waits and expert compute to FILE");
-}
-
-Observability::Observability(ObserveArgs a) : a_(std::move(a)) {
-  (void)parse_routing_spec(a_.routing, a_.routing_seed);  // a bad --routing fails before loading
+Observability::Observability(ObserveSettings a) : a_(std::move(a)) {
   if (!a_.trace.empty()) tracer_ = std::make_unique<Tracer>(a_.trace);
 }
 
 Observability::~Observability() = default;
 
-MoeOptions moe_options(const OffloadSettings& offload, Observability& obs, const SessionOptions& session) {
-  MoeOptions o;
-  o.offload = offload;
-  o.observe = obs.args();
+RunOptions run_options(const RunOptions& base, Observability& obs, const SessionOptions& session) {
+  RunOptions o = base;
+  o.observe = obs.settings();
   o.n_ctx = session.n_ctx;
   o.type_k = session.type_k;
   o.type_v = session.type_v;
@@ -67,7 +52,7 @@ void Observability::finish() {
   const RoutingStatsObserver* rs = moe.routing_stats();
   if (!rs) return;
   std::string s = fmt::format("\nferry stats (routing {}):\n",
-                              routing_mode_name(parse_routing_spec(a_.routing, a_.routing_seed).mode));
+                              routing_mode_name(a_.routing.mode));
   s += rs->locality().table();
   if (const RouterPredictor* p = moe.predictor()) s += prediction_table(p->quality());
   const StatsSnapshot snap = moe.counters()->snapshot();

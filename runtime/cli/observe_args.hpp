@@ -1,35 +1,22 @@
 #pragma once
-// The observability and routing flags of run / chat / logits, and the object that implements them
-// around a loaded model (docs/routing.md):
-//   --routing model|uniform|locality[:FILE]|trace:FILE   replace the router's choice (benchmarks)
-//   --routing-seed N                   seed of uniform/locality routing
-//   --record-routing FILE              write the run's routing (FRRT trace)
-//   --stats                            routing statistics + prediction quality (+ offload counters
-//                                      when an offload executor fills them)
-//   --trace FILE                       Chrome/Perfetto JSON of ops and MoE steps
-// The engine builds the routing override and the observers from these (runtime/engine/moe_setup.hpp);
-// this object holds the tracer, installs the op-trace hook and prints the tables at the end.
+// The object behind the observability flags of run / chat / logits / perplexity (registered with
+// the other run flags: run_args.hpp): it holds the --trace tracer, installs the op-trace hook and
+// prints the --stats tables at the end. The engine builds the routing override and the observers
+// from the typed options (runtime/engine/moe_setup.hpp).
 #include <memory>
 #include <string>
 
-#include <CLI/CLI.hpp>
-
-#include "offload/stats.hpp"
-#include "offload/trace.hpp"
 #include "runtime/engine/engine.hpp"
+#include "runtime/moe/stats.hpp"
+#include "runtime/moe/trace.hpp"
 
 namespace ferry::cli {
 
-using ObserveArgs = ObserveSettings;
-
-void add_observe_args(CLI::App& app, ObserveArgs& a);
-
 class Observability {
  public:
-  // ErrorKind::invalid_arg for a bad --routing.
-  explicit Observability(ObserveArgs a);
+  explicit Observability(ObserveSettings a);
   ~Observability();
-  const ObserveArgs& args() const { return a_; }
+  const ObserveSettings& settings() const { return a_; }
   Tracer* tracer() { return tracer_.get(); }  // null without --trace
   // After loading: installs the op-trace hook (--trace). `dump`: a hook to keep calling, if any.
   void attach(LoadedModel& m, DebugHook dump = {});
@@ -38,14 +25,13 @@ class Observability {
   void finish();
 
  private:
-  ObserveArgs a_;
+  ObserveSettings a_;
   std::unique_ptr<Tracer> tracer_;
   LoadedModel* model_ = nullptr;
   bool finished_ = false;
 };
 
-// The MoE options of a run from its flags and session.
-MoeOptions moe_options(const OffloadSettings& offload, Observability& obs, const SessionOptions& session);
-
+// The run's options with the session it must hold and the tracer of `obs`.
+RunOptions run_options(const RunOptions& base, Observability& obs, const SessionOptions& session);
 
 }  // namespace ferry::cli

@@ -9,26 +9,26 @@
 #include "runtime/backend/device_size.hpp"
 #include "runtime/backend/cuda_ops.hpp"
 #include "runtime/core/error.hpp"
+#include "runtime/core/host_memory.hpp"
 #include "runtime/core/log.hpp"
-#include "offload/host_store.hpp"
 
 namespace ferry {
 
 std::unique_ptr<LoadedModel> LoadedModel::load(const std::string& path,
-                                               const LoadProgress& progress, const MoeOptions& moe,
-                                               const BackendOptions& backend) {
+                                               const LoadProgress& progress, const RunOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
-  auto setup = std::make_unique<MoeSetup>(moe);  // bad flags fail before anything is loaded
+  const RunPlan plan = plan_run(options);  // bad combinations fail before anything is loaded
+  auto setup = std::make_unique<MoeSetup>(options, plan);
   std::unique_ptr<LoadedModel> m(new LoadedModel(gguf::File::open(path)));
   m->moe_ = std::move(setup);
   const CpuOps* cpu = nullptr;
-  if (backend.kind == DeviceKind::cuda) {
+  if (plan.backend == DeviceKind::cuda) {
     DeviceOptions d;
-    d.budget_bytes = backend.vram_bytes;
+    d.budget_bytes = plan.cuda_budget_bytes;
     m->device_ = make_device(DeviceKind::cuda, d);
-    m->ops_ = make_cuda_ops(*m->device_, backend.cuda);
-  } else if (backend.kind == DeviceKind::cpu) {
-    CpuOpsOptions co = backend.cpu;
+    m->ops_ = make_cuda_ops(*m->device_, options.backend.cuda);
+  } else {
+    CpuOpsOptions co = options.backend.cpu;
     if (co.repack) {
       // The interleaved copies of Q4_0/IQ4_NL/MXFP4 matrices take new memory; the mapped file
       // pages they were made from are handed back as each is done.
@@ -41,9 +41,6 @@ std::unique_ptr<LoadedModel> LoadedModel::load(const std::string& path,
     cpu = cpu_ops.get();
     m->ops_ = std::move(cpu_ops);
     m->file_.prefault();  // the CPU computes from the mapping itself
-  } else {
-    fail(ErrorKind::invalid_arg, "the dense ops run on cpu or cuda, not '{}'",
-         device_kind_name(backend.kind));
   }
   // cuda with offloading: the experts stay on the host (the offload engine's store), the rest is
   // uploaded as the model loads.
@@ -111,7 +108,7 @@ Session::Session(LoadedModel& m, const SessionOptions& o) : model_(m) {
   so.type_v = o.type_v;
   so.n_batch = o.n_batch;
   state_ = m.model().new_state(so);
-  if (std::string_view(m.ops().name()) == "cpu")
+  if (m.ops().kind() == BackendKind::cpu)
     check_state_fits_host(m.config(), so, state_->bytes(), o.host_memory_bytes);
   if (m.config().n_ctx_train > 0 && so.n_ctx > m.config().n_ctx_train)
     log::warn("the context of {} tokens exceeds the {} the model was trained on: quality may degrade past it",

@@ -18,6 +18,7 @@
 #include "runtime/backend/device.hpp"
 #include "runtime/backend/ops.hpp"
 #include "runtime/engine/moe_setup.hpp"
+#include "runtime/engine/run_options.hpp"
 #include "runtime/gguf/gguf.hpp"
 #include "runtime/model/model.hpp"
 #include "runtime/sampling/sampler.hpp"
@@ -25,27 +26,15 @@
 
 namespace ferry {
 
-// Where the forward runs. cpu: CpuOps. cuda: CudaOps on a CUDA device with a hard budget, every
-// dense weight uploaded once. The MoE executor comes from MoeOptions (moe_setup.hpp); the sim
-// device runs the offload engine beside a CPU forward (cpu here, --device sim in MoeOptions).
-struct BackendOptions {
-  DeviceKind kind = DeviceKind::cpu;  // cpu or cuda
-  uint64_t vram_bytes = 0;            // cuda budget; 0: the card's free memory minus a margin
-  // The backend's switches (docs/options.md): the cpu ones for kind cpu, the cuda ones for cuda.
-  CpuOpsOptions cpu;
-  CudaOpsOptions cuda;
-};
-
 class LoadedModel {
  public:
-  // mmaps the GGUF, validates config and tensors, builds the backend (`backend`: CPU by default)
-  // and the MoE executor with its observers from `moe` (MoeSetup).
+  // mmaps the GGUF, validates config and tensors, builds the backend and the MoE executor with
+  // its observers from the run's options (CPU by default; plan_run, run_options.hpp).
   // The tokenizer is optional here (ferry logits --tokens needs none); tokenizer() reports why it
   // is missing. progress: fraction in [0, 1].
   static std::unique_ptr<LoadedModel> load(const std::string& path,
                                            const LoadProgress& progress = {},
-                                           const MoeOptions& moe = {},
-                                           const BackendOptions& backend = {});
+                                           const RunOptions& options = {});
   ~LoadedModel();
 
   const gguf::File& file() const { return file_; }
@@ -72,7 +61,7 @@ class LoadedModel {
 };
 
 struct SessionOptions {
-  int64_t n_ctx = 0;  // 0: min(model context, 4096)
+  int64_t n_ctx = 0;  // 0: default_context()
   GgmlType type_k = GgmlType::F16;
   GgmlType type_v = GgmlType::F16;
   int32_t n_batch = 512;
@@ -133,7 +122,7 @@ class Session {
   Timings timings_;
 };
 
-// Default context: min(model context, 4096).
+// The default context, the one rule every command and the offload plan use: min(model context, 4096).
 int64_t default_context(const ModelConfig& c);
 
 // ---- Generation

@@ -8,35 +8,18 @@
 #include <fstream>
 
 #include "kernels/cpu/rows16.hpp"
-#include "offload/moe/cpu_executor.hpp"
-#include "offload/moe/cuda_resident.hpp"
-#include "runtime/backend/cuda_device.hpp"
 #include "runtime/backend/cuda_ops.hpp"
-#include "runtime/backend/device_size.hpp"
 #include "runtime/backend/gdn_cuda.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/core/log.hpp"
+#include "runtime/engine/engine.hpp"
 #include "runtime/model/model.hpp"
 #include "runtime/model/weights.hpp"
+#include "runtime/moe/cpu_executor.hpp"
+#include "runtime/moe/cuda_resident.hpp"
 
 namespace ferry {
 namespace {
-
-SimLinkModel parse_sim_link(const std::string& s) {
-  SimLinkModel m;
-  try {
-    const size_t colon = s.find(':');
-    m.h2d_gbps = std::stod(s.substr(0, colon));
-    if (colon != std::string::npos) m.latency_us = std::stod(s.substr(colon + 1));
-  } catch (const std::exception&) {
-    fail(ErrorKind::invalid_arg, "--sim-link '{}': expected GBPS or GBPS:LATENCY_US (e.g. 13:10)",
-         s);
-  }
-  if (m.h2d_gbps < 0 || m.latency_us < 0)
-    fail(ErrorKind::invalid_arg, "--sim-link '{}': negative figures", s);
-  m.d2h_gbps = m.h2d_gbps;
-  return m;
-}
 
 // "blk.N.…" with N ≥ n_layer: trailing MTP/nextn blocks the forward does not run.
 bool beyond_layers(const std::string& name, int32_t n_layer) {
@@ -60,49 +43,9 @@ std::vector<WeightView> router_views(const gguf::File& f, const ModelConfig& c) 
 
 }  // namespace
 
-MoeSetup::MoeSetup(MoeOptions o)
-    : o_(std::move(o)), spec_(parse_routing_spec(o_.observe.routing, o_.observe.routing_seed)) {
-  OffloadSettings& a = o_.offload;
-  if (a.device == "auto") a.device = device_kind_name(default_device_kind());
-  (void)parse_device_kind(a.device);
-  if (a.device == "cpu" && (!a.vram.empty() || planning()))
-    fail(ErrorKind::invalid_arg,
-         "--vram, --print-plan, --plan-json and the profiles need --device sim (or cuda)");
-  if (!a.vram.empty()) (void)parse_size(a.vram);  // bad sizes fail before loading
-  if (a.prefetch < 0 || a.prefetch > 8)
-    fail(ErrorKind::invalid_arg, "--prefetch {}: expected 0..8", a.prefetch);
-  if (a.decode != "host" && a.decode != "table")
-    fail(ErrorKind::invalid_arg, "--offload-decode '{}': expected host or table", a.decode);
-  if (a.decode == "table" && a.device == "cuda" && !offloading())
-    log::warn(
-        "--offload-decode table applies to offloaded models: without --vram every expert is "
-        "resident "
-        "on the GPU, whose decode needs no host synchronisation anyway");
-  if (a.decode == "table" && a.device == "cpu")
-    fail(ErrorKind::invalid_arg,
-         "--offload-decode table needs --device cuda or sim (the offload engine)");
-  if (a.decode == "table" && a.device == "cuda" && a.host_load == "alias")
-    fail(ErrorKind::invalid_arg,
-         "--offload-decode table reads misses in place from pinned host memory: --host-load alias "
-         "is not "
-         "pinned (use uring, mmap or registered)");
-  (void)parse_sim_link(a.sim_link);
-  (void)parse_cold_mode(a.cold);
-  (void)parse_eviction_policy(a.evict);
-  if (!a.host_load.empty()) (void)parse_host_load(a.host_load);
-}
+MoeSetup::MoeSetup(RunOptions o, RunPlan plan) : o_(std::move(o)), plan_(plan) {}
 
 MoeSetup::~MoeSetup() = default;
-
-bool MoeSetup::planning() const {
-  const OffloadSettings& a = o_.offload;
-  return a.print_plan || !a.plan_json.empty() || !a.profile.empty() || !a.record_profile.empty();
-}
-
-bool MoeSetup::offloading() const {
-  const OffloadSettings& a = o_.offload;
-  return a.device == "sim" || (a.device == "cuda" && (!a.vram.empty() || planning()));
-}
 
 namespace {
 
@@ -129,7 +72,7 @@ std::vector<MoeLayerWeights> cpu_layers(std::vector<MoeLayerWeights> layers, Ops
 std::unique_ptr<MoeExecutor> MoeSetup::build(const std::vector<MoeLayerWeights>& layers,
                                              const gguf::File& f, Ops& ops) {
   const ModelConfig c = read_config(f);
-  const bool cuda = std::string_view(ops.name()) == "cuda";
+  const bool cuda = ops.kind() == BackendKind::cuda;
   // The run's one predictor first: the offload engine prefetches with it, --stats measures it.
   const std::vector<WeightView> routers = router_views(f, c);
   const int32_t depth = o_.offload.prefetch > 0 ? o_.offload.prefetch : 2;
@@ -139,19 +82,19 @@ std::unique_ptr<MoeExecutor> MoeSetup::build(const std::vector<MoeLayerWeights>&
     predictor_ =
         std::make_unique<RouterPredictor>(routers, c.n_layer, c.n_expert, c.n_expert_used, po);
   }
+  // The run's one counters sink: the offload engine counts into it, --stats reads it.
+  if (plan_.offload || o_.observe.stats) counters_ = std::make_unique<StatsCounters>(c.n_layer);
   std::unique_ptr<MoeExecutor> e;
-  if (offloading()) e = build_offload(layers, f, c, ops);
+  if (plan_.offload) e = build_offload(layers, f, c, ops);
   if (!e)
     e = cuda ? make_cuda_resident_executor(ops, layers)
              : std::unique_ptr<MoeExecutor>(std::make_unique<MoeCpuExecutor>(cpu_layers(layers, ops)));
   if (o_.observe.stats) {
-    // The offload engine's counters are the one sink when it runs; otherwise these hold the
-    // tokens (every expert resident: nothing else to count).
-    if (!offload_) counters_ = std::make_unique<StatsCounters>(c.n_layer);
     // The offload engine scores the predictor it prefetches with; otherwise it is measured here.
     RouterPredictor* measure = offload_ && o_.offload.prefetch > 0 ? nullptr : predictor_.get();
-    stats_ =
-        std::make_unique<RoutingStatsObserver>(c.n_layer, c.n_expert, measure, counters_.get());
+    // The offload engine counts the tokens it runs; otherwise the observer does.
+    stats_ = std::make_unique<RoutingStatsObserver>(c.n_layer, c.n_expert, measure,
+                                                    offload_ ? nullptr : counters_.get());
     observers_.add(stats_.get());
   }
   if (o_.tracer && o_.tracer->enabled()) {
@@ -168,9 +111,9 @@ std::unique_ptr<MoeExecutor> MoeSetup::build(const std::vector<MoeLayerWeights>&
     observers_.add(recorder_.get());
   }
   for (MoeObserver* x : o_.observers) observers_.add(x);
-  if (spec_.mode != RoutingMode::model) {
+  if (o_.observe.routing.mode != RoutingMode::model) {
     RoutingOptions ro;
-    ro.spec = spec_;
+    ro.spec = o_.observe.routing;
     ro.routers = routers;
     ro.n_layer = c.n_layer;
     ro.n_expert = c.n_expert;
@@ -184,98 +127,32 @@ std::unique_ptr<MoeExecutor> MoeSetup::build(const std::vector<MoeLayerWeights>&
 }
 
 std::unique_ptr<MoeExecutor> MoeSetup::build_offload(
-    const std::vector<MoeLayerWeights>& model_layers, const gguf::File& f, const ModelConfig& c,
+    const std::vector<MoeLayerWeights>& layers, const gguf::File& f, const ModelConfig& c,
     Ops& ops) {
-  const OffloadSettings& a = o_.offload;
-  std::vector<MoeLayerWeights> layers = model_layers;
-  std::vector<std::array<uint64_t, 3>> offsets;
+  OffloadRequest r;
+  r.settings = o_.offload;
+  r.device = plan_.offload_device;
+  r.sim_budget_bytes = plan_.sim_budget_bytes;
+  r.layers = layers;
+  r.gguf_path = f.path();
   for (int32_t l = 0; l < c.n_layer; ++l)
-    offsets.push_back({f.tensor(layer_tensor(l, "ffn_gate_exps")).file_offset,
-                       f.tensor(layer_tensor(l, "ffn_up_exps")).file_offset,
-                       f.tensor(layer_tensor(l, "ffn_down_exps")).file_offset});
-  const int64_t n_ctx = o_.n_ctx > 0 ? o_.n_ctx : std::min<int64_t>(c.n_ctx_train, 4096);
-  const DeviceKind kind = parse_device_kind(a.device);
-  const bool cuda = kind == DeviceKind::cuda;
-  Device* cuda_dev = cuda ? &cuda_ops_device(ops) : nullptr;
-  // cuda: the dense weights are resident by now; the budget is the device's (--vram, or what the
-  // card had free).
-  const uint64_t budget = cuda             ? cuda_dev->memory().budget_bytes
-                          : a.vram.empty() ? 0
-                                           : parse_size(a.vram);
-  PlacementInput in = placement_input(f, c, n_ctx, o_.type_k, o_.type_v, o_.n_batch, budget);
-  const int64_t max_batch = std::min<int64_t>(o_.n_batch, n_ctx);
-  in.step_bytes =
-      device_step_bytes(max_batch, expert_shape(layers[0]), c.n_expert_used, c.n_expert);
-  if (a.decode == "table")
-    in.step_bytes += decode_table_bytes(c.n_layer, c.n_expert, c.n_expert_used, c.n_embd);
-  if (cuda) {
-    // What is really allocated replaces the estimate: the dense weights, and the CudaOps
-    // workspaces (counted as workspace, with a margin for the attention scratch, and the chunked
-    // DeltaNet prefill's scratch for the largest step when that form is chosen).
-    const uint64_t backend_ws = cuda_ops_workspace_bytes(ops);
-    in.dense_bytes = cuda_dev->memory().used_bytes - backend_ws;
-    in.workspace_bytes += backend_ws + (32ull << 20);
-    if (cuda_ops_gdn_prefill(ops) == cpu::GdnPrefill::chunked)
-      in.workspace_bytes +=
-          cuda_gdn_scratch_bytes(c.ssm_group_count, c.ssm_time_step_rank, c.ssm_state_size, max_batch);
-  }
-  std::unique_ptr<ExpertProfile> profile;
-  if (!a.profile.empty()) profile = std::make_unique<ExpertProfile>(ExpertProfile::read(a.profile));
-  OffloadOptions o;
-  o.tracer = o_.tracer;
-  o.plan = make_plan(in, profile.get(), a.profile);
-  if (a.print_plan) std::fputs(plan_text(o.plan).c_str(), stderr);
-  if (!a.plan_json.empty()) {
-    std::ofstream out(a.plan_json, std::ios::trunc);
-    if (!(out << plan_json(o.plan))) fail(ErrorKind::io, "cannot write {}", a.plan_json);
-  }
-  o.gguf_path = f.path();
-  o.file_offsets = std::move(offsets);
-  o.host_load = a.host_load.empty() ? (kind == DeviceKind::sim ? HostLoad::alias : HostLoad::uring)
-                                    : parse_host_load(a.host_load);
-  o.policy = parse_eviction_policy(a.evict);
-  o.cold = parse_cold_mode(a.cold);
-  if (!a.hw_profile.empty()) o.rates = rates_from_profile(a.hw_profile);
-  if (a.prefetch > 0) o.predictor = predictor_.get();
-  const bool tty = isatty(STDERR_FILENO);
-  o.progress = [tty, last = -1](double frac) mutable {
-    const int pct = static_cast<int>(frac * 100.0);
-    if (pct == last || (!tty && pct != 100)) return;
-    last = pct;
-    std::fprintf(stderr, "%sferry: host expert store %3d%%%s", tty ? "\r" : "", pct,
-                 pct == 100 ? "\n" : "");
-  };
-  o.max_batch = max_batch;
-  o.decode_table = a.decode == "table";
-  std::unique_ptr<OffloadExecutor> e;
-  if (cuda) {
-    const int64_t total = int64_t{c.n_expert} * c.n_layer;
-    if (o.plan.n_slots >= total) {
-      std::fprintf(
-          stderr,
-          "ferry: every routed expert fits the budget: resident on the GPU, no offloading%s\n",
-          o.decode_table ? " (--offload-decode table does not apply)" : "");
-      return nullptr;  // the resident executor (build)
-    }
-    o.reserve_fixed = false;  // the dense part, KV cache and workspace are real allocations here
-    e = std::make_unique<OffloadExecutor>(
-        *cuda_dev, cuda_stream_view(*cuda_dev, cuda_ops_stream(ops)),
-        make_cuda_expert_kernels(*cuda_dev), std::move(layers), std::move(o));
-  } else {
-    DeviceOptions d;
-    d.budget_bytes = budget;
-    d.sim_link = parse_sim_link(a.sim_link);
-    e = std::make_unique<OffloadExecutor>(make_device(kind, d), std::move(layers), std::move(o));
-  }
-  offload_ = e.get();
-  const HostStoreStats& hs = e->stats().store;
-  if (hs.load_gbps > 0)
-    std::fprintf(stderr,
-                 "ferry: host store: %.1f MB of experts by %s (%s%s) in %.0f ms, %.2f GB/s\n",
-                 static_cast<double>(hs.bytes) / 1e6, host_load_name(hs.mode),
-                 hs.pinned ? "pinned" : "pageable", hs.direct_io ? ", O_DIRECT" : "", hs.load_ms,
-                 hs.load_gbps);
-  return e;
+    r.file_offsets.push_back({f.tensor(layer_tensor(l, "ffn_gate_exps")).file_offset,
+                              f.tensor(layer_tensor(l, "ffn_up_exps")).file_offset,
+                              f.tensor(layer_tensor(l, "ffn_down_exps")).file_offset});
+  const int64_t n_ctx = o_.n_ctx > 0 ? o_.n_ctx : default_context(c);
+  r.max_batch = std::min<int64_t>(o_.n_batch, n_ctx);
+  r.placement = placement_input(f, c, n_ctx, o_.type_k, o_.type_v, o_.n_batch, plan_.sim_budget_bytes);
+  // The chunked DeltaNet prefill's scratch for the largest step, when the backend uses that form.
+  if (ops.kind() == BackendKind::cuda && cuda_ops_gdn_prefill(ops) == cpu::GdnPrefill::chunked)
+    r.cuda_extra_workspace_bytes = cuda_gdn_scratch_bytes(c.ssm_group_count, c.ssm_time_step_rank,
+                                                          c.ssm_state_size, r.max_batch);
+  r.ops = &ops;
+  if (o_.offload.prefetch > 0) r.predictor = predictor_.get();
+  r.tracer = o_.tracer;
+  r.counters = counters_.get();
+  OffloadBuild b = make_offload_executor(std::move(r));
+  offload_ = b.engine;
+  return std::move(b.executor);
 }
 
 void MoeSetup::finish() {

@@ -1,9 +1,11 @@
 #include "runtime/model/config.hpp"
 
 #include <algorithm>
+#include <array>
 #include <optional>
 
 #include "runtime/core/error.hpp"
+#include "runtime/core/named.hpp"
 #include "runtime/gguf/gguf.hpp"
 
 namespace ferry {
@@ -12,12 +14,11 @@ namespace {
 // Architectures with a forward implementation. Keep in sync with model.cpp's dispatch.
 constexpr Arch kSupported[] = {Arch::qwen3moe, Arch::qwen35moe, Arch::qwen3next};
 
-std::optional<Arch> arch_from_name(std::string_view s) {
-  if (s == "qwen3moe") return Arch::qwen3moe;
-  if (s == "qwen35moe") return Arch::qwen35moe;
-  if (s == "qwen3next") return Arch::qwen3next;
-  return std::nullopt;
-}
+// general.architecture's spellings.
+constexpr std::array<Named<Arch>, 3> kArchNames{
+    {{"qwen3moe", Arch::qwen3moe}, {"qwen35moe", Arch::qwen35moe}, {"qwen3next", Arch::qwen3next}}};
+
+std::optional<Arch> arch_from_name(std::string_view s) { return find_named(kArchNames, s); }
 
 // Reads {arch}.key as a positive int32 (or returns `def` when absent and a default exists).
 class Keys {

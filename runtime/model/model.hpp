@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "offload/moe/step.hpp"
+#include "runtime/moe/step.hpp"
 #include "runtime/backend/ops.hpp"
 #include "runtime/model/config.hpp"
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <string_view>
 
-#include "offload/moe/step.hpp"
+#include "runtime/moe/step.hpp"
 #include "runtime/backend/ops.hpp"
 
 namespace ferry::gguf { class File; }

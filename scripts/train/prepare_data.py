@@ -19,12 +19,12 @@ from pathlib import Path
 # Held out for evaluation: whole books, from both testaments, narrative and letter styles.
 HELDOUT_BOOKS = ["Ruth", "Jonah", "Philemon", "3 John"]
 
-# Qwen2's split regex (MODELS.md, llama.cpp's LLAMA_VOCAB_PRE_TYPE_QWEN2). qwen35 differs only by
+# Qwen2's split regex (llama.cpp's LLAMA_VOCAB_PRE_TYPE_QWEN2). qwen35 differs only by
 # \p{M} in two classes; KJV text has no combining marks, so one tokenizer serves both architectures.
 QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-# Plain ChatML (MODELS.md), written to the GGUF as tokenizer.chat_template. The models never saw
+# Plain ChatML, written to the GGUF as tokenizer.chat_template. The models never saw
 # it in training: it is there so that chat front ends have a template to apply.
 CHATML_TEMPLATE = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + "
                    "message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}"

@@ -25,12 +25,12 @@
 #include <span>
 
 #include "kernels/cpu/quants.hpp"
-#include "offload/moe/cpu_executor.hpp"
+#include "runtime/moe/cpu_executor.hpp"
 #include "offload/offload_executor.hpp"
 #include "runtime/backend/cpu_ops.hpp"
 #include "runtime/backend/cuda_device.hpp"
 #include "runtime/backend/cuda_ops.hpp"
-#include "offload/moe/cuda_resident.hpp"
+#include "runtime/moe/cuda_resident.hpp"
 #include "runtime/backend/device.hpp"
 #include "runtime/backend/gdn_ops.hpp"
 #include "runtime/gguf/gguf.hpp"
@@ -82,6 +82,7 @@ std::vector<float> dequantized(const void* data, GgmlType t, int64_t rows, int64
 // GPU's weight values and float activations.
 class DequantizedCpuOps final : public Ops {
  public:
+  BackendKind kind() const override { return BackendKind::cpu; }
   const char* name() const override { return "cpu"; }
   std::unique_ptr<GdnOps> make_gdn_ops() override {
     return cpu_.make_gdn_ops();

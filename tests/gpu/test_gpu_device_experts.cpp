@@ -1,7 +1,7 @@
 // The CUDA DeviceExpertKernels' per-slot entry points: a step composed from slot experts
 // (experts_per_slot over a permuted table), streamed experts (expert_pairs_per_slot, one call per
 // expert), rows computed apart and placed with scatter_rows, then weighted_sum, must give the bits
-// of the grouped kernels (moe_gate_up_swiglu + moe_down over every slot): both compute each slot's
+// of the grouped kernels (moe_gate_up_swiglu + moe_down_slots + moe_sum over every slot, as the resident executor runs them): both compute each slot's
 // down row with the same warp code and add w·y in slot order (0 + w₀y₀ is exact).
 #include <algorithm>
 #include <cstring>
@@ -41,7 +41,7 @@ void run_step(GgmlType t_gu, GgmlType t_down, int64_t n_embd, int64_t n_ff, int3
   const ExpertShape s{t_gu, t_gu, t_down, n_embd, n_ff};
   DevBuf<uint8_t> gate(random_experts(t_gu, n_ff, n_embd, 11)),
       up(random_experts(t_gu, n_ff, n_embd, 12)), down(random_experts(t_down, n_embd, n_ff, 13));
-  std::vector<ExpertPtrs3> ptrs(kExperts);
+  std::vector<ExpertPtrs> ptrs(kExperts);
   for (int32_t e = 0; e < kExperts; ++e)
     ptrs[e] = {gate.get() + e * s.gate_bytes(), up.get() + e * s.up_bytes(),
                down.get() + e * s.down_bytes()};
@@ -59,7 +59,7 @@ void run_step(GgmlType t_gu, GgmlType t_down, int64_t n_embd, int64_t n_ff, int3
 
   // Paths by expert: e % 3 == 0 slot table (reverse order), 1 streamed, 2 computed apart (here by
   // experts_per_slot into a buffer of their own, as the CPU would) and scattered.
-  std::vector<ExpertPtrs3> table;
+  std::vector<ExpertPtrs> table;
   std::vector<int32_t> entry_of(kExperts, -1), slot_ids(N * K), apart_ids(N * K, -1), idx;
   for (int32_t e = kExperts - 1; e >= 0; --e)
     if (e % 3 == 0) {
@@ -82,13 +82,13 @@ void run_step(GgmlType t_gu, GgmlType t_down, int64_t n_embd, int64_t n_ff, int3
   auto dev = make_device(DeviceKind::cuda, o);
   auto stream = dev->create_stream();
   auto kernels = make_cuda_expert_kernels(*dev);
-  auto upload = [](const std::vector<ExpertPtrs3>& v) {
-    std::vector<uint8_t> b(v.size() * sizeof(ExpertPtrs3));
+  auto upload = [](const std::vector<ExpertPtrs>& v) {
+    std::vector<uint8_t> b(v.size() * sizeof(ExpertPtrs));
     std::memcpy(b.data(), v.data(), b.size());
     return DevBuf<uint8_t>(b);
   };
   DevBuf<uint8_t> dptrs = upload(ptrs), dtable = upload(table);
-  const auto* all_experts = reinterpret_cast<const ExpertPtrs3*>(dptrs.get());
+  const auto* all_experts = reinterpret_cast<const ExpertPtrs*>(dptrs.get());
   DevBuf<int32_t> dids(ids), dslot_ids(slot_ids), dapart_ids(apart_ids), didx(idx);
   DevBuf<float> dx(x), dw(w), dy_slots(std::vector<float>(N * K * E, 1e30f)), dapart(N * K * E),
       drows(idx.size() * E);
@@ -103,7 +103,7 @@ void run_step(GgmlType t_gu, GgmlType t_down, int64_t n_embd, int64_t n_ff, int3
                                 E * sizeof(float), cudaMemcpyDeviceToDevice));
 
   std::vector<std::unique_ptr<DevBuf<int32_t>>> dpairs;
-  kernels->experts_per_slot(s, reinterpret_cast<const ExpertPtrs3*>(dtable.get()), dslot_ids.get(),
+  kernels->experts_per_slot(s, reinterpret_cast<const ExpertPtrs*>(dtable.get()), dslot_ids.get(),
                             N, kTopK, dx.get(), dy_slots.get(), *stream);
   for (int32_t e = 0; e < kExperts; ++e)
     if (!streamed[e].empty()) {
@@ -117,11 +117,13 @@ void run_step(GgmlType t_gu, GgmlType t_down, int64_t n_embd, int64_t n_ff, int3
   kernels->weighted_sum(dy_slots.get(), dw.get(), N, kTopK, E, dout.get(), *stream);
   stream->synchronize();
 
-  const auto* tab = reinterpret_cast<const cuda::ExpertPtrs*>(dptrs.get());
+  const auto* tab = reinterpret_cast<const ExpertPtrs*>(dptrs.get());
   cuda::moe_gate_up_swiglu(t_gu, tab, dids.get(), N, kTopK, n_embd, n_ff, dx.get(), dh.get(),
                            nullptr);
-  cuda::moe_down(t_down, tab, dids.get(), dw.get(), N, kTopK, n_embd, n_ff, dh.get(), dref.get(),
-                 false, nullptr);
+  DevBuf<float> dref_slots(static_cast<size_t>(N) * kTopK * E);
+  cuda::moe_down_slots(t_down, tab, dids.get(), N, kTopK, n_embd, n_ff, dh.get(), dref_slots.get(),
+                       nullptr);
+  cuda::moe_sum(dref_slots.get(), dw.get(), N, kTopK, E, dref.get(), nullptr);
   const auto got = dout.download(), want = dref.download();
   const std::string shape = std::string(type_name(t_gu)) + "/" + std::string(type_name(t_down)) +
                             " embd=" + std::to_string(n_embd) + " ff=" + std::to_string(n_ff) +

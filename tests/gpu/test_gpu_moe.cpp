@@ -6,7 +6,7 @@
 #include <random>
 #include <utility>
 
-#include "offload/moe/group.hpp"
+#include "runtime/moe/group.hpp"
 #include "runtime/core/types.hpp"
 #include "tests/gpu/gpu_test_util.hpp"
 
@@ -93,7 +93,7 @@ void run_case(GgmlType t_gu, GgmlType t_down, int64_t n_embd, int64_t n_ff, int6
   const auto y0 = random_floats(n_tokens * n_embd, 401);
 
   // Reference.
-  std::vector<double> href(n_tokens * k * n_ff, 0.0), yref(n_tokens * n_embd, 0.0), yacc(n_tokens * n_embd);
+  std::vector<double> href(n_tokens * k * n_ff, 0.0), yref(n_tokens * n_embd, 0.0);
   std::vector<double> yslot(n_tokens * k * n_embd, 0.0);  // (n_tokens, k, n_embd) unweighted
   for (int64_t t = 0; t < n_tokens; ++t)
     for (int j = 0; j < k; ++j) {
@@ -114,7 +114,6 @@ void run_case(GgmlType t_gu, GgmlType t_down, int64_t n_embd, int64_t n_ff, int6
         yref[t * n_embd + r] += w[t * k + j] * d;
       }
     }
-  for (size_t i = 0; i < yref.size(); ++i) yacc[i] = yref[i] + y0[i];
 
   DevBuf<int32_t> dids(ids);
   DevBuf<float> dw(w), dx(x), dh(n_tokens * k * n_ff), dy(y0);
@@ -124,10 +123,14 @@ void run_case(GgmlType t_gu, GgmlType t_down, int64_t n_embd, int64_t n_ff, int6
                             std::to_string(n_embd) + " ff=" + std::to_string(n_ff) + " tokens=" +
                             std::to_string(n_tokens) + " k=" + std::to_string(k);
   report("moe_gate_up_swiglu", shape, nmse(href, dh.download()), 1e-9);
-  cuda::moe_down(t_down, tab, dids.get(), dw.get(), n_tokens, k, n_embd, n_ff, dh.get(), dy.get(), true, nullptr);
-  report("moe_down(accumulate)", shape, nmse(yacc, dy.download()), 1e-9);
-  cuda::moe_down(t_down, tab, dids.get(), dw.get(), n_tokens, k, n_embd, n_ff, dh.get(), dy.get(), false, nullptr);
-  report("moe_down", shape, nmse(yref, dy.download()), 1e-9);
+  // The weighted step as every executor composes it: per-slot down, then the slot-order sum (rows
+  // of ids < 0 zero here, so they add nothing).
+  {
+    DevBuf<float> dyz(std::vector<float>(n_tokens * k * n_embd, 0.0f));
+    cuda::moe_down_slots(t_down, tab, dids.get(), n_tokens, k, n_embd, n_ff, dh.get(), dyz.get(), nullptr);
+    cuda::moe_sum(dyz.get(), dw.get(), n_tokens, k, n_embd, dy.get(), nullptr);
+    report("moe_down_slots + moe_sum", shape, nmse(yref, dy.download()), 1e-9);
+  }
 
   // Per-slot outputs (the offload device flow): unweighted rows; rows of ids < 0 untouched.
   const std::vector<float> sentinel(n_tokens * k * n_embd, kSentinel);
@@ -154,11 +157,11 @@ void run_case(GgmlType t_gu, GgmlType t_down, int64_t n_embd, int64_t n_ff, int6
   }
 
   // One expert over its own (token, slot) pairs (a streamed prefill expert) must give the bits of
-  // the grouped kernels with every other slot masked out, accumulating onto y0.
+  // the grouped kernels with every other slot masked out.
   const int32_t e0 = ids[0] >= 0 ? ids[0] : ids[k - 1 >= 1 ? k - 1 : 0];
   if (e0 < 0) return;
   // This routing may name an expert twice in one token (6 experts, k up to 8); real top-k does
-  // not, and moe_expert_pairs requires distinct tokens: keep each token's first e0 only.
+  // not, and moe_expert_pairs_slots requires distinct tokens: keep each token's first e0 only.
   std::vector<int32_t> masked(ids.size(), -1), pairs;
   for (int64_t t = 0; t < n_tokens; ++t)
     for (int j = 0; j < k; ++j)
@@ -168,17 +171,11 @@ void run_case(GgmlType t_gu, GgmlType t_down, int64_t n_embd, int64_t n_ff, int6
         break;
       }
   DevBuf<int32_t> dmasked(masked), dpairs(pairs);
-  DevBuf<float> dy_ref(y0), dy_pairs(y0), dh_pairs(pairs.size() * n_ff);
+  DevBuf<float> dh_pairs(pairs.size() * n_ff);
   cuda::moe_gate_up_swiglu(t_gu, tab, dmasked.get(), n_tokens, k, n_embd, n_ff, dx.get(), dh.get(), nullptr);
-  cuda::moe_down(t_down, tab, dmasked.get(), dw.get(), n_tokens, k, n_embd, n_ff, dh.get(), dy_ref.get(), true, nullptr);
-  cuda::moe_expert_pairs(t_gu, t_down, tab + e0, dpairs.get(), static_cast<int64_t>(pairs.size()), dw.get(), k, n_embd,
-                         n_ff, dx.get(), dh_pairs.get(), dy_pairs.get(), nullptr);
-  const auto a = dy_ref.download(), b = dy_pairs.download();
-  report_exact("moe_expert_pairs == masked grouped", shape + " pairs=" + std::to_string(pairs.size()),
-               std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 
-  // The per-slot twin: unweighted rows at the pairs (the grouped per-slot kernel's bits with the
-  // masked ids), every other row untouched. dh holds the masked ids' h from above.
+  // Unweighted rows at the pairs (the grouped per-slot kernel's bits with the masked ids), every
+  // other row untouched.
   DevBuf<float> dys_ref(sentinel), dys_pairs(sentinel);
   cuda::moe_down_slots(t_down, tab, dmasked.get(), n_tokens, k, n_embd, n_ff, dh.get(),
                        dys_ref.get(), nullptr);
@@ -196,7 +193,7 @@ void run_case(GgmlType t_gu, GgmlType t_down, int64_t n_embd, int64_t n_ff, int6
 }
 
 // out = Σ_j y[t][j]·w[t][j] against double, and bit for bit against the CPU executors' sum
-// (offload/moe/group.hpp weighted_sum: slots added in order); then rows scattered through a
+// (runtime/moe/group.hpp weighted_sum: slots added in order); then rows scattered through a
 // permuted index, the rest of y untouched.
 void run_sum_scatter(int64_t n_tokens, int k, int64_t n_embd) {
   const std::string shape = "embd=" + std::to_string(n_embd) +

@@ -1,4 +1,4 @@
-// Row-wise and elementwise GPU ops vs double-precision references written from MODELS.md / ggml.
+// Row-wise and elementwise GPU ops vs double-precision references written from ggml's definitions.
 #include "tests/gpu/gpu_test_util.hpp"
 
 #include <algorithm>

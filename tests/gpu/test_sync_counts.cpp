@@ -11,6 +11,7 @@
 #include <numeric>
 
 #include "gpu_test_util.hpp"
+#include "runtime/backend/device_size.hpp"
 #include "runtime/engine/engine.hpp"
 #include "runtime/synth/synth.hpp"
 
@@ -45,15 +46,12 @@ struct PerToken {
 // Loads through the engine, prefills 12 tokens, warms up two decode steps (the first is eager and
 // the second instantiates the graph), then counts over 6 decode steps.
 PerToken count_decode(const std::string& path, const std::string& vram, bool stats) {
-  MoeOptions mo;
-  mo.offload.device = "cuda";
-  mo.offload.vram = vram;
-  mo.observe.stats = stats;
-  BackendOptions bo;
-  bo.kind = DeviceKind::cuda;
-  bo.vram_bytes = 1ull << 30;
-  bo.cuda.graphs = true;  // --cuda-graphs on (off by default)
-  auto m = LoadedModel::load(path, {}, mo, bo);
+  RunOptions ro;
+  ro.device = DeviceKind::cuda;
+  if (!vram.empty()) ro.vram_bytes = parse_size(vram);  // the run's one budget (--vram)
+  ro.observe.stats = stats;
+  ro.backend.cuda.graphs = true;  // --cuda-graphs on (off by default)
+  auto m = LoadedModel::load(path, {}, ro);
   EXPECT_EQ(m->moe().offload(), nullptr)
       << "a budget above the model's size keeps every expert resident";
   Session s(*m);

@@ -1,5 +1,5 @@
 // Quantization formats: dequantization bit-exact against an independent per-value decoder written
-// from the block layouts (docs: /work/shared/MODELS.md, ggml-common.h), the vectorized dequant
+// from the block layouts (kernels/cpu/blocks.hpp, after ggml-common.h), the vectorized dequant
 // bit-exact against the reference, quantizer round-trip error bounds, and activation quantization.
 #include <gtest/gtest.h>
 

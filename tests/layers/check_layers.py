@@ -5,18 +5,19 @@ Floors, lowest first; a file may include its own floor and any floor below it, n
   0 runtime/core
   1 runtime/gguf, kernels
   2 runtime/backend, runtime/tokenizer, runtime/sampling
-  3 offload/moe        (the MoE contract: the step, executors, observers' interface)
-  4 offload            (the offload engine, observers, routing overrides)
+  3 runtime/moe       (the MoE layer: the step, executors, observers, routing override, counters)
+  4 offload           (the offload engine alone)
   5 runtime/model
   6 runtime/engine
   7 runtime/synth, runtime/cli, runtime/server
 Folders on one floor do not include each other (runtime/cli may use runtime/synth: the top floor
-holds the programs' pieces). Prints every upward include as FILE:LINE and exits 1 when any exists.
+holds the programs' pieces). Above the floors: runtime/model includes nothing of offload/, and
+runtime/engine only offload/offload.hpp (the factory; ALLOWED_FROM). Prints every upward include as FILE:LINE and exits 1 when any exists.
 
   check_layers.py SOURCE_DIR             the layer rules
   check_layers.py SOURCE_DIR --max-lines N   no source file of runtime/, offload/, kernels/
-                                             longer than N lines (STYLE.md: small enough to hold
-                                             in your head)
+                                             longer than N lines (docs/style.md: small enough to
+                                             hold in your head)
 """
 import os
 import re
@@ -26,13 +27,19 @@ FLOORS = {
     "runtime/core": 0,
     "runtime/gguf": 1, "kernels": 1,
     "runtime/backend": 2, "runtime/tokenizer": 2, "runtime/sampling": 2,
-    "offload/moe": 3,
+    "runtime/moe": 3,
     "offload": 4,
     "runtime/model": 5,
     "runtime/engine": 6,
     "runtime/synth": 7, "runtime/cli": 7, "runtime/server": 7,
 }
 TOP_SHARED = 7  # folders of this floor may include each other
+# Above the floors: the model sees the MoE layer only (never where an expert lives), and the engine
+# sees the offload engine through its one public header (a factory returning a MoeExecutor).
+ALLOWED_FROM = {
+    "runtime/model": {"offload": set()},
+    "runtime/engine": {"offload": {"offload/offload.hpp"}},
+}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 SOURCES = (".cpp", ".hpp", ".h", ".cu", ".cuh")
 
@@ -70,6 +77,10 @@ def violations(root):
                             dst = folder_of(os.path.normpath(os.path.join(os.path.dirname(rel), inc)).replace(os.sep, "/"))
                         if dst is None or dst == src:
                             continue
+                        allowed = ALLOWED_FROM.get(src, {}).get(dst)
+                        if allowed is not None and inc not in allowed:
+                            out.append(f"{rel}:{lineno}: {src} may include only {sorted(allowed) or 'nothing'} of {dst}, not {inc}")
+                            continue
                         a, b = FLOORS[src], FLOORS[dst]
                         if b > a or (b == a and a != TOP_SHARED):
                             out.append(f"{rel}:{lineno}: {src} (floor {a}) includes {inc} ({dst}, floor {b})")
@@ -81,13 +92,21 @@ def self_test():
     import tempfile
     with tempfile.TemporaryDirectory() as d:
         os.makedirs(os.path.join(d, "runtime/backend"))
-        os.makedirs(os.path.join(d, "offload/moe"))
+        os.makedirs(os.path.join(d, "runtime/moe"))
+        os.makedirs(os.path.join(d, "runtime/model"))
+        os.makedirs(os.path.join(d, "runtime/engine"))
         with open(os.path.join(d, "runtime/backend/x.cpp"), "w") as f:
-            f.write('#include "runtime/core/error.hpp"\n#include "offload/moe/step.hpp"\n')
-        with open(os.path.join(d, "offload/moe/y.cpp"), "w") as f:
-            f.write('#include "runtime/backend/ops.hpp"\n#include "../routing.hpp"\n')
-        v = violations(d)
-        assert len(v) == 2 and "runtime/backend/x.cpp:2" in v[0] and "offload/moe/y.cpp:2" in v[1], v
+            f.write('#include "runtime/core/error.hpp"\n#include "runtime/moe/step.hpp"\n')
+        with open(os.path.join(d, "runtime/moe/y.cpp"), "w") as f:
+            f.write('#include "runtime/backend/ops.hpp"\n#include "../../offload/placement.hpp"\n')
+        with open(os.path.join(d, "runtime/model/z.cpp"), "w") as f:
+            f.write('#include "runtime/moe/step.hpp"\n#include "offload/offload.hpp"\n')
+        with open(os.path.join(d, "runtime/engine/w.cpp"), "w") as f:
+            f.write('#include "offload/offload.hpp"\n#include "offload/placement.hpp"\n')
+        v = sorted(violations(d))
+        assert len(v) == 4, v
+        assert "runtime/backend/x.cpp:2" in v[0] and "runtime/engine/w.cpp:2" in v[1], v
+        assert "runtime/model/z.cpp:2" in v[2] and "runtime/moe/y.cpp:2" in v[3], v
 
 
 def too_long(root, limit):

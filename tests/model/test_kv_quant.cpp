@@ -13,7 +13,7 @@
 #include "kernels/cpu/hadamard.hpp"
 #include "kernels/cpu/quants.hpp"
 #include "model_test_util.hpp"
-#include "offload/moe/cpu_executor.hpp"
+#include "runtime/moe/cpu_executor.hpp"
 #include "runtime/backend/cpu_ops.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/core/fp16.hpp"

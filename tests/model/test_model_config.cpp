@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "offload/moe/cpu_executor.hpp"
+#include "runtime/moe/cpu_executor.hpp"
 #include "runtime/backend/cpu_ops.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/gguf/gguf.hpp"

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "kernels/cpu/quants.hpp"
-#include "offload/moe/cpu_executor.hpp"
+#include "runtime/moe/cpu_executor.hpp"
 #include "runtime/core/error.hpp"
 
 namespace ferry {

@@ -114,9 +114,9 @@ TEST_P(HybridSession, ChunkedPrefillMatchesRecurrentDecode) {
   const auto dec = decode_logits(toks, f32_cache());
   // The prefill form is the backend's option (CpuOpsOptions::gdn_prefill; the CPU default is the
   // recurrence, bit-identical to llama.cpp's); decode steps take the recurrence either way.
-  BackendOptions chunked;
-  chunked.cpu.gdn_prefill = cpu::GdnPrefill::chunked;
-  const auto m = LoadedModel::load(model().file().path(), {}, {}, chunked);
+  RunOptions chunked;
+  chunked.backend.cpu.gdn_prefill = cpu::GdnPrefill::chunked;
+  const auto m = LoadedModel::load(model().file().path(), {}, chunked);
   for (size_t n : {1, 63, 64, 65, 300}) {
     const std::vector<int32_t> prefix(toks.begin(), toks.begin() + static_cast<std::ptrdiff_t>(n));
     const auto pre = all_logits(prefix, f32_cache(), m.get());  // one batch: the chunked delta rule

@@ -53,12 +53,12 @@ TEST_P(Repack, LogitsAreBitIdenticalWithAndWithout) {
   const std::string name = std::string(synth::arch_name(o.arch)) + "-tiny-" +
                            std::string(synth::quant_mix_name(o.quant));
   const std::string path = test::write_plan(synth::make_plan(o), name);
-  BackendOptions on, off, tight;
-  off.cpu.repack = false;
-  tight.cpu.repack_budget = 64 * 1024;  // room for a few small matrices only
-  const auto a = LoadedModel::load(path, {}, {}, on);
-  const auto b = LoadedModel::load(path, {}, {}, off);
-  const auto c = LoadedModel::load(path, {}, {}, tight);
+  RunOptions on, off, tight;
+  off.backend.cpu.repack = false;
+  tight.backend.cpu.repack_budget = 64 * 1024;  // room for a few small matrices only
+  const auto a = LoadedModel::load(path, {}, on);
+  const auto b = LoadedModel::load(path, {}, off);
+  const auto c = LoadedModel::load(path, {}, tight);
   EXPECT_GT(repacked(*a), 0u) << name;
   EXPECT_EQ(repacked(*b), 0u) << name;
   EXPECT_LE(repacked(*c), 64u * 1024) << name;

@@ -87,9 +87,15 @@ TEST(Decide, TheCostModelChooses) {
 }
 
 TEST(Decide, ParsesColdModes) {
-  EXPECT_EQ(parse_cold_mode("auto"), ColdMode::auto_);
-  EXPECT_EQ(parse_cold_mode("mapped"), ColdMode::mapped);
-  EXPECT_THROW(parse_cold_mode("fast"), Error);
+  EXPECT_EQ(parse_named(kColdModes, "auto", "--cold"), ColdMode::auto_);
+  EXPECT_EQ(parse_named(kColdModes, "mapped", "--cold"), ColdMode::mapped);
+  EXPECT_STREQ(name_of(kColdModes, ColdMode::copy), "copy");
+  try {
+    parse_named(kColdModes, "fast", "--cold");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--cold 'fast': expected auto, cpu, copy or mapped"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -15,8 +15,8 @@
 
 #include "kernels/cpu/quants.hpp"
 #include "offload/device_experts.hpp"
-#include "offload/moe/cpu_executor.hpp"
-#include "offload/moe/cpu_experts.hpp"
+#include "runtime/moe/cpu_executor.hpp"
+#include "runtime/moe/cpu_experts.hpp"
 
 namespace ferry {
 namespace {
@@ -96,11 +96,11 @@ void check_step(const Layer& L, int32_t n_tokens, PathOf path_of, const std::str
   MoeCpuExecutor({L.w}).run(step);
 
   const ExpertShape shape = expert_shape(L.w);
-  std::vector<ExpertPtrs3> ptrs(kExperts);
+  std::vector<ExpertPtrs> ptrs(kExperts);
   for (int32_t e = 0; e < kExperts; ++e) ptrs[static_cast<size_t>(e)] = expert_ptrs(L.w, e);
 
   // Slot experts in a table of their own, in reverse order (a table entry is not an expert id).
-  std::vector<ExpertPtrs3> table;
+  std::vector<ExpertPtrs> table;
   std::vector<int32_t> entry_of(kExperts, -1);
   for (int32_t e = kExperts - 1; e >= 0; --e)
     if (path_of(e) == Path::slot) {
@@ -121,7 +121,7 @@ void check_step(const Layer& L, int32_t n_tokens, PathOf path_of, const std::str
   std::vector<float> y_cpu(static_cast<size_t>(N * K * E));
   if (N == 1) {
     std::vector<uint8_t> on_cpu(static_cast<size_t>(K));
-    std::vector<ExpertPtrs3> w(static_cast<size_t>(K));
+    std::vector<ExpertPtrs> w(static_cast<size_t>(K));
     for (int64_t j = 0; j < K; ++j) {
       on_cpu[static_cast<size_t>(j)] = path_of(ids[static_cast<size_t>(j)]) == Path::cpu;
       w[static_cast<size_t>(j)] = ptrs[static_cast<size_t>(ids[static_cast<size_t>(j)])];

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "offload/routing.hpp"
-#include "offload/stats_routing.hpp"
+#include "runtime/moe/routing.hpp"
+#include "runtime/moe/stats_routing.hpp"
 #include "runtime/core/error.hpp"
 
 using namespace ferry;

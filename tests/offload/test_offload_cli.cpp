@@ -124,6 +124,54 @@ TEST_F(OffloadCli, SimWithHalfTheExpertsGivesTheCpuBytes) {
   EXPECT_LE(half["total_bytes"].get<uint64_t>(), std::stoull(vram));
 }
 
+// --stats and --offload-stats read one counters sink (StatsCounters): on the same run their
+// figures agree — expert uses, misses (the table's include prefetches still in flight), CPU
+// experts, tokens and H2D bytes — with the cost model deciding (--cold auto) and with prefetch on.
+TEST_F(OffloadCli, StatsAndOffloadStatsReadOneSink) {
+  const std::string vram = vram_for("--device sim --decode", 64);
+  for (const char* extra : {"--cold cpu", "--cold auto --prefetch 2", "--cold copy"}) {
+    ASSERT_FALSE(logits("--device sim --decode --stats --offload-stats --vram " + vram + " " + extra,
+                        "one-sink")
+                     .empty());
+    const std::string& o = last_output_;
+    unsigned long long slots = 0, steps = 0, tokens = 0, uses = 0, hits = 0, inflight = 0, waited = 0,
+                       misses = 0, cpu = 0;
+    double hit_pct = 0;
+    const size_t a = o.find("offload: ");
+    ASSERT_NE(a, std::string::npos) << o;
+    ASSERT_EQ(std::sscanf(o.c_str() + a,
+                          "offload: %llu slots, %llu steps, %llu tokens; expert uses %llu: hits %llu (%lf%%), "
+                          "prefetch in flight %llu (waited %llu), misses %llu \xe2\x86\x92 cpu %llu",
+                          &slots, &steps, &tokens, &uses, &hits, &hit_pct, &inflight, &waited, &misses, &cpu),
+              10)
+        << o.substr(a, 300);
+    double demand_mb = 0, prefetch_mb = 0;
+    const size_t h = o.find("(demand+stream ");
+    ASSERT_NE(h, std::string::npos) << o;
+    ASSERT_EQ(std::sscanf(o.c_str() + h, "(demand+stream %lf MB, prefetch+admit %lf MB", &demand_mb, &prefetch_mb), 2);
+    // --stats: the "all" row (uses, hit%, misses, cpu_exp) and the tokens / H2D line.
+    const size_t r = o.find("\n  all ", o.find("pf_wasteMiB"));
+    ASSERT_NE(r, std::string::npos) << o;
+    unsigned long long t_uses = 0, t_misses = 0, t_cpu = 0, t_tokens = 0;
+    double t_hit = 0, t_h2d_mib = 0, t_h2d_tok = 0, wall = 0;
+    ASSERT_EQ(std::sscanf(o.c_str() + r + 1, "  all %llu %lf %llu %llu", &t_uses, &t_hit, &t_misses, &t_cpu), 4);
+    const size_t t = o.find("tokens ", r);
+    ASSERT_EQ(std::sscanf(o.c_str() + t, "tokens %llu  wall %lf ms  H2D %lf MiB/token (%lf MiB total)", &t_tokens,
+                          &wall, &t_h2d_tok, &t_h2d_mib),
+              4);
+    EXPECT_EQ(slots, 64u) << extra;
+    EXPECT_GT(uses, 0u) << extra;
+    EXPECT_EQ(t_uses, uses) << extra;
+    EXPECT_EQ(hits + inflight + misses, uses) << extra;
+    EXPECT_EQ(t_misses, misses + inflight) << extra;
+    EXPECT_EQ(t_cpu, cpu) << extra;
+    EXPECT_EQ(t_tokens, tokens) << extra;
+    EXPECT_NEAR(t_hit, hit_pct, 0.051) << extra;
+    // Both print every H2D byte after the initial hot set, rounded to 0.1 MB / 0.1 MiB.
+    EXPECT_NEAR(t_h2d_mib * 1.048576, demand_mb + prefetch_mb, 0.1 + 0.06) << extra;
+  }
+}
+
 // The float32 payload of a .npy file written by `ferry logits` (format version 1).
 std::vector<float> npy_floats(const std::string& bytes) {
   if (bytes.size() < 10 || bytes.compare(1, 5, "NUMPY") != 0) return {};
@@ -292,7 +340,13 @@ TEST_F(OffloadCli, ErrorsAndProfiles) {
   EXPECT_NE(last_output_.find("too small"), std::string::npos) << last_output_;
   EXPECT_NE(last_output_.find("missing"), std::string::npos) << last_output_;
   logits("--vram 1G", "no-device", 1);  // --vram without an offload device
-  logits("--device sim --vram lots", "junk", 1);
+  logits("--device sim --vram lots", "junk", 2);  // a usage error, naming the flag
+  EXPECT_NE(last_output_.find("--vram: invalid size 'lots'"), std::string::npos) << last_output_;
+  logits("--device sim --sim-link 13:x", "junk-link", 2);
+  EXPECT_NE(last_output_.find("--sim-link '13:x'"), std::string::npos) << last_output_;
+  logits("--device sim --cold warm", "junk-cold", 2);
+  EXPECT_NE(last_output_.find("--cold 'warm': expected auto, cpu, copy or mapped"), std::string::npos)
+      << last_output_;
   logits("--device cpu --offload-decode table", "table-cpu", 1);
   EXPECT_NE(last_output_.find("--offload-decode table needs --device cuda or sim"), std::string::npos) << last_output_;
   logits("--device sim --offload-decode fast", "table-bad", 2);  // a usage error, as every bad flag value

@@ -13,8 +13,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "offload/moe/cpu_executor.hpp"
-#include "offload/observers.hpp"
+#include "runtime/moe/cpu_executor.hpp"
+#include "runtime/moe/observers.hpp"
 #include "offload_test_util.hpp"
 #include "runtime/core/error.hpp"
 

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <map>
 
-#include "offload/predictor.hpp"
+#include "runtime/moe/predictor.hpp"
 
 using namespace ferry;
 

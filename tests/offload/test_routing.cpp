@@ -10,8 +10,8 @@
 #include <random>
 #include <set>
 
-#include "offload/observers.hpp"
-#include "offload/routing.hpp"
+#include "runtime/moe/observers.hpp"
+#include "runtime/moe/routing.hpp"
 #include "runtime/core/error.hpp"
 
 namespace fs = std::filesystem;

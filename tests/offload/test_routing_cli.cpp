@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "offload/routing_trace.hpp"
+#include "runtime/moe/routing_trace.hpp"
 #include "runtime/synth/synth.hpp"
 
 namespace fs = std::filesystem;

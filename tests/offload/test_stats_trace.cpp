@@ -11,10 +11,10 @@
 #include <set>
 #include <thread>
 
-#include "offload/observers.hpp"
-#include "offload/stats.hpp"
-#include "offload/stats_routing.hpp"
-#include "offload/trace.hpp"
+#include "runtime/moe/observers.hpp"
+#include "runtime/moe/stats.hpp"
+#include "runtime/moe/stats_routing.hpp"
+#include "runtime/moe/trace.hpp"
 #include "runtime/core/error.hpp"
 
 namespace fs = std::filesystem;

@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""Options are typed below the CLI: no code of runtime/engine, runtime/model or offload/ compares a
+string with a literal (option values are enums parsed once, runtime/core/named.hpp) or dispatches
+on an Ops' name (Ops::kind() says which backend it is). Also: the kernel structs shared by the
+CUDA kernels and the offload engine are defined once.
+
+usage: check_options.py SOURCE_DIR     prints each offending FILE:LINE, exits 1 when any exists
+"""
+import os
+import re
+import sys
+import tempfile
+
+FOLDERS = ("runtime/engine", "runtime/model", "offload")
+SOURCES = (".cpp", ".hpp", ".cu", ".cuh")
+RULES = [  # the first that matches a line names it
+    (re.compile(r"\bname\(\)\s*\)?\s*[!=]=|[!=]=\s*[\w.>()-]*\bname\(\)"), "dispatches on a name (use Ops::kind())"),
+    (re.compile(r'[!=]=\s*"|"\s*[!=]='), "compares a string with a literal (use a typed option)"),
+    (re.compile(r"\bstrcmp\s*\(|\.compare\s*\(\s*\""), "compares a string with a literal (use a typed option)"),
+]
+# Structs the kernels and the offload engine share: one definition (kernels/cuda/moe.cuh).
+SHARED_STRUCTS = ("ExpertPtrs", "DecodeSlots", "RowIndex")
+STRUCT_DEF = re.compile(r"^\s*struct\s+(\w+)\s*(?:final\s*)?\{")
+
+
+STRING = re.compile(r'"(?:\\.|[^"\\])*"')
+
+
+def strip_comment(line):
+    """The code of a line: string literals emptied (their text is not code), comments dropped."""
+    line = STRING.sub('""', line)
+    i = line.find("//")
+    return line if i < 0 else line[:i]
+
+
+def violations(root):
+    out = []
+    for folder in FOLDERS:
+        for dirpath, _, files in os.walk(os.path.join(root, folder)):
+            for name in sorted(files):
+                if not name.endswith(SOURCES):
+                    continue
+                full = os.path.join(dirpath, name)
+                rel = os.path.relpath(full, root)
+                with open(full, encoding="utf-8", errors="replace") as f:
+                    for n, line in enumerate(f, 1):
+                        code = strip_comment(line)
+                        for rx, why in RULES:
+                            if rx.search(code):
+                                out.append(f"{rel}:{n}: {why}: {line.strip()}")
+                                break
+    defs = {}
+    for top in ("runtime", "offload", "kernels"):
+        for dirpath, _, files in os.walk(os.path.join(root, top)):
+            for name in sorted(files):
+                if not name.endswith(SOURCES):
+                    continue
+                full = os.path.join(dirpath, name)
+                with open(full, encoding="utf-8", errors="replace") as f:
+                    for n, line in enumerate(f, 1):
+                        m = STRUCT_DEF.match(line)
+                        if m and m.group(1) in SHARED_STRUCTS:
+                            defs.setdefault(m.group(1), []).append(f"{os.path.relpath(full, root)}:{n}")
+    for s, where in sorted(defs.items()):
+        if len(where) > 1:
+            out.append(f"struct {s} is defined {len(where)} times: {', '.join(where)}")
+    return out
+
+
+def self_test():
+    with tempfile.TemporaryDirectory() as d:
+        os.makedirs(os.path.join(d, "runtime/engine"))
+        os.makedirs(os.path.join(d, "offload"))
+        os.makedirs(os.path.join(d, "kernels/cuda"))
+        with open(os.path.join(d, "runtime/engine/a.cpp"), "w") as f:
+            f.write('int x;  // a == "b" in a comment is fine\nif (mode == "table") {}\n'
+                    'if (std::string_view(ops.name()) == "cuda") {}\n')
+        with open(os.path.join(d, "offload/b.hpp"), "w") as f:
+            f.write("struct ExpertPtrs {\n};\n")
+        with open(os.path.join(d, "kernels/cuda/c.cuh"), "w") as f:
+            f.write("struct ExpertPtrs {\n};\n")
+        v = violations(d)
+        assert len(v) == 3, v
+        assert "a.cpp:2" in v[0] and "a.cpp:3: dispatches" in v[1] and "ExpertPtrs is defined 2 times" in v[2], v
+
+
+def main():
+    self_test()
+    v = violations(sys.argv[1] if len(sys.argv) > 1 else ".")
+    for line in v:
+        print(line)
+    return 1 if v else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
