@@ -128,9 +128,11 @@ int64_t DeviceStep::cpu_part(const MoeStep& req, const std::vector<Resolved>& cp
   return n_rows;
 }
 
-void DeviceStep::run(const MoeStep& req, const MoeStep& dev, const std::vector<Resolved>& used,
-                     StatsCounters& c, Tracer* tracer, int64_t routing_ready_ns,
-                     uint64_t copy_wait0_ns) {
+void DeviceStep::run(const StepPlan& plan, const MoeStep& req, const MoeStep& dev,
+                     StatsCounters& c, Tracer* tracer) {
+  const std::vector<Resolved>& used = plan.experts;
+  const int64_t routing_ready_ns = plan.routing_ready_ns;
+  const uint64_t copy_wait0_ns = plan.copy_wait0_ns;
   const ExpertShape& shape = res_.shape(req.layer);
   const int32_t n_expert = res_.host_layer(req.layer).n_expert;
   const int64_t n = req.n_tokens, K = req.top_k, E = req.n_embd, nk = n * K;

@@ -42,6 +42,17 @@ struct Resolved {
   bool mapped = false;       // the device kernels read w (mapped host addresses) in place
 };
 
+// A host-routed step as the executor planned it on the host — where each distinct expert comes
+// from — and what the device step's idle-time accounting needs. DeviceStep executes it.
+struct StepPlan {
+  std::vector<Resolved> experts;  // one per distinct expert of the step, in expert order
+  // When the routing reached the host (0: it was there); the compute stream's idle time until
+  // the step's first enqueue counts as sync, less the host's copy waits since copy_wait0_ns
+  // (the counters' wait_ns(copy) when the step began).
+  int64_t routing_ready_ns = 0;
+  uint64_t copy_wait0_ns = 0;
+};
+
 class DeviceStep {
  public:
   DeviceStep(Device& dev, Stream& compute, DeviceExpertKernels& kernels, Residency& res,
@@ -50,14 +61,10 @@ class DeviceStep {
   static uint64_t device_bytes(int64_t max_batch, const ExpertShape& s, int32_t top_k,
                                int32_t n_expert);
 
-  // host: the step with x and the routing in host memory; dev: the same step in device memory
-  // (sim: the same pointers). used: one Resolved per distinct expert, in expert order.
-  // routing_ready_ns: when the routing reached the host (0: it was there; the compute stream's
-  // idle time until the first enqueue counts as sync, less the host's copy waits since
-  // copy_wait0_ns = c.wait_ns(copy) at the step's start). c: the engine's counters sink.
-  void run(const MoeStep& host, const MoeStep& dev, const std::vector<Resolved>& used,
-           StatsCounters& c, Tracer* tracer, int64_t routing_ready_ns,
-           uint64_t copy_wait0_ns);
+  // Executes `plan`. host: the step with x and the routing in host memory; dev: the same step in
+  // device memory (sim: the same pointers). c: the run's counters sink.
+  void run(const StepPlan& plan, const MoeStep& host, const MoeStep& dev, StatsCounters& c,
+           Tracer* tracer);
   // The compute stream's idle time measured by the last step's events (cpu_expert) and the
   // streaming time; call once those events have completed.
   void collect_waits(StatsCounters& c);

@@ -50,7 +50,7 @@ void OffloadExecutor::init(std::vector<MoeLayerWeights> layers) {
     counters_ = owned_counters_.get();
   }
   res_ = std::make_unique<Residency>(*device_, std::move(layers), o_, *compute_done_);
-  res_->prefetcher().set_counters(counters_);
+  res_->set_counters(counters_);
   step_ = std::make_unique<DeviceStep>(*device_, *compute_, *kernels_, *res_, o_, *compute_done_);
   if (o_.decode_table)
     tables_ = std::make_unique<TableDecoder>(*device_, *compute_, *kernels_, res_->shapes(),
@@ -93,16 +93,11 @@ OffloadExecutor::~OffloadExecutor() {
 Resolved OffloadExecutor::resolve(int32_t layer, int32_t expert, int64_t n_tokens, bool decode) {
   Resolved r;
   r.expert = expert;
-  ExpertCache& cache = res_->cache();
-  Prefetcher& prefetcher = res_->prefetcher();
   const uint64_t bytes = res_->shape(layer).expert_bytes();
-  int32_t slot = cache.access(layer, expert, tick_);
-  ExpertState state{slot < 0                     ? Residence::absent
-                    : prefetcher.in_flight(slot) ? Residence::in_flight
-                                                 : Residence::ready,
-                    bytes, 0.0};
+  const Residency::Lookup at = res_->look_up(layer, expert, tick_);
+  ExpertState state{at.where, bytes, 0.0};
   if (state.where == Residence::in_flight)
-    state.copy_remaining_us = std::max(0.0, cost_.copy_us(bytes) - prefetcher.age_us(slot));
+    state.copy_remaining_us = std::max(0.0, cost_.copy_us(bytes) - at.copy_age_us);
   const Decision d =
       decide(state, cost_, DecideContext{o_.cold, n_tokens, decode, !res_->mapped().empty()});
   if (state.where == Residence::ready) {
@@ -120,7 +115,7 @@ Resolved OffloadExecutor::resolve(int32_t layer, int32_t expert, int64_t n_token
       counters_->add(Count::mapped_bytes, bytes);
       r.mapped = true;
       r.w = expert_ptrs(res_->mapped()[static_cast<size_t>(layer)], expert);
-      if (admit_behind) prefetcher.admit(layer, expert, tick_);
+      if (admit_behind) res_->admit(layer, expert, tick_);
       return r;
     case Decision::stream:
       counters_->add(Count::streamed);
@@ -133,24 +128,19 @@ Resolved OffloadExecutor::resolve(int32_t layer, int32_t expert, int64_t n_token
       {
         Tracer::Span span(o_.tracer, "wait prefetch", "wait",
                           {{"layer", layer}, {"expert", expert}});
-        prefetcher.wait(slot);
+        res_->wait(at.slot);
       }
       counters_->wait(WaitCause::copy, static_cast<uint64_t>(ms_since(t0) * 1e6));
       counters_->add(Count::waited);
       [[fallthrough]];
     }
     case Decision::slot:
-      prefetcher.note_use(slot);
-      cache.pin(slot);
-      r.pinned_slot = slot;
-      r.w = res_->slot_ptrs(slot, layer);
+      r.pinned_slot = at.slot;
+      r.w = res_->pin(at.slot, layer);
       return r;
-    case Decision::copy_now:
-      if ((slot = cache.insert(layer, expert, tick_)) >= 0) {
-        prefetcher.note_evict(slot);
-        cache.pin(slot);
-        const double waited_ms = res_->fill_now(slot, layer, expert);
-        cache.mark_ready(slot);
+    case Decision::copy_now: {
+      double waited_ms = 0;
+      if (const int32_t slot = res_->fill(layer, expert, tick_, waited_ms); slot >= 0) {
         counters_->add(Count::copy_now);
         counters_->h2d(layer, bytes);
         counters_->wait(WaitCause::copy, static_cast<uint64_t>(waited_ms * 1e6));
@@ -159,8 +149,9 @@ Resolved OffloadExecutor::resolve(int32_t layer, int32_t expert, int64_t n_token
         return r;
       }
       break;  // no evictable slot: on the CPU (not admitted: nothing could be evicted for it)
+    }
     case Decision::cpu:
-      if (admit_behind) prefetcher.admit(layer, expert, tick_);
+      if (admit_behind) res_->admit(layer, expert, tick_);
       break;
   }
   counters_->cpu_expert(layer);
@@ -172,11 +163,7 @@ void OffloadExecutor::predict_and_prefetch(const MoeStep& req) {
   if (!o_.predictor) return;
   predicted_.clear();
   o_.predictor->predict(req.layer, req.x, req.n_tokens, req.expert_ids, req.top_k, predicted_);
-  for (const PredictedExpert& p : predicted_)
-    if (p.layer < o_.plan.in.n_layer && p.expert >= 0 && p.expert < o_.plan.in.n_expert)
-      res_->prefetcher().request(
-          p);  // stale ones (p.layer <= req.layer) are dropped and counted by issue()
-  res_->prefetcher().issue(req.layer, tick_);
+  res_->prefetch(predicted_, req.layer, tick_);
 }
 
 MoeStep OffloadExecutor::host_routing(const MoeStep& s) {
@@ -226,14 +213,15 @@ void OffloadExecutor::run(const MoeStep& step) {
 
 void OffloadExecutor::run_host_routed(const MoeStep& req, const MoeStep& dev) {
   const int32_t n_expert = res_->host_layer(req.layer).n_expert;
-  ExpertCache& cache = res_->cache();
   counters_->add(Count::steps);
-  const uint64_t copy_wait0_ns = counters_->wait_ns(WaitCause::copy);
+  StepPlan plan;  // built here on the host, executed by the device step
+  plan.copy_wait0_ns = counters_->wait_ns(WaitCause::copy);
+  plan.routing_ready_ns = routing_ready_ns_;
   counters_->vram_in_use(device_->memory().used_bytes);
-  res_->prefetcher().poll();
+  res_->poll();
   // Every slot pinned for this step is unpinned however the step ends, once compute_done_ covers
   // the kernels that may read it (a refill waits for it: Residency::fill_slot).
-  std::vector<Resolved> used;
+  std::vector<Resolved>& used = plan.experts;
   struct Unpin {
     OffloadExecutor& ex;
     const std::vector<Resolved>& used;
@@ -243,7 +231,7 @@ void OffloadExecutor::run_host_routed(const MoeStep& req, const MoeStep& dev) {
       } catch (...) {
       }
       for (const Resolved& x : used)
-        if (x.pinned_slot >= 0) ex.res_->cache().unpin(x.pinned_slot);
+        if (x.pinned_slot >= 0) ex.res_->unpin(x.pinned_slot);
     }
   } unpin{*this, used};
   const bool decode = req.n_tokens == 1;
@@ -262,8 +250,7 @@ void OffloadExecutor::run_host_routed(const MoeStep& req, const MoeStep& dev) {
   std::vector<int32_t> missing;
   for (int32_t e = 0; e < n_expert; ++e) {
     if (count[static_cast<size_t>(e)] == 0) continue;
-    const int32_t slot = cache.find(req.layer, e);
-    if (decode && !(slot >= 0 && cache.state(slot) == SlotState::ready)) {
+    if (decode && !res_->ready(req.layer, e)) {
       missing.push_back(e);
       continue;
     }
@@ -273,7 +260,7 @@ void OffloadExecutor::run_host_routed(const MoeStep& req, const MoeStep& dev) {
   for (int32_t e : missing) used.push_back(resolve(req.layer, e, 1, true));
   std::sort(used.begin(), used.end(),
             [](const Resolved& a, const Resolved& b) { return a.expert < b.expert; });
-  step_->run(req, dev, used, *counters_, o_.tracer, routing_ready_ns_, copy_wait0_ns);
+  step_->run(plan, req, dev, *counters_, o_.tracer);
   // The CPU forward reads `out` as soon as run() returns; the CUDA forward's next ops are queued
   // behind the kernels on the same stream.
   if (device_->kind() != DeviceKind::cuda) compute_->synchronize();
@@ -285,7 +272,7 @@ void OffloadExecutor::begin_step(int64_t n_tokens) {
   ++tick_;
   counters_->tokens(static_cast<uint64_t>(n_tokens));
   if (!tables_) return;
-  res_->prefetcher().poll();
+  res_->poll();
   if (n_tokens == 1) {
     counters_->add(Count::table_tokens);
     counters_->add(Count::table_updates, tables_->begin_step(
@@ -305,7 +292,6 @@ void OffloadExecutor::end_step(int64_t n_tokens) {
 void OffloadExecutor::read_routing_log() {
   if (!tables_ || !tables_->pending()) return;
   const int32_t E = o_.plan.in.n_expert;
-  ExpertCache& cache = res_->cache();
   // Counted against the slots the step's tables pointed at (the cache has not changed since the
   // tables were synced), all before any admission evicts one.
   std::vector<std::pair<int32_t, int32_t>> admit;
@@ -316,24 +302,23 @@ void OffloadExecutor::read_routing_log() {
            E);
     if (l != last_layer) counters_->add(Count::steps);
     last_layer = l;
-    const int32_t slot = cache.access(l, e, tick_);
-    if (slot >= 0 && cache.state(slot) == SlotState::ready) {
-      res_->prefetcher().note_use(slot);
+    bool found_slot = false;
+    if (res_->use_in_place(l, e, tick_, found_slot)) {
       counters_->hit(l);
       return;
     }
     counters_->add(Count::mapped);
     counters_->add(Count::mapped_bytes, res_->shape(l).expert_bytes());
     counters_->miss(l);
-    if (slot < 0 && o_.admit) admit.emplace_back(l, e);
+    if (!found_slot && o_.admit) admit.emplace_back(l, e);
   });
-  for (const auto& [l, e] : admit) res_->prefetcher().admit(l, e, tick_);
+  for (const auto& [l, e] : admit) res_->admit(l, e, tick_);
 }
 
 void OffloadExecutor::drain() {
   read_routing_log();  // the last table step's routing (its admissions are waited for below)
   device_->synchronize();
-  res_->prefetcher().poll();
+  res_->poll();
   step_->collect_waits(*counters_);
 }
 

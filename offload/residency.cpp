@@ -182,6 +182,57 @@ void Residency::fill_slot(int32_t slot, int32_t layer, int32_t expert, Stream& s
   });
 }
 
+Residency::Lookup Residency::look_up(int32_t layer, int32_t expert, uint64_t now) {
+  Lookup r;
+  r.slot = cache_->access(layer, expert, now);
+  if (r.slot < 0) return r;
+  if (prefetcher_->in_flight(r.slot)) {
+    r.where = Residence::in_flight;
+    r.copy_age_us = prefetcher_->age_us(r.slot);
+  } else {
+    r.where = Residence::ready;
+  }
+  return r;
+}
+
+bool Residency::ready(int32_t layer, int32_t expert) const {
+  const int32_t slot = cache_->find(layer, expert);
+  return slot >= 0 && cache_->state(slot) == SlotState::ready;
+}
+
+ExpertPtrs Residency::pin(int32_t slot, int32_t layer) {
+  prefetcher_->note_use(slot);
+  cache_->pin(slot);
+  return slot_ptrs(slot, layer);
+}
+
+int32_t Residency::fill(int32_t layer, int32_t expert, uint64_t now, double& waited_ms) {
+  const int32_t slot = cache_->insert(layer, expert, now);
+  if (slot < 0) return -1;
+  prefetcher_->note_evict(slot);
+  cache_->pin(slot);
+  waited_ms = fill_now(slot, layer, expert);
+  cache_->mark_ready(slot);
+  return slot;
+}
+
+bool Residency::use_in_place(int32_t layer, int32_t expert, uint64_t now, bool& found_slot) {
+  const int32_t slot = cache_->access(layer, expert, now);
+  found_slot = slot >= 0;
+  if (slot >= 0 && cache_->state(slot) == SlotState::ready) {
+    prefetcher_->note_use(slot);
+    return true;
+  }
+  return false;
+}
+
+void Residency::prefetch(const std::vector<PredictedExpert>& p, int32_t current_layer, uint64_t now) {
+  for (const PredictedExpert& x : p)
+    if (x.layer < n_layer() && x.expert >= 0 && x.expert < host_layer(x.layer).n_expert)
+      prefetcher_->request(x);  // stale ones (x.layer <= current_layer) are dropped and counted by issue()
+  prefetcher_->issue(current_layer, now);
+}
+
 double Residency::fill_now(int32_t slot, int32_t layer, int32_t expert) {
   fill_slot(slot, layer, expert, *demand_);
   demand_->record(*demand_done_);

@@ -10,6 +10,10 @@
 //
 // Device memory, in plan order, every allocation charged to the budget: the fixed part as
 // reservations (sim: the forward's own buffers live elsewhere), the staging slots, the slots.
+//
+// The executor moves experts through a few verbs — look_up, pin/unpin, wait, fill, admit,
+// prefetch, poll — and never reaches the cache or the prefetcher behind them; the cache is shown
+// read-only (the decode tables mirror it, the report reads its counters).
 #include <array>
 #include <cstdint>
 #include <functional>
@@ -44,11 +48,41 @@ class Residency {
   // The host store as the device reads it in place; empty when it is not mapped.
   const std::vector<MoeLayerWeights>& mapped() const { return mapped_; }
 
-  ExpertCache& cache() { return *cache_; }
   const ExpertCache& cache() const { return *cache_; }
-  Prefetcher& prefetcher() { return *prefetcher_; }
-  const Prefetcher& prefetcher() const { return *prefetcher_; }
   const HostStoreStats& store_stats() const { return store_->stats(); }
+  // Where the prefetcher counts (the run's counters sink).
+  void set_counters(StatsCounters* c) { prefetcher_->set_counters(c); }
+
+  // --- The placement's verbs.
+  struct Lookup {
+    int32_t slot = -1;  // the slot holding or receiving the expert; -1: none
+    Residence where = Residence::absent;
+    double copy_age_us = 0;  // in_flight: since its copy was issued
+  };
+  // (layer, expert) at the cache tick `now`; a use (the cache's recency and frequency count it).
+  Lookup look_up(int32_t layer, int32_t expert, uint64_t now);
+  // Whether a ready slot holds the expert, without counting a use (a decode step's present
+  // experts are pinned before any miss may evict them).
+  bool ready(int32_t layer, int32_t expert) const;
+  // A ready slot taken for a step: a prefetch's first use is counted, the slot pinned until
+  // unpin (after the step's kernels). Returns its device pointers.
+  ExpertPtrs pin(int32_t slot, int32_t layer);
+  void unpin(int32_t slot) { cache_->unpin(slot); }
+  // Blocks until the copy into `slot` (a prefetch in flight) has landed.
+  void wait(int32_t slot) { prefetcher_->wait(slot); }
+  // Copy-now: a slot for (layer, expert), filled on the demand stream and pinned; -1 when no slot
+  // can be evicted. waited_ms: the host's wait for the copy.
+  int32_t fill(int32_t layer, int32_t expert, uint64_t now, double& waited_ms);
+  // Admission: (layer, expert), just computed elsewhere, copied into a slot in the background
+  // (dropped when copies are busy or nothing can be evicted).
+  void admit(int32_t layer, int32_t expert, uint64_t now) { prefetcher_->admit(layer, expert, now); }
+  // A table decode step's use of (layer, expert): true when a ready slot held it (a prefetch's
+  // first use is counted); false when it was read in place (absent: found_slot false).
+  bool use_in_place(int32_t layer, int32_t expert, uint64_t now, bool& found_slot);
+  // Predictions for the layers after current_layer: queued, the best issued (stale ones dropped).
+  void prefetch(const std::vector<PredictedExpert>& p, int32_t current_layer, uint64_t now);
+  // Completed copies become ready slots.
+  void poll() { prefetcher_->poll(); }
   uint64_t init_bytes() const { return init_bytes_; }
 
   // Enqueues the copies that fill `slot` with (layer, expert) on `s`, after compute_done.
