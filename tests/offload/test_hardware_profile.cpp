@@ -1,11 +1,13 @@
 // profiles/hardware: every shipped profile loads, every figure is labelled spec or measured with a
-// source, and a bad profile is an error naming the file and the field.
+// source, a bad profile is an error naming the file and the field, and the simulator's derived
+// rates follow docs/simulator.md.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <string>
 
 #include "offload/hardware_profile.hpp"
+#include "offload/simulate_rates.hpp"
 #include "runtime/core/error.hpp"
 
 namespace ferry {
@@ -65,6 +67,8 @@ TEST(HardwareProfile, ShippedProfilesLoadWithLabelledFigures) {
         EXPECT_EQ(f.label, "spec") << g.id << " " << key;
       }
     }
+  const HardwareProfile sim = load_hardware_profile(kDir + "/simulator.json");
+  EXPECT_EQ(sim.kind, "simulator");
 }
 
 TEST(HardwareProfile, ErrorsNameTheFileAndTheField) {
@@ -106,6 +110,32 @@ TEST(HardwareProfile, ErrorsNameTheFileAndTheField) {
     EXPECT_EQ(e.kind(), ErrorKind::invalid_arg);
     EXPECT_NE(std::string(e.what()).find("rtx3060-12g"), std::string::npos) << e.what();
   }
+}
+
+TEST(HardwareProfile, DerivedRates) {
+  EXPECT_NEAR(pcie_spec_gbps(4, 16), 31.5, 0.01);
+  EXPECT_NEAR(pcie_spec_gbps(5, 8), 31.5, 0.01);
+  EXPECT_THROW(pcie_spec_gbps(6, 16), Error);
+  const HardwareProfile params = load_hardware_profile(kDir + "/simulator.json");
+  const SimRates h200 = sim_rates(find_hardware_profile(kDir, "gpu", "h200"),
+                                  find_hardware_profile(kDir, "host", "h200-host-16c"), params);
+  // The reference card gets its own measured figures back.
+  EXPECT_DOUBLE_EQ(h200.link_gbps, 54.0);
+  EXPECT_DOUBLE_EQ(h200.mem_gbps, 4214.0);
+  EXPECT_DOUBLE_EQ(h200.ferry_kernel_gbps.at(GgmlType::Q4_K), 1333.0);
+  const SimRates r3060 = sim_rates(find_hardware_profile(kDir, "gpu", "rtx3060-12g"),
+                                   find_hardware_profile(kDir, "host", "ddr4-3200-2ch-6c"), params);
+  // PCIe 4.0 x16 at the H200's share of its own link spec; memory at the H200's copy share.
+  EXPECT_NEAR(r3060.link_gbps, 31.5 * 54.0 / 63.0, 0.05);
+  EXPECT_NEAR(r3060.mem_gbps, 360.0 * 4214.0 / 4800.0, 0.01);
+  // Q4_K is compute-bound there: the H200's rate scaled by SMs x clock, under the memory roof.
+  EXPECT_NEAR(r3060.ferry_kernel_gbps.at(GgmlType::Q4_K), 1333.0 * 28 * 1777 / (132.0 * 1980), 0.01);
+  EXPECT_LE(r3060.llama_kernel_gbps.at(GgmlType::Q8_0), r3060.mem_gbps);
+  // A spec host bandwidth is scaled to a stream, then to the CPU kernels' share.
+  EXPECT_NEAR(r3060.cpu_gbps, 51.2 * 0.80 * 0.73, 0.01);
+  EXPECT_THROW(sim_rates(find_hardware_profile(kDir, "host", "ddr4-3200-2ch-6c"),
+                         find_hardware_profile(kDir, "host", "ddr4-3200-2ch-6c"), params),
+               Error);
 }
 
 }  // namespace
