@@ -398,6 +398,27 @@ Plan sim_plan(const SimModel& m, uint64_t budget_bytes) {
   return make_plan(in);
 }
 
+uint64_t sim_budget_for_slots(const SimModel& m, int64_t n_slots) {
+  const int64_t total = int64_t{m.n_layer} * m.n_expert;
+  if (n_slots < 1 || n_slots > total)
+    fail(ErrorKind::invalid_arg, "--slots {}: between 1 and the model's {} experts", n_slots, total);
+  const auto slots_at = [&](uint64_t b) -> int64_t {
+    try {
+      return sim_plan(m, b).n_slots;
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::budget) throw;
+      return -1;
+    }
+  };
+  uint64_t lo = 1, hi = 1;
+  while (slots_at(hi) < n_slots) hi *= 2;  // a budget that holds them
+  while (hi - lo > 1) {
+    const uint64_t mid = lo + (hi - lo) / 2;
+    (slots_at(mid) >= n_slots ? hi : lo) = mid;
+  }
+  return hi;
+}
+
 SimResult simulate_ferry(const SimModel& m, const SimRates& r, const SimOptions& o) {
   if (m.n_layer < 1 || static_cast<int32_t>(m.layers.size()) != m.n_layer)
     fail(ErrorKind::invalid_arg, "simulator: model {} has {} layer descriptions for {} layers",

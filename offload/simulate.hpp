@@ -114,6 +114,10 @@ struct SimResult {
 // The plan the engine would make for this budget (the same PlacementInput and make_plan).
 Plan sim_plan(const SimModel& m, uint64_t budget_bytes);
 
+// The smallest budget whose plan holds at least n_slots expert slots (ErrorKind::invalid_arg
+// when n_slots exceeds the model's experts).
+uint64_t sim_budget_for_slots(const SimModel& m, int64_t n_slots);
+
 // Ferry's offload engine (or, when every expert fits, its resident path).
 SimResult simulate_ferry(const SimModel& m, const SimRates& r, const SimOptions& o);
 

@@ -72,9 +72,9 @@ LlamaPlacement llamacpp_best_ncmoe(const SimModel& m, const SimRates& r, uint64_
 }
 
 LlamaPlacement llamacpp_fit(const SimModel& m, const SimRates& r, uint64_t free_bytes,
-                            bool ctx_set_by_user) {
+                            bool ctx_set_by_user, int64_t n_ctx) {
   LlamaPlacement p;
-  p.n_ctx = m.placement.n_ctx;
+  p.n_ctx = n_ctx > 0 ? n_ctx : m.placement.n_ctx;
   const auto L = static_cast<size_t>(m.n_layer);
   const int64_t target = static_cast<int64_t>(free_bytes) - static_cast<int64_t>(r.fit_margin_bytes);
   std::vector<double> all_gpu(L, 0.0), all_cpu(L, 1.0);
@@ -133,7 +133,8 @@ SimResult simulate_llamacpp(const SimModel& m, const SimRates& r, const LlamaPla
   double gpu_share = 0;
   for (double f : p.cpu_fraction) gpu_share += 1.0 - f;
   s.experts_on_gpu_fraction = gpu_share / double(m.n_layer);
-  if (!p.fits) return s;
+  // A placement that does not fit the memory estimate is still timed: a user who ran it (a
+  // published -ncmoe figure) had the memory, and the time does not depend on it.
   // Decode: per layer the GPU's dense and expert work (graph nodes), then the host's experts
   // behind a graph split; one synchronisation for the logits. Attention reads the KV of the
   // positions so far (the prompt, then half the decoded tokens on average).

@@ -36,8 +36,9 @@ uint64_t llamacpp_device_bytes(const SimModel& m, const std::vector<double>& cpu
 // free_bytes: the card's free memory; the target is free − the fit margin.
 LlamaPlacement llamacpp_ncmoe(const SimModel& m, const SimRates& r, int32_t n_cpu_moe,
                               uint64_t free_bytes);
+// n_ctx: the context fit starts from (0: the model's placement's).
 LlamaPlacement llamacpp_fit(const SimModel& m, const SimRates& r, uint64_t free_bytes,
-                            bool ctx_set_by_user);
+                            bool ctx_set_by_user, int64_t n_ctx = 0);
 // The smallest N whose placement fits (more host layers only cost time).
 LlamaPlacement llamacpp_best_ncmoe(const SimModel& m, const SimRates& r, uint64_t free_bytes);
 

@@ -7,7 +7,11 @@ namespace ferry {
 
 std::string sim_result_text(const SimResult& s) {
   std::string t;
-  if (!s.fits) return fmt::format("{}: does not fit ({})\n", s.strategy, s.note);
+  if (!s.fits) {
+    t += fmt::format("{}: does not fit ({})\n", s.strategy, s.note);
+    if (s.tg_tps <= 0) return t;
+    t += fmt::format("{}: timed anyway, as if the memory were there:\n", s.strategy);
+  }
   const auto pct = [](double a, double b) { return b > 0 ? 100.0 * a / b : 0.0; };
   t += fmt::format("{}: estimated pp {:.1f} tok/s, tg {:.1f} tok/s{}{}\n", s.strategy, s.pp_tps,
                    s.tg_tps, s.note.empty() ? "" : "; ", s.note);

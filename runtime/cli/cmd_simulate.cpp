@@ -28,7 +28,8 @@ int run_simulate(int argc, char** argv) {
   PlanArgs a;
   std::string routing = "locality", vram, cold = "auto", evict = "lrfu", trace, strategies = "all";
   int64_t n_decode = 64, n_prompt = 512;
-  int32_t prefetch = 0;
+  int32_t prefetch = 0, ncmoe = -1;
+  int64_t slots = 0, fit_ctx = -1;
   uint64_t seed = 1;
   bool no_admit = false;
   add_plan_args(app, a, true);
@@ -43,6 +44,11 @@ int run_simulate(int argc, char** argv) {
   app.add_option("--prefetch", prefetch, "predictor depth (prev + freq predictions; 0 = none)")
       ->capture_default_str();
   app.add_flag("--no-admit", no_admit, "do not copy decode misses computed on the CPU into slots behind");
+  app.add_option("--slots", slots, "Ferry's budget: the smallest holding N expert slots (instead of --vram)");
+  app.add_option("--ncmoe", ncmoe, "llama.cpp: this -ncmoe N instead of the best N that fits");
+  app.add_option("--fit-ctx", fit_ctx,
+                 "llama.cpp fit: the context it starts from, not set by the user (0: the model's "
+                 "trained context, llama.cpp's default; default: -c, as set by the user)");
   app.add_option("--trace", trace, "write a Perfetto trace of Ferry's run in virtual time");
   app.add_option("--strategy", strategies, "all | ferry | llamacpp (fit and best -ncmoe)")->capture_default_str();
   std::vector<std::string> args = normalize_plan_args(argc, argv);
@@ -76,7 +82,10 @@ int run_simulate(int argc, char** argv) {
   for (size_t i = 0; i < hosts.size(); ++i) {
     const SimRates r = sim_rates(gpu, hosts[i], params);
     const uint64_t card = static_cast<uint64_t>(gpu.number("vram_bytes"));
-    o.budget_bytes = !vram.empty() ? parse_size(vram) : card > r.fit_margin_bytes ? card - r.fit_margin_bytes : 0;
+    o.budget_bytes = slots > 0       ? sim_budget_for_slots(m.sim, slots)
+                     : !vram.empty() ? parse_size(vram)
+                     : card > r.fit_margin_bytes ? card - r.fit_margin_bytes
+                                                 : 0;
     if (i > 0) o.trace_path.clear();  // the trace is the first host's run
     const std::string steps = o.routing.mode == SimRoutingMode::trace
                                   ? std::string("the trace's steps")
@@ -96,15 +105,13 @@ int run_simulate(int argc, char** argv) {
       }
     }
     if (strategies != "ferry") {
-      const bool user_ctx = a.ctx > 0;
-      std::fputs(sim_result_text(simulate_llamacpp(m.sim, r, llamacpp_fit(m.sim, r, card, user_ctx), o,
-                                                   "llamacpp_fit"))
-                     .c_str(),
-                 stdout);
-      std::fputs(sim_result_text(simulate_llamacpp(m.sim, r, llamacpp_best_ncmoe(m.sim, r, card), o,
-                                                   "llamacpp_ncmoe"))
-                     .c_str(),
-                 stdout);
+      const bool user_ctx = fit_ctx < 0;
+      const int64_t start_ctx = fit_ctx < 0 ? 0 : fit_ctx == 0 ? m.n_ctx_train : fit_ctx;
+      const LlamaPlacement fit = llamacpp_fit(m.sim, r, card, user_ctx, start_ctx);
+      const LlamaPlacement nc =
+          ncmoe >= 0 ? llamacpp_ncmoe(m.sim, r, ncmoe, card) : llamacpp_best_ncmoe(m.sim, r, card);
+      std::fputs(sim_result_text(simulate_llamacpp(m.sim, r, fit, o, "llamacpp_fit")).c_str(), stdout);
+      std::fputs(sim_result_text(simulate_llamacpp(m.sim, r, nc, o, "llamacpp_ncmoe")).c_str(), stdout);
     }
   }
   return 0;
