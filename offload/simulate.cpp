@@ -25,6 +25,14 @@ constexpr int32_t kTrackHost = Tracer::kTrackBase, kTrackGpu = Tracer::kTrackBas
 // the routing's three device-to-host copies (OffloadExecutor::host_routing), and for CPU experts
 // the rows' upload and their scatter (DeviceStep::run). Each costs a launch on the host.
 constexpr double kRoutingCopies = 3, kCpuRowOps = 2;
+// Kernels of one MoE step on the GPU: gate/up with SwiGLU, down, the weighted sum
+// (kernels/cuda/moe.cu: moe_gate_up_swiglu, moe_down_slots, moe_sum); the rest of a layer's
+// launches are its dense part's. The lm head: its norm and its matmul.
+constexpr double kMoeKernels = 3, kHeadKernels = 2;
+// Host calls of one expert's copy into a slot or a staging slot: a wait on the compute stream's
+// event, the gate, up and down copies, an event record (Residency::fill_slot, ::stage, and the
+// prefetcher's or fill_now's record).
+constexpr double kFillOps = 5;
 
 int64_t ns(double us) { return static_cast<int64_t>(std::llround(us * 1e3)); }
 
@@ -124,9 +132,11 @@ class Run {
     if (tracer_->enabled() && t1 > t0) tracer_->complete(name, cat, ns(t0), ns(t1 - t0), args, track);
   }
 
-  // Work on the compute stream queued at the host's now; an idle gap before it goes to `cause`.
-  void gpu(double us, WaitCause cause, const char* name, int32_t layer, double not_before = 0) {
-    const double start = std::max({gpu_free_, now(), not_before});
+  // Work on the compute stream, enqueued at `enqueue_at` (default: the host's now) and not started
+  // before `not_before`; an idle gap before it goes to `cause`.
+  void gpu(double us, WaitCause cause, const char* name, int32_t layer, double not_before = 0,
+           double enqueue_at = -1) {
+    const double start = std::max({gpu_free_, enqueue_at < 0 ? now() : enqueue_at, not_before});
     if (start > gpu_free_ && gpu_free_ > 0 && decoding_)
       tok_.gpu_wait_us[static_cast<size_t>(cause)] += start - gpu_free_;
     gpu_free_ = start + us;
@@ -143,6 +153,7 @@ class Run {
 
   void book_prefetch(int32_t slot, int32_t layer, Stream& s) {
     const uint64_t bytes = plan_.in.layer_expert_bytes[static_cast<size_t>(layer)];
+    launches(kFillOps);
     const double end = link_copy(bytes, layer, "prefetch");
     if (decoding_) decode_prefetch_bytes_ += bytes;
     slot_ready_[static_cast<size_t>(slot)] = end;
@@ -165,14 +176,19 @@ class Run {
     ids_.resize(static_cast<size_t>(n * m_.top_k));
     for (int32_t l = 0; l < m_.n_layer; ++l) {
       const SimLayer& L = m_.layers[static_cast<size_t>(l)];
+      // The host launches the layer's kernels one by one; the GPU starts on the first as soon as
+      // it is launched, and no kernel takes less than the shortest one measured.
+      const double t0 = now();
       launches(r_.launches_per_layer);
-      const double dense = gpu_us(r_, L.dense, n) + attention_us(L, n);
+      layer_enqueue_ = t0 + r_.launch_us;
+      const double dense = std::max(gpu_us(r_, L.dense, n) + attention_us(L, n),
+                                    (r_.launches_per_layer - kMoeKernels) * r_.kernel_floor_us);
       if (decoding_) tok_.gpu_dense_us += dense;
-      gpu(dense, WaitCause::sync, "dense", l);
+      gpu(dense, WaitCause::sync, "dense", l, 0, layer_enqueue_);
       for (int64_t t = 0; t < n; ++t) router_.next(l, ids_.data() + t * m_.top_k);
       moe_step(l, n);
     }
-    const double head = gpu_us(r_, m_.head, n);
+    const double head = std::max(gpu_us(r_, m_.head, n), kHeadKernels * r_.kernel_floor_us);
     if (decoding_) tok_.gpu_dense_us += head;
     gpu(head, WaitCause::sync, "lm head", -1);
     now() = std::max(now(), gpu_free_) + r_.sync_us;  // the logits to the host
@@ -213,8 +229,9 @@ class Run {
           ++res_.hits;
           if (decoding_) ++res_.decode_hits, ++res_.decode_uses;
         }
+      us = std::max(us, kMoeKernels * r_.kernel_floor_us);
       if (decoding_) tok_.gpu_expert_us += us;
-      gpu(us, WaitCause::sync, "experts", layer);
+      gpu(us, WaitCause::sync, "experts", layer, 0, layer_enqueue_);
       return;
     }
     // Host-routed: the step's x, ids and weights are copied to the host (three enqueued copies,
@@ -254,6 +271,7 @@ class Run {
         streams_ready = std::max(streams_ready, x.ready_us);
       }
     }
+    gpu_work = std::max(gpu_work, kMoeKernels * r_.kernel_floor_us);
     if (decoding_) tok_.gpu_expert_us += gpu_work;
     gpu(gpu_work, WaitCause::sync, "experts", layer, streams_ready);
     if (any_cpu) {
@@ -296,6 +314,7 @@ class Run {
       case Decision::stream:
         ++res_.streamed;
         count_demand(bytes);
+        launches(kFillOps);
         r.ready_us = link_copy(bytes, layer, "stream");
         return r;
       case Decision::wait: {
@@ -315,6 +334,7 @@ class Run {
         if ((slot = cache_->insert(layer, expert, tick_)) >= 0) {
           prefetcher_->note_evict(slot);
           cache_->pin(slot);
+          launches(kFillOps);
           const double t0 = now();
           now() = link_copy(bytes, layer, "copy now");  // the host waits for it
           if (decoding_) tok_.gpu_wait_us[static_cast<size_t>(WaitCause::copy)] += now() - t0;
@@ -381,6 +401,7 @@ class Run {
   std::vector<int32_t> ids_;        // (n_tokens, top_k) the step's routing at one layer
   std::vector<int64_t> step_sizes_;
   double gpu_free_ = 0, link_free_ = 0;
+  double layer_enqueue_ = 0;  // when the current layer's first kernel reached the GPU
   uint64_t tick_ = 0;
   int64_t pos_ = 0;  // tokens in the context
   int64_t prefill_tokens_ = 0;

@@ -91,6 +91,7 @@ SimRates sim_rates(const HardwareProfile& gpu, const HardwareProfile& host,
   // As rates_from_profile (cost_model.cpp): a copy costs about two launches of latency.
   r.copy_latency_us = 2.0 * r.launch_us;
   r.launches_per_layer = p.number("launches_per_layer");
+  r.kernel_floor_us = p.number("kernel_floor_us");
   const HardwareFigure& dram = host.figure("dram_bandwidth_gbps");
   const double stream =
       dram.label == "measured" ? dram.value : dram.value * p.number("dram_stream_fraction_of_spec");

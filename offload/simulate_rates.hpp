@@ -29,6 +29,7 @@ struct SimRates {
   double launch_us = 0;    // one kernel launch (host side)
   double sync_us = 0;      // launch + synchronize round trip (a host-routed MoE step's routing)
   double launches_per_layer = 0;
+  double kernel_floor_us = 0;  // the shortest a kernel takes on the GPU (Ferry's eager launches)
   double cpu_gbps = 0;        // Ferry's CPU experts, all threads
   double llama_cpu_gbps = 0;  // llama.cpp's CPU experts, all threads
   double prefill_gflops = 0;  // GPU prefill, FLOP/s / 1e9 (Ferry's kernels)
