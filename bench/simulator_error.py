@@ -109,10 +109,10 @@ def main():
         print(f"| {name} | {ref} | {sim:.1f} | {err(sim, ref)} | `{c3060} --strategy llamacpp --ncmoe 99 -p 512 -n 64` |")
         errors.append((name, abs(sim - ref) / ref))
     for routing in ("locality", f"locality:{trained['qwen35moe']}"):
-        cmd = f"{c3060} --strategy ferry --slots 124 --cold cpu -p 0 -n 64 --routing {routing}"
-        f = blocks(run(cmd), "ferry")[0]
+        cmd = f"{c3060} --strategy llamacpp --ncmoe 99 --llamacpp-cache 124 -p 0 -n 64 --routing {routing}"
+        f = blocks(run(cmd), "llamacpp_ncmoe")[0]
         label = "locality" if routing == "locality" else "trained-model statistics"
-        print(f"| 3060 124-slot VRAM expert cache (fork) tg, as Ferry's engine with 124 slots and CPU misses, {label} | 51.3 | {f['tg']:.1f} | {err(f['tg'], 51.3)} | `{cmd}` |")
+        print(f"| 3060 -ncmoe 99 + a 124-slot VRAM expert cache (a fork) tg, {label} | 51.3 | {f['tg']:.1f} | {err(f['tg'], 51.3)} | `{cmd}` |")
         errors.append((f"3060 124-slot cache tg ({label})", abs(f["tg"] - 51.3) / 51.3))
     c5070 = f"simulate {M35} --gpu rtx5070ti-16g -ctk q4_0 -ctv q4_0 --fit-ctx 0 --strategy llamacpp"
     b = blocks(run(f"{c5070} -p 2048 -n 64"), "llamacpp_fit")

@@ -27,6 +27,10 @@ struct LlamaPlacement {
   uint64_t device_bytes = 0;         // device memory it uses
   bool fits = false;
   int32_t n_cpu_moe = -1;            // -ncmoe N (-1: fit)
+  // A VRAM cache of this many whole experts in front of the host-resident ones (llama.cpp forks
+  // that add one; 0: llama.cpp as it is): an expert found there runs on the GPU, a miss on the
+  // CPU and is copied in behind (LRU, the engine's ExpertCache), its copy off the critical path.
+  int32_t cache_slots = 0;
   std::string note;
 };
 

@@ -30,6 +30,7 @@ int run_simulate(int argc, char** argv) {
   int64_t n_decode = 64, n_prompt = 512;
   int32_t prefetch = 0, ncmoe = -1;
   int64_t slots = 0, fit_ctx = -1;
+  int32_t llama_cache = 0;
   uint64_t seed = 1;
   bool no_admit = false;
   add_plan_args(app, a, true);
@@ -49,6 +50,9 @@ int run_simulate(int argc, char** argv) {
   app.add_option("--fit-ctx", fit_ctx,
                  "llama.cpp fit: the context it starts from, not set by the user (0: the model's "
                  "trained context, llama.cpp's default; default: -c, as set by the user)");
+  app.add_option("--llamacpp-cache", llama_cache,
+                 "llama.cpp with a VRAM cache of N whole experts in front of its host-resident ones "
+                 "(as forks add; LRU, misses on the CPU)");
   app.add_option("--trace", trace, "write a Perfetto trace of Ferry's run in virtual time");
   app.add_option("--strategy", strategies, "all | ferry | llamacpp (fit and best -ncmoe)")->capture_default_str();
   std::vector<std::string> args = normalize_plan_args(argc, argv);
@@ -108,8 +112,9 @@ int run_simulate(int argc, char** argv) {
       const bool user_ctx = fit_ctx < 0;
       const int64_t start_ctx = fit_ctx < 0 ? 0 : fit_ctx == 0 ? m.n_ctx_train : fit_ctx;
       const LlamaPlacement fit = llamacpp_fit(m.sim, r, card, user_ctx, start_ctx);
-      const LlamaPlacement nc =
+      LlamaPlacement nc =
           ncmoe >= 0 ? llamacpp_ncmoe(m.sim, r, ncmoe, card) : llamacpp_best_ncmoe(m.sim, r, card);
+      nc.cache_slots = llama_cache;
       std::fputs(sim_result_text(simulate_llamacpp(m.sim, r, fit, o, "llamacpp_fit")).c_str(), stdout);
       std::fputs(sim_result_text(simulate_llamacpp(m.sim, r, nc, o, "llamacpp_ncmoe")).c_str(), stdout);
     }
