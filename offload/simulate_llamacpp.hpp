@@ -1,8 +1,8 @@
 #pragma once
 // llama.cpp's strategies for a MoE model on one GPU, simulated in the same model as Ferry's
 // engine (simulate.hpp, docs/simulator.md) so the two can be compared on cards we do not have.
-// Placement facts (llama.cpp's common/arg.cpp and common/fit.cpp, read for this; the code here is
-// Ferry's own):
+// Placement facts (read in llama.cpp's source: its --n-cpu-moe option and llama_params_fit; the
+// code here is Ferry's own):
 //   -ncmoe N (--n-cpu-moe): the expert tensors (ffn_{gate,up,down}_exps) of layers 0..N-1 stay in
 //     host memory; everything else goes to the GPU.
 //   fit (the default, -fit on, target -fitt 1024 MiB free): when the model does not fit, first the
