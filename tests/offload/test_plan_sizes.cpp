@@ -111,6 +111,14 @@ TEST_F(PlanSizes, KvBytesEqualTheSessionsCache) {
       for (const auto& t : f.tensors()) w += t.n_bytes;
       EXPECT_EQ(j["model"]["weights_bytes"].get<uint64_t>(), w);
     }
+    // -np: the sequences share the context's KV cache; each keeps its own recurrent state.
+    const auto one = plan_json(fmt::format("-m {} -c 256", path));
+    const auto two = plan_json(fmt::format("-m {} -c 256 -np 2", path));
+    EXPECT_EQ(two["context"]["kv_bytes"], one["context"]["kv_bytes"]);
+    EXPECT_EQ(two["context"]["state_bytes"].get<uint64_t>(), 2 * one["context"]["state_bytes"].get<uint64_t>());
+    if (arch == synth::Arch::qwen35moe) {
+      EXPECT_GT(one["context"]["state_bytes"].get<uint64_t>(), 0u);
+    }
   }
 }
 
