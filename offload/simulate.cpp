@@ -178,9 +178,9 @@ class Run {
       const SimLayer& L = m_.layers[static_cast<size_t>(l)];
       // The host launches the layer's kernels one by one; the GPU starts on the first as soon as
       // it is launched, and no kernel takes less than the shortest one measured.
-      const double t0 = now();
+      const double layer_t0 = now();
       launches(r_.launches_per_layer);
-      layer_enqueue_ = t0 + r_.launch_us;
+      layer_enqueue_ = layer_t0 + r_.launch_us;
       const double dense = std::max(gpu_us(r_, L.dense, n) + attention_us(L, n),
                                     (r_.launches_per_layer - kMoeKernels) * r_.kernel_floor_us);
       if (decoding_) tok_.gpu_dense_us += dense;

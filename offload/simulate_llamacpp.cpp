@@ -170,10 +170,8 @@ SimResult simulate_llamacpp(const SimModel& m, const SimRates& r, const LlamaPla
   for (const SimLayer& L : m.layers) attn_layers += L.attention ? 1 : 0;
   const double kv_layer = attn_layers ? double(m.kv_bytes_per_position) / attn_layers : 0.0;
   const double h = cache_hit_rate(m, p, o);
-  if (p.cache_slots > 0) {
-    s.decode_hits = static_cast<uint64_t>(h * 1e6), s.decode_uses = 1000000;
+  if (p.cache_slots > 0)
     s.note += fmt::format(", a VRAM cache of {} experts (hit rate {:.1f}%)", p.cache_slots, 100 * h);
-  }
   SimTokenTime t;
   for (int32_t l = 0; l < m.n_layer; ++l) {
     const SimLayer& L = m.layers[static_cast<size_t>(l)];
