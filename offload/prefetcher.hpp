@@ -60,6 +60,7 @@ class Prefetcher {
   // The run's counters sink (runtime/moe/stats.hpp), where every prefetch figure is counted; until
   // set, a sink of the prefetcher's own.
   void set_counters(StatsCounters* c) { counters_ = c ? c : own_counters_.get(); }
+  const StatsCounters& counters() const { return *counters_; }
 
  private:
   struct Slot {

@@ -82,6 +82,18 @@ class File {
  public:
   // mmap the file read-only and parse header, metadata and tensor table.
   static File open(const std::string& path);
+  // A file described without its data: the metadata and tensor table a writer given these
+  // declarations would produce (ne[0] fastest, offsets aligned in declaration order), nothing
+  // mapped. For planning (`ferry plan` without a file): every size and accessor is the real
+  // file's, but base() is null and data()/prefault()/release() must not be used.
+  // ErrorKind::format for a shape or type a reader would reject, naming `label` and the tensor.
+  struct TensorDecl {
+    std::string name;
+    GgmlType type = GgmlType::F32;
+    std::vector<uint64_t> ne;  // 1..4 dims
+  };
+  static File describe(std::string label, std::vector<std::pair<std::string, Value>> metadata,
+                       const std::vector<TensorDecl>& tensors, uint32_t alignment = 32);
   File(File&&) noexcept;
   File& operator=(File&&) noexcept;
   ~File();

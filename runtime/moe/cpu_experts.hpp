@@ -66,9 +66,5 @@ void compute_pairs(const ExpertShape& s, const ExpertPtrs& w, const float* x, in
 void compute_decode(const ExpertShape& s, const float* x, std::span<const ExpertPtrs> w,
                     std::span<const uint8_t> compute, float* y);
 
-// out[t] = Σ_s y[t][s] · weights[t][s] over the step's tokens (weighted_sum of group.hpp).
-inline void weighted_sum(const MoeStep& req, const float* y) {
-  weighted_sum(req.n_tokens, req.top_k, req.n_embd, y, req.expert_weights, req.out);
-}
 
 }  // namespace ferry

@@ -131,7 +131,6 @@ class RoutingExecutor final : public MoeExecutor {
   void drain() override { inner_->drain(); }
   // The executor behind reports the routing it computed (the override's).
   void set_observers(const ObserverSet* o) override { inner_->set_observers(o); }
-  MoeExecutor& inner() { return *inner_; }
 
  private:
   void choose(const MoeStep& req);

@@ -123,6 +123,7 @@ RoutingTrace read_routing_trace(const std::string& path) {
       fail(ErrorKind::format, "routing trace {}: record at byte {} ({} tokens) runs past the end", path, off,
            n_tokens);
     const uint8_t* p = bytes.data() + off + 8;
+    t.records.emplace_back(layer, static_cast<int32_t>(n_tokens));
     auto& ids = t.ids[static_cast<size_t>(layer)];
     auto& ws = t.weights[static_cast<size_t>(layer)];
     const size_t base = ids.size();

@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace ferry {
@@ -52,6 +53,9 @@ struct RoutingTrace {
   RoutingTraceHeader header;
   std::vector<std::vector<int32_t>> ids;      // [layer] (n_tokens_l * top_k)
   std::vector<std::vector<float>> weights;    // [layer] (n_tokens_l * top_k)
+  // The records in file order: (layer, n_tokens) of each MoE step as the run called them, so a
+  // replay can repeat the run's steps (prefill batches, then one-token decode steps).
+  std::vector<std::pair<int32_t, int32_t>> records;
   int64_t tokens(int32_t layer) const {
     return header.top_k > 0 ? static_cast<int64_t>(ids[static_cast<size_t>(layer)].size()) / header.top_k : 0;
   }

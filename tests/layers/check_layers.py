@@ -9,7 +9,7 @@ Floors, lowest first; a file may include its own floor and any floor below it, n
   4 offload           (the offload engine alone)
   5 runtime/model
   6 runtime/engine
-  7 runtime/synth, runtime/cli, runtime/server
+  7 runtime/synth, runtime/plan, runtime/cli, runtime/server
 Folders on one floor do not include each other (runtime/cli may use runtime/synth: the top floor
 holds the programs' pieces). Above the floors: runtime/model includes nothing of offload/, and
 runtime/engine only offload/offload.hpp (the factory; ALLOWED_FROM). Prints every upward include as FILE:LINE and exits 1 when any exists.
@@ -31,7 +31,7 @@ FLOORS = {
     "offload": 4,
     "runtime/model": 5,
     "runtime/engine": 6,
-    "runtime/synth": 7, "runtime/cli": 7, "runtime/server": 7,
+    "runtime/synth": 7, "runtime/plan": 7, "runtime/cli": 7, "runtime/server": 7,
 }
 TOP_SHARED = 7  # folders of this floor may include each other
 # Above the floors: the model sees the MoE layer only (never where an expert lives), and the engine

@@ -1,0 +1,224 @@
+#include "offload/simulate_llamacpp.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "offload/simulate_routing.hpp"
+#include "runtime/core/error.hpp"
+
+namespace ferry {
+namespace {
+
+double weights_us(const SimRates& r, const std::vector<TypedBytes>& w, double scale = 1.0) {
+  double us = 0;
+  for (const TypedBytes& t : w) us += r.kernel_us(t.type, t.bytes, /*llama=*/true) * scale;
+  return us;
+}
+
+double elements(const std::vector<TypedBytes>& w) {
+  double n = 0;
+  for (const TypedBytes& t : w) n += static_cast<double>(t.elements);
+  return n;
+}
+
+std::vector<TypedBytes> expert_weights(const ExpertShape& s) {
+  const auto el = static_cast<uint64_t>(s.n_embd) * static_cast<uint64_t>(s.n_ff);
+  return {{s.gate_type, s.gate_bytes(), el}, {s.up_type, s.up_bytes(), el},
+          {s.down_type, s.down_bytes(), el}};
+}
+
+uint64_t layer_experts_bytes(const SimModel& m, int32_t l) {
+  return m.layers[static_cast<size_t>(l)].expert.expert_bytes() * static_cast<uint64_t>(m.n_expert);
+}
+
+// The share of host-resident expert uses a VRAM cache of p.cache_slots whole experts serves, over
+// o.n_decode tokens of o.routing (every layer's routing drawn, as the model routes every layer).
+double cache_hit_rate(const SimModel& m, const LlamaPlacement& p, const SimOptions& o) {
+  if (p.cache_slots <= 0) return 0.0;
+  SimRouter router(o.routing, m.n_layer, m.n_expert, m.top_k);
+  ExpertCache cache(p.cache_slots, m.n_layer, m.n_expert, EvictionPolicy::lru);
+  std::vector<int32_t> ids(static_cast<size_t>(m.top_k));
+  uint64_t uses = 0, hits = 0;
+  for (int64_t t = 1; t <= std::max<int64_t>(o.n_decode, 1); ++t)
+    for (int32_t l = 0; l < m.n_layer; ++l) {
+      router.next(l, ids.data());
+      if (p.cpu_fraction[static_cast<size_t>(l)] <= 0) continue;
+      for (int32_t e : ids) {
+        ++uses;
+        if (cache.access(l, e, static_cast<uint64_t>(t)) >= 0) {
+          ++hits;
+          continue;
+        }
+        const int32_t slot = cache.insert(l, e, static_cast<uint64_t>(t));
+        if (slot >= 0) cache.mark_ready(slot);
+      }
+    }
+  return uses ? double(hits) / double(uses) : 0.0;
+}
+
+uint64_t kv_at(const SimModel& m, int64_t n_ctx) {
+  return m.kv_bytes_per_position * static_cast<uint64_t>(n_ctx);
+}
+
+}  // namespace
+
+uint64_t llamacpp_device_bytes(const SimModel& m, const std::vector<double>& cpu_fraction,
+                               int64_t n_ctx) {
+  const PlacementInput& in = m.placement;
+  double experts = 0;
+  for (int32_t l = 0; l < m.n_layer; ++l)
+    experts += double(layer_experts_bytes(m, l)) * (1.0 - cpu_fraction[static_cast<size_t>(l)]);
+  return in.dense_bytes + kv_at(m, n_ctx) + in.state_bytes + in.workspace_bytes +
+         static_cast<uint64_t>(experts);
+}
+
+LlamaPlacement llamacpp_ncmoe(const SimModel& m, const SimRates& r, int32_t n_cpu_moe,
+                              uint64_t free_bytes) {
+  LlamaPlacement p;
+  p.n_ctx = m.placement.n_ctx;
+  p.n_cpu_moe = std::clamp(n_cpu_moe, 0, m.n_layer);
+  p.cpu_fraction.assign(static_cast<size_t>(m.n_layer), 0.0);
+  for (int32_t l = 0; l < p.n_cpu_moe; ++l) p.cpu_fraction[static_cast<size_t>(l)] = 1.0;
+  p.device_bytes = llamacpp_device_bytes(m, p.cpu_fraction, p.n_ctx);
+  p.fits = p.device_bytes + r.fit_margin_bytes <= free_bytes;
+  p.note = fmt::format("-ncmoe {}", p.n_cpu_moe);
+  return p;
+}
+
+LlamaPlacement llamacpp_best_ncmoe(const SimModel& m, const SimRates& r, uint64_t free_bytes) {
+  for (int32_t n = 0; n <= m.n_layer; ++n) {
+    LlamaPlacement p = llamacpp_ncmoe(m, r, n, free_bytes);
+    if (p.fits) return p;
+  }
+  LlamaPlacement p = llamacpp_ncmoe(m, r, m.n_layer, free_bytes);
+  p.note = fmt::format("does not fit with every expert in host memory (-ncmoe {})", m.n_layer);
+  return p;
+}
+
+LlamaPlacement llamacpp_fit(const SimModel& m, const SimRates& r, uint64_t free_bytes,
+                            bool ctx_set_by_user, int64_t n_ctx) {
+  LlamaPlacement p;
+  p.n_ctx = n_ctx > 0 ? n_ctx : m.placement.n_ctx;
+  const auto L = static_cast<size_t>(m.n_layer);
+  const int64_t target = static_cast<int64_t>(free_bytes) - static_cast<int64_t>(r.fit_margin_bytes);
+  std::vector<double> all_gpu(L, 0.0), all_cpu(L, 1.0);
+  const auto used = [&](const std::vector<double>& f, int64_t ctx) {
+    return static_cast<int64_t>(llamacpp_device_bytes(m, f, ctx));
+  };
+  if (used(all_gpu, p.n_ctx) <= target) {
+    p.cpu_fraction = all_gpu;
+  } else {
+    // Step 2: a context the user did not set shrinks (linearly in its KV bytes) to what fits,
+    // not below the minimum.
+    if (!ctx_set_by_user && p.n_ctx > r.fit_min_ctx && m.kv_bytes_per_position > 0) {
+      const int64_t over = used(all_gpu, p.n_ctx) - target;
+      const int64_t shrink = (over + int64_t(m.kv_bytes_per_position) - 1) / int64_t(m.kv_bytes_per_position);
+      p.n_ctx = std::max(r.fit_min_ctx, (p.n_ctx - shrink) / 256 * 256);
+    }
+    // Steps 3-4: full layers front to back while they fit; the next one split by tensor (up,
+    // then up + gate on the GPU); the rest keep their experts in host memory.
+    p.cpu_fraction = all_cpu;
+    for (size_t l = 0; l < L; ++l) {
+      std::vector<double> t = p.cpu_fraction;
+      t[l] = 0.0;
+      if (used(t, p.n_ctx) <= target) {
+        p.cpu_fraction = t;
+        continue;
+      }
+      const ExpertShape& s = m.layers[l].expert;
+      const double b = double(s.expert_bytes());
+      for (double gpu_share : {double(s.up_bytes() + s.gate_bytes()) / b, double(s.up_bytes()) / b}) {
+        t[l] = 1.0 - gpu_share;
+        if (used(t, p.n_ctx) <= target) {
+          p.cpu_fraction = t;
+          break;
+        }
+      }
+      break;
+    }
+  }
+  p.device_bytes = used(p.cpu_fraction, p.n_ctx);
+  p.fits = static_cast<int64_t>(p.device_bytes) <= target;
+  int32_t host_layers = 0;
+  for (double f : p.cpu_fraction) host_layers += f > 0 ? 1 : 0;
+  p.note = p.fits ? fmt::format("fit: {} of {} layers with experts in host memory, context {}",
+                                host_layers, m.n_layer, p.n_ctx)
+                  : "fit: the dense part does not fit";
+  return p;
+}
+
+SimResult simulate_llamacpp(const SimModel& m, const SimRates& r, const LlamaPlacement& p,
+                            const SimOptions& o, SimStrategy strategy) {
+  SimResult s;
+  s.strategy = strategy;
+  s.fits = p.fits;
+  s.note = p.note;
+  s.n_cpu_moe = p.n_cpu_moe;
+  double gpu_share = 0;
+  for (double f : p.cpu_fraction) gpu_share += 1.0 - f;
+  s.experts_on_gpu_fraction = gpu_share / double(m.n_layer);
+  // A placement that does not fit the memory estimate is still timed: a user who ran it (a
+  // published -ncmoe figure) had the memory, and the time does not depend on it.
+  // Decode: per layer the GPU's dense and expert work (graph nodes), then the host's experts
+  // behind a graph split; one synchronisation for the logits. Attention reads the KV of the
+  // positions so far (the prompt, then half the decoded tokens on average).
+  const double k = double(m.top_k);
+  const double depth = double(o.n_prompt) + double(o.n_decode) / 2.0;
+  int32_t attn_layers = 0;
+  for (const SimLayer& L : m.layers) attn_layers += L.attention ? 1 : 0;
+  const double kv_layer = attn_layers ? double(m.kv_bytes_per_position) / attn_layers : 0.0;
+  const double h = cache_hit_rate(m, p, o);
+  if (p.cache_slots > 0)
+    s.note += fmt::format(", a VRAM cache of {} experts (hit rate {:.1f}%)", p.cache_slots, 100 * h);
+  SimTokenTime t;
+  for (int32_t l = 0; l < m.n_layer; ++l) {
+    const SimLayer& L = m.layers[static_cast<size_t>(l)];
+    // Host-resident experts the cache holds run on the GPU.
+    const double f = p.cpu_fraction[static_cast<size_t>(l)] * (1.0 - h);
+    t.gpu_dense_us += weights_us(r, L.dense) + (L.attention ? kv_layer * depth / (r.mem_gbps * 1e3) : 0);
+    t.gpu_expert_us += weights_us(r, expert_weights(L.expert), k * (1.0 - f));
+    t.launch_us += r.launches_per_layer * r.llama_graph_node_us;
+    if (f > 0) {
+      t.cpu_expert_us += k * f * double(L.expert.expert_bytes()) / (r.llama_cpu_gbps * 1e3);
+      t.gpu_wait_us[static_cast<size_t>(WaitCause::sync)] += r.llama_split_syncs * r.sync_us;
+    }
+  }
+  t.gpu_dense_us += weights_us(r, m.head);
+  t.gpu_wait_us[static_cast<size_t>(WaitCause::sync)] += r.sync_us;
+  t.gpu_wait_us[static_cast<size_t>(WaitCause::cpu_expert)] = t.cpu_expert_us;
+  t.total_us = t.gpu_dense_us + t.gpu_expert_us + t.launch_us + t.cpu_expert_us +
+               t.gpu_wait_us[static_cast<size_t>(WaitCause::sync)];
+  s.token = t;
+  s.tg_tps = 1e6 / t.total_us;
+  s.decode_tokens = static_cast<uint64_t>(o.n_decode);
+  // Prefill: micro-batches of up to `ubatch` tokens, computed on the GPU at the prefill FLOP rate
+  // after the host-resident expert tensors were copied over whole (batches of at least the
+  // offload minimum); smaller batches compute those experts on the CPU.
+  double active = elements(m.head);
+  for (const SimLayer& L : m.layers)
+    active += elements(L.dense) + k * elements(expert_weights(L.expert));
+  double prefill_us = 0;
+  for (int64_t done = 0; done < o.n_prompt; done += r.llama_ubatch) {
+    const int64_t u = std::min<int64_t>(r.llama_ubatch, o.n_prompt - done);
+    prefill_us += 2.0 * active * double(u) / (r.prefill_gflops * 1e3);
+    for (int32_t l = 0; l < m.n_layer; ++l) {
+      const double f = p.cpu_fraction[static_cast<size_t>(l)];
+      if (f <= 0) continue;
+      const double host_bytes = f * double(layer_experts_bytes(m, l));
+      if (u >= r.llama_offload_min_batch) {
+        s.h2d_demand_bytes += static_cast<uint64_t>(host_bytes);
+        prefill_us += r.copy_latency_us + host_bytes / (r.link_gbps * 1e3);
+      } else {
+        prefill_us += double(u) * k * f * double(m.layers[static_cast<size_t>(l)].expert.expert_bytes()) /
+                      (r.llama_cpu_gbps * 1e3);
+      }
+    }
+  }
+  s.prefill_us = prefill_us;
+  s.pp_tps = prefill_us > 0 ? double(o.n_prompt) / (prefill_us / 1e6) : 0.0;
+  return s;
+}
+
+}  // namespace ferry

@@ -1,0 +1,60 @@
+#pragma once
+// Durations for the offload simulator, derived from a GPU profile, a host profile and the
+// simulator's parameters (profiles/hardware/simulator.json); docs/simulator.md gives every
+// formula and where each parameter comes from. All rates in GB/s (1e9 bytes/s), times in µs.
+//
+//   memory (achievable)   = the card's spec bandwidth × (H200 copy / H200 spec)
+//   kernel rate of type T = min(memory, H200 kernel rate of T × (SMs × clock) / (H200 SMs × clock))
+//                           (Ferry's float kernels; llama.cpp's: the dp4a kernels, its MMVQ idea)
+//   link                  = PCIe spec (gen, lanes) × (H200 measured H2D / PCIe 5.0 x16 spec)
+//   host stream           = measured host bandwidth, or spec × stream fraction (assumed)
+//   CPU experts           = min(host stream × CPU kernel fraction, threads × per-thread rate)
+//   prefill compute       = H200 prefill FLOP rate × (SMs × clock) / (H200 SMs × clock)
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "offload/cost_model.hpp"
+#include "offload/hardware_profile.hpp"
+#include "runtime/core/types.hpp"
+
+namespace ferry {
+
+struct SimRates {
+  std::string gpu, host;  // profile ids
+  uint64_t vram_bytes = 0;
+  double mem_gbps = 0;     // achievable device memory bandwidth
+  double link_gbps = 0;    // host → device, pinned
+  double copy_latency_us = 0;
+  double launch_us = 0;    // one kernel launch (host side)
+  double sync_us = 0;      // launch + synchronize round trip (a host-routed MoE step's routing)
+  double launches_per_layer = 0;
+  double kernel_floor_us = 0;  // the shortest a kernel takes on the GPU (Ferry's eager launches)
+  double cpu_gbps = 0;        // Ferry's CPU experts, all threads
+  double llama_cpu_gbps = 0;  // llama.cpp's CPU experts, all threads
+  double prefill_gflops = 0;  // GPU prefill, FLOP/s / 1e9 (Ferry's kernels)
+  double llama_graph_node_us = 0;  // llama.cpp: per kernel inside its CUDA graph
+  double llama_split_syncs = 0;    // llama.cpp: synchronisations per GPU↔CPU graph split
+  int64_t llama_ubatch = 512;
+  int64_t llama_offload_min_batch = 32;
+  uint64_t fit_margin_bytes = 0;   // llama.cpp -fitt default (also Ferry's default margin)
+  int64_t fit_min_ctx = 4096;      // llama.cpp -fitc default
+  int32_t host_threads = 0;
+  std::map<GgmlType, double> ferry_kernel_gbps, llama_kernel_gbps;  // one-token matvec, by type
+
+  // One-token kernel time of `bytes` of type t (Ferry's kernels, or llama.cpp's).
+  double kernel_us(GgmlType t, uint64_t bytes, bool llama = false) const;
+  // The cost model's rates on this hardware for experts of this shape (the same fields a
+  // profiles/hardware file gives a real run through --hw-profile).
+  HardwareRates cost_rates(GgmlType gate, GgmlType up, GgmlType down) const;
+};
+
+// PCIe bandwidth per direction from the specification (GB/s): gen 3 0.985, 4 1.969, 5 3.938 per
+// lane (128b/130b encoding). ErrorKind::invalid_arg for another generation.
+double pcie_spec_gbps(int gen, int lanes);
+
+// ErrorKind::format naming the file and the parameter when one is missing.
+SimRates sim_rates(const HardwareProfile& gpu, const HardwareProfile& host,
+                   const HardwareProfile& params);
+
+}  // namespace ferry

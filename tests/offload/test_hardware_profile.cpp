@@ -1,0 +1,142 @@
+// profiles/hardware: every shipped profile loads, every figure is labelled spec or measured with a
+// source, a bad profile is an error naming the file and the field, and the simulator's derived
+// rates follow docs/simulator.md.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "offload/hardware_profile.hpp"
+#include "offload/simulate_rates.hpp"
+#include "runtime/core/error.hpp"
+
+namespace ferry {
+namespace {
+
+const std::string kDir = std::string(FERRY_SOURCE_DIR) + "/profiles/hardware";
+
+// The message of the Error a parse raises (empty: none).
+std::string parse_error(const std::string& text) {
+  try {
+    parse_hardware_profile(text, "bad.json");
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::format);
+    return e.what();
+  }
+  return "";
+}
+
+std::string gpu_json(const std::string& figures) {
+  return R"({"format": "ferry-hardware-profile", "version": 1, "kind": "gpu", "id": "x", "name": "X",
+             "figures": {)" + figures + "}}";
+}
+
+const char* kFullGpu =
+    R"("vram_bytes": {"value": 1, "label": "spec", "source": "s"},
+       "mem_bandwidth_gbps": {"value": 1, "label": "spec", "source": "s"},
+       "pcie_gen": {"value": 4, "label": "spec", "source": "s"},
+       "pcie_lanes": {"value": 16, "label": "spec", "source": "s"},
+       "sm_count": {"value": 1, "label": "spec", "source": "s"},
+       "boost_clock_mhz": {"value": 1, "label": "spec", "source": "s"})";
+
+TEST(HardwareProfile, ShippedProfilesLoadWithLabelledFigures) {
+  const auto gpus = list_hardware_profiles(kDir, ProfileKind::gpu);
+  const auto hosts = list_hardware_profiles(kDir, ProfileKind::host);
+  // The issue's cards (3060 … 5090, H100, H200) and desktop hosts.
+  EXPECT_GE(gpus.size(), 19u);
+  EXPECT_GE(hosts.size(), 5u);
+  for (const char* id : {"rtx3060-12g", "rtx3080-10g", "rtx3080-12g", "rtx4060ti-8g", "rtx4060ti-16g",
+                         "rtx4070-12g", "rtx4070s-12g", "rtx4070tis-16g", "rtx4080-16g",
+                         "rtx4080s-16g", "rtx5060ti-16g", "rtx5070-12g", "rtx5070ti-16g",
+                         "rtx5080-16g", "rtx3090-24g", "rtx4090-24g", "rtx5090-32g", "h100-sxm-80g",
+                         "h200"})
+    EXPECT_EQ(find_hardware_profile(kDir, ProfileKind::gpu, id).id, id);
+  for (const auto& set : {gpus, hosts})
+    for (const HardwareProfile& p : set)
+      for (const auto& [key, f] : p.figures) {
+        EXPECT_TRUE(f.label == FigureLabel::spec || f.label == FigureLabel::measured) << p.path << " " << key;
+        EXPECT_FALSE(f.source.empty()) << p.path << " " << key;
+      }
+  // A GPU's plausible hosts exist.
+  for (const HardwareProfile& g : gpus)
+    for (const std::string& h : g.hosts) EXPECT_NO_THROW(find_hardware_profile(kDir, ProfileKind::host, h)) << g.id;
+  // Only the H200's figures are measured today (issue 28).
+  for (const HardwareProfile& g : gpus)
+    for (const auto& [key, f] : g.figures) {
+      if (g.id != "h200") {
+        EXPECT_EQ(f.label, FigureLabel::spec) << g.id << " " << key;
+      }
+    }
+  const HardwareProfile sim = load_hardware_profile(kDir + "/simulator.json");
+  EXPECT_EQ(sim.kind, ProfileKind::simulator);
+}
+
+TEST(HardwareProfile, ErrorsNameTheFileAndTheField) {
+  EXPECT_EQ(parse_error(gpu_json(kFullGpu)), "");
+  EXPECT_NE(parse_error("{").find("bad.json: not JSON"), std::string::npos);
+  EXPECT_NE(parse_error(R"({"format": "x", "version": 1})").find("\"format\""), std::string::npos);
+  // A required figure missing.
+  std::string missing = kFullGpu;
+  missing = missing.substr(0, missing.find(",\n       \"boost_clock_mhz\""));
+  const std::string m = parse_error(gpu_json(missing));
+  EXPECT_NE(m.find("bad.json"), std::string::npos) << m;
+  EXPECT_NE(m.find("boost_clock_mhz"), std::string::npos) << m;
+  // A label other than spec/measured, an empty source, a negative value, a string where a number
+  // belongs: each names the figure.
+  for (const auto& [fig, what] : std::vector<std::pair<std::string, std::string>>{
+           {R"("extra": {"value": 1, "label": "guess", "source": "s"})", "label \"guess\""},
+           {R"("extra": {"value": 1, "label": "spec", "source": ""})", "has no \"source\""},
+           {R"("extra": {"value": -3, "label": "spec", "source": "s"})", "negative"},
+           {R"("extra": {"label": "spec", "source": "s"})", "has no \"value\""},
+           {R"("extra": 5)", "is not an object"}}) {
+    const std::string e = parse_error(gpu_json(std::string(kFullGpu) + ", " + fig));
+    EXPECT_NE(e.find("\"extra\""), std::string::npos) << e;
+    EXPECT_NE(e.find(what), std::string::npos) << e;
+  }
+  const std::string swapped = std::string(kFullGpu);
+  const std::string t = parse_error(gpu_json(
+      std::string(kFullGpu).replace(swapped.find("\"value\": 4"), 10, "\"value\": \"4\"")));
+  EXPECT_NE(t.find("pcie_gen"), std::string::npos) << t;
+  // "assumed" is for the simulator's parameters only.
+  EXPECT_NE(parse_error(gpu_json(std::string(kFullGpu) +
+                                 R"(, "x": {"value": 1, "label": "assumed", "source": "s"})"))
+                .find("label \"assumed\""),
+            std::string::npos);
+  // Unknown ids list the known ones.
+  try {
+    find_hardware_profile(kDir, ProfileKind::gpu, "rtx9999");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::invalid_arg);
+    EXPECT_NE(std::string(e.what()).find("rtx3060-12g"), std::string::npos) << e.what();
+  }
+}
+
+TEST(HardwareProfile, DerivedRates) {
+  EXPECT_NEAR(pcie_spec_gbps(4, 16), 31.5, 0.01);
+  EXPECT_NEAR(pcie_spec_gbps(5, 8), 31.5, 0.01);
+  EXPECT_THROW(pcie_spec_gbps(6, 16), Error);
+  const HardwareProfile params = load_hardware_profile(kDir + "/simulator.json");
+  const SimRates h200 = sim_rates(find_hardware_profile(kDir, ProfileKind::gpu, "h200"),
+                                  find_hardware_profile(kDir, ProfileKind::host, "h200-host-16c"), params);
+  // The reference card gets its own measured figures back.
+  EXPECT_DOUBLE_EQ(h200.link_gbps, 54.0);
+  EXPECT_DOUBLE_EQ(h200.mem_gbps, 4214.0);
+  EXPECT_DOUBLE_EQ(h200.ferry_kernel_gbps.at(GgmlType::Q4_K), 1333.0);
+  const SimRates r3060 = sim_rates(find_hardware_profile(kDir, ProfileKind::gpu, "rtx3060-12g"),
+                                   find_hardware_profile(kDir, ProfileKind::host, "ddr4-3200-2ch-6c"), params);
+  // PCIe 4.0 x16 at the H200's share of its own link spec; memory at the H200's copy share.
+  EXPECT_NEAR(r3060.link_gbps, 31.5 * 54.0 / 63.0, 0.05);
+  EXPECT_NEAR(r3060.mem_gbps, 360.0 * 4214.0 / 4800.0, 0.01);
+  // Q4_K is compute-bound there: the H200's rate scaled by SMs x clock, under the memory roof.
+  EXPECT_NEAR(r3060.ferry_kernel_gbps.at(GgmlType::Q4_K), 1333.0 * 28 * 1777 / (132.0 * 1980), 0.01);
+  EXPECT_LE(r3060.llama_kernel_gbps.at(GgmlType::Q8_0), r3060.mem_gbps);
+  // A spec host bandwidth is scaled to a stream, then to the CPU kernels' share.
+  EXPECT_NEAR(r3060.cpu_gbps, 51.2 * 0.80 * 0.73, 0.01);
+  EXPECT_THROW(sim_rates(find_hardware_profile(kDir, ProfileKind::host, "ddr4-3200-2ch-6c"),
+                         find_hardware_profile(kDir, ProfileKind::host, "ddr4-3200-2ch-6c"), params),
+               Error);
+}
+
+}  // namespace
+}  // namespace ferry

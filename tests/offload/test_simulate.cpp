@@ -1,0 +1,155 @@
+// The offload simulator: deterministic (same flags, same output and trace bytes); with --cold copy
+// and no prefetch — where no decision depends on time — its hits, misses and bytes copied equal
+// the sim device's on the same routing and budget; llama.cpp's placements follow the rules
+// offload/simulate_llamacpp.hpp states.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <regex>
+
+#include "offload/simulate_llamacpp.hpp"
+#include "offload_test_util.hpp"
+#include "runtime/plan/plan_model.hpp"
+#include "tests/offload/run_command.hpp"
+
+namespace ferry {
+namespace {
+
+const std::string kProfiles = std::string(FERRY_SOURCE_DIR) + "/profiles/hardware";
+std::string ferry_binary() { return std::string(FERRY_BINARY_DIR) + "/ferry"; }
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+std::string run_ok(const std::string& cmd) {
+  std::string out;
+  EXPECT_EQ(test::run_command(cmd, out), 0) << cmd << "\n" << out;
+  return out;
+}
+
+// The first number after `label` in `text` ("" when absent).
+std::string number_after(const std::string& text, const std::string& label) {
+  std::smatch m;
+  const std::regex re(label + "([0-9]+(\\.[0-9]+)?)");
+  return std::regex_search(text, m, re) ? m[1].str() : "";
+}
+
+class Simulate : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists(ferry_binary())) GTEST_SKIP() << ferry_binary() << " not built";
+    dir_ = test::scratch_dir();
+  }
+  static void TearDownTestSuite() { test::remove_scratch(); }
+  std::string dir_;
+};
+
+TEST_F(Simulate, SameInputsSameBytes) {
+  const std::string cmd = ferry_binary() +
+                          " simulate --arch qwen35moe --preset 35b-a3b --quant q4_k_m --gpu "
+                          "rtx4060ti-16g --host ddr5-6000-2ch-8c --prefetch 2 -p 128 -n 24 --trace ";
+  const std::string a = run_ok(cmd + dir_ + "/a.json");
+  const std::string b = run_ok(cmd + dir_ + "/b.json");
+  EXPECT_EQ(a, b);
+  const std::string ta = slurp(dir_ + "/a.json");
+  EXPECT_GT(ta.size(), 1000u);
+  EXPECT_EQ(ta, slurp(dir_ + "/b.json"));
+  const auto trace = nlohmann::json::parse(ta);
+  EXPECT_GT(trace["traceEvents"].size(), 100u);
+  // A different seed changes the routing, hence the output: the comparison can fail.
+  EXPECT_NE(run_ok(cmd + dir_ + "/c.json --routing-seed 7"), a);
+}
+
+// ferry run on the sim device and ferry simulate replaying that run's routing, half the experts
+// resident, --cold copy: every decision is the cache's and decide()'s, none the clock's.
+TEST_F(Simulate, ColdCopyCountsEqualTheSimDevice) {
+  synth::Options o;
+  o.quant = synth::QuantMix::q4_k_m;
+  o.n_expert = 32;
+  o.n_expert_used = 4;
+  o.seed = 4;
+  o.router_skew = 1.0f;
+  const std::string model = test::write_model(o, "sim-equal-q4km-32x4");
+  const std::string base = ferry_binary() + " run -m " + model + " -c 64 -t 2 --device sim -s 3 ";
+  run_ok(base + "-p 'a probe' -n 1 --plan-json " + dir_ + "/all.json");
+  const auto all = nlohmann::json::parse(slurp(dir_ + "/all.json"));
+  const uint64_t fixed = all["total_bytes"].get<uint64_t>() - all["slots_bytes"].get<uint64_t>();
+  const std::string vram = std::to_string(fixed + all["slots_bytes"].get<uint64_t>() / 2);
+  const std::string trace = dir_ + "/routing.frrt";
+  const std::string ran =
+      run_ok(base + "--vram " + vram + " --cold copy --offload-stats --record-routing " + trace +
+             " -p 'the quick brown fox jumps over the lazy dog again and again' -n 24");
+  const std::string sim = run_ok(ferry_binary() + " simulate -m " + model +
+                                 " -c 64 --gpu h200 --host h200-host-16c --strategy ferry --vram " +
+                                 vram + " --cold copy --routing trace:" + trace);
+  for (const char* label : {"hits ", "misses ", "cpu ", "copy-now ", "streamed ",
+                            "demand\\+stream ", "prefetch\\+admit "}) {
+    const std::string a = number_after(ran, label), b = number_after(sim, label);
+    EXPECT_FALSE(a.empty()) << label << "\n" << ran;
+    EXPECT_EQ(a, b) << label << "\nrun:\n" << ran << "\nsimulate:\n" << sim;
+  }
+  // Something was really missed and copied (the comparison is not of zeros).
+  EXPECT_NE(number_after(sim, "copy-now "), "0") << sim;
+  EXPECT_NE(number_after(sim, "misses "), "0") << sim;
+}
+
+class LlamaPlacements : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    synth::Options o;
+    o.arch = synth::Arch::qwen35moe;
+    o.preset = synth::Preset::real;
+    o.quant = synth::QuantMix::q4_k_m;
+    const synth::ModelPlan plan = synth::make_plan(o);
+    std::vector<gguf::File::TensorDecl> decls;
+    for (const synth::TensorPlan& t : plan.tensors) decls.push_back({t.name, t.type, t.ne});
+    const gguf::File f = gguf::File::describe("35b", plan.metadata, decls);
+    PlanRequest req;
+    req.n_ctx = 8192;
+    sizes_ = model_sizes(f, req);
+    const HardwareProfile p = load_hardware_profile(kProfiles + "/simulator.json");
+    rates_ = sim_rates(find_hardware_profile(kProfiles, ProfileKind::gpu, "rtx4060ti-16g"),
+                       find_hardware_profile(kProfiles, ProfileKind::host, "ddr5-6000-2ch-8c"), p);
+  }
+  ModelSizes sizes_;
+  SimRates rates_;
+};
+
+TEST_F(LlamaPlacements, NcmoeFirstLayersFitLastLayers) {
+  const SimModel& m = sizes_.sim;
+  const LlamaPlacement nc = llamacpp_ncmoe(m, rates_, 14, rates_.vram_bytes);
+  for (int32_t l = 0; l < m.n_layer; ++l) EXPECT_EQ(nc.cpu_fraction[l], l < 14 ? 1.0 : 0.0) << l;
+  const LlamaPlacement best = llamacpp_best_ncmoe(m, rates_, rates_.vram_bytes);
+  ASSERT_TRUE(best.fits);
+  EXPECT_FALSE(llamacpp_ncmoe(m, rates_, best.n_cpu_moe - 1, rates_.vram_bytes).fits);
+  EXPECT_LE(best.device_bytes + rates_.fit_margin_bytes, rates_.vram_bytes);
+  const LlamaPlacement fit = llamacpp_fit(m, rates_, rates_.vram_bytes, true);
+  ASSERT_TRUE(fit.fits);
+  EXPECT_EQ(fit.n_ctx, 8192);
+  // Full layers in front, host experts behind, at most one layer split.
+  int32_t split = 0;
+  for (int32_t l = 1; l < m.n_layer; ++l) EXPECT_GE(fit.cpu_fraction[l], fit.cpu_fraction[l - 1]) << l;
+  for (double f : fit.cpu_fraction) split += f > 0 && f < 1 ? 1 : 0;
+  EXPECT_LE(split, 1);
+  EXPECT_EQ(fit.cpu_fraction[0], 0.0);
+  EXPECT_EQ(fit.cpu_fraction[m.n_layer - 1], 1.0);
+  // On a card that holds it all, nothing moves; the estimates are finite and positive.
+  const LlamaPlacement big = llamacpp_fit(m, rates_, 64ull << 30, true);
+  for (double f : big.cpu_fraction) EXPECT_EQ(f, 0.0);
+  SimOptions so;
+  so.n_prompt = 512;
+  so.n_decode = 16;
+  const SimResult r = simulate_llamacpp(m, rates_, fit, so, SimStrategy::llamacpp_fit);
+  EXPECT_GT(r.tg_tps, 1.0);
+  EXPECT_GT(r.pp_tps, 1.0);
+  EXPECT_LT(simulate_llamacpp(m, rates_, nc, so, SimStrategy::llamacpp_ncmoe).tg_tps,
+            simulate_llamacpp(m, rates_, llamacpp_ncmoe(m, rates_, 0, 64ull << 30), so, SimStrategy::llamacpp_ncmoe).tg_tps);
+}
+
+}  // namespace
+}  // namespace ferry
