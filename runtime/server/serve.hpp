@@ -1,0 +1,29 @@
+#pragma once
+// The `ferry serve` process: HTTP up first (so /health answers 503 while the model loads), then
+// the model and the engine thread, then requests until SIGINT/SIGTERM, then a graceful stop.
+#include <functional>
+#include <memory>
+
+#include "runtime/engine/engine.hpp"
+#include "runtime/server/server.hpp"
+
+namespace ferry::server {
+
+struct ServeConfig {
+  ServerOptions http;
+  // Slots and context: n_ctx_total 0 picks default_serve_context() for the model.
+  int64_t n_ctx_total = 0;
+  int32_t n_batch = 512;
+  SessionOptions session;  // KV types, host memory
+};
+
+// The context when -c is not given: the model's trained context, shrunk (in steps of 256) until
+// n_slots sessions' state fits in half of the host memory that is available — as llama-server
+// fits its context to the device. The state of each slot is measured by state_footprint().
+int64_t default_serve_context(const ModelConfig& c, int32_t n_slots, const SessionOptions& s);
+
+// Runs the server; `load` loads the model (called once, after the port is bound). `on_listening`
+// gets the bound port (tests start on port 0). Returns the exit code (0 after a signal).
+int run_server(ServeConfig cfg, const std::function<std::unique_ptr<LoadedModel>()>& load);
+
+}  // namespace ferry::server
