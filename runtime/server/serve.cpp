@@ -1,12 +1,20 @@
 #include "runtime/server/serve.hpp"
 
+#include <dirent.h>
+#include <netinet/in.h>
 #include <pthread.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <condition_variable>
+#include <cstdlib>
 #include <csignal>
 #include <cstdio>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "offload/host_store.hpp"
 #include "runtime/core/error.hpp"
@@ -22,6 +30,36 @@ struct SignalState {
   int signals = 0;
   bool done = false;  // the server is over: the signal thread leaves on its next wake-up
 };
+
+// The accepted connections to `port` still open: httplib 0.11 neither exposes nor closes them on
+// stop(), so a client that keeps a connection open (idle keep-alive, or a request it never
+// finishes) would hold the server for the whole read timeout. Once no request is running they
+// are shut down here (read and write), which ends their threads' blocked reads.
+void shut_down_connections(int port) {
+  DIR* d = opendir("/proc/self/fd");
+  if (!d) return;
+  std::vector<int> fds;
+  while (const dirent* e = readdir(d)) {
+    char* end = nullptr;
+    const long fd = std::strtol(e->d_name, &end, 10);
+    if (end != e->d_name && *end == '\0' && fd != dirfd(d)) fds.push_back(static_cast<int>(fd));
+  }
+  closedir(d);
+  for (int fd : fds) {
+    struct stat st {};
+    if (fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
+    int listening = 0;
+    socklen_t len = sizeof(listening);
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 || listening) continue;
+    sockaddr_storage addr{};
+    socklen_t alen = sizeof(addr);
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &alen) != 0) continue;
+    int local_port = -1;
+    if (addr.ss_family == AF_INET) local_port = ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+    if (addr.ss_family == AF_INET6) local_port = ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
+    if (local_port == port) shutdown(fd, SHUT_RDWR);
+  }
+}
 
 }  // namespace
 
@@ -82,11 +120,16 @@ int run_server(ServeConfig cfg, const std::function<std::unique_ptr<LoadedModel>
   std::unique_ptr<Scheduler> sched;
   std::unique_ptr<HttpServer> http;
   std::thread http_thread;
+  int port = 0;
+  std::atomic<bool> listen_returned{false};
   try {
     http = std::make_unique<HttpServer>(ctx);
-    const int port = http->bind();
+    port = http->bind();
     std::fprintf(stderr, "ferry serve: listening on http://%s:%d (loading the model)\n", cfg.http.host.c_str(), port);
-    http_thread = std::thread([&] { http->listen(); });
+    http_thread = std::thread([&] {
+      http->listen();
+      listen_returned = true;
+    });
     model = load();
     if (!model->has_tokenizer()) (void)model->tokenizer();  // throws, naming why
     SchedulerOptions so;
@@ -132,6 +175,8 @@ int run_server(ServeConfig cfg, const std::function<std::unique_ptr<LoadedModel>
   // cut their streams); bounded, as a client may not read.
   for (int i = 0; i < 200 && ctx.handlers_active.load() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   http->stop();
+  for (int i = 0; i < 100 && !listen_returned; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  if (!listen_returned) shut_down_connections(port);
   http_thread.join();
   ctx.scheduler = nullptr;
   sched.reset();

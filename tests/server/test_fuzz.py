@@ -15,6 +15,7 @@ from serverlib import Server, check
 N_REQUESTS = 2400
 N_THREADS = 8
 TIMEOUT_S = 30
+READ_TIMEOUT_S = 3  # the server's -to
 ENDPOINTS = ["/v1/chat/completions", "/v1/completions", "/tokenize", "/detokenize", "/apply-template", "/chat/completions"]
 FIELDS = ["messages", "prompt", "temperature", "top_p", "top_k", "min_p", "seed", "max_tokens", "max_completion_tokens",
           "stop", "stream", "stream_options", "logprobs", "top_logprobs", "presence_penalty", "frequency_penalty",
@@ -122,24 +123,39 @@ def send(port, req):
         conn.close()
 
 
-def raw_garbage(port, rng):
-    """Broken HTTP itself: the server must close or answer, never hang or die."""
-    s = socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT_S)
+RAW = [b"GARBAGE\r\n\r\n", b"POST / HTTP/1.1\r\nContent-Length: -5\r\n\r\n",
+       b"POST /v1/completions HTTP/1.1\r\nContent-Length: 99999999999\r\n\r\n{",
+       b"POST /v1/completions HTTP/1.1\r\nContent-Length: 100\r\n\r\n{",  # never completed: -to ends it
+       b"GET /" + b"a" * 10000 + b" HTTP/1.1\r\n\r\n", b"\x00\x01\x02\r\n\r\n", b"GET / HTTP/1.1\r\n"]
+
+
+def raw_garbage(port, data):
+    """Broken HTTP itself: the server answers or closes the connection (at the latest after its
+    read timeout -to), never hangs or dies."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=READ_TIMEOUT_S + 10)
     try:
-        s.sendall(rng.choice([b"GARBAGE\r\n\r\n", b"POST / HTTP/1.1\r\nContent-Length: -5\r\n\r\n",
-                              b"POST /v1/completions HTTP/1.1\r\nContent-Length: 99999999999\r\n\r\n{",
-                              b"GET /" + b"a" * 10000 + b" HTTP/1.1\r\n\r\n", b"\x00\x01\x02\r\n\r\n"]))
+        s.sendall(data)
         try:
-            s.recv(4096)
+            s.recv(4096)  # an answer, or b"" when the server closed
         except socket.timeout:
-            raise AssertionError("no answer to broken HTTP within the timeout")
+            raise AssertionError(f"no answer and no close for {data[:60]!r} within -to + 10 s")
     finally:
         s.close()
 
 
+def try_raw(port, data):
+    try:
+        raw_garbage(port, data)
+        return True
+    except (AssertionError, OSError) as e:
+        print(f"raw request {data[:60]!r}: {e}")
+        return False
+
+
 def main():
     t0 = time.time()
-    with Server("-c", "128", "-n", "4", "-np", "2", "--queue", "32", "--max-body", "262144", "--metrics") as srv:
+    with Server("-c", "128", "-n", "4", "-np", "2", "--queue", "32", "--max-body", "262144", "--metrics",
+                "-to", str(READ_TIMEOUT_S)) as srv:
         rng = random.Random(2026)
         reqs = [make_request(rng) for _ in range(N_REQUESTS)]
         results = [None] * len(reqs)
@@ -167,8 +183,13 @@ def main():
             check("json" in ctype, f"request {i}: untyped refusal ({ctype}): {data[:200]!r}")
             e = json.loads(data)["error"]
             check(e["code"] == status and e["type"] in TYPES and e["message"], f"request {i}: envelope {e}")
-        for k in range(20):
-            raw_garbage(srv.port, rng)
+        raw_threads = [threading.Thread(target=lambda d=d: errors.append(("raw", d)) if not try_raw(srv.port, d) else None)
+                       for d in RAW]
+        for t in raw_threads:
+            t.start()
+        for t in raw_threads:
+            t.join()
+        check(not errors, f"broken HTTP: {errors}")
         status, h = srv.request("GET", "/health")
         check(status == 200 and h == {"status": "ok"}, f"/health after the fuzz: {status} {h}")
         check(srv.proc.poll() is None, "the server died")
