@@ -108,12 +108,19 @@ HttpServer::HttpServer(ServerContext& ctx) : impl_(std::make_unique<Impl>(ctx)) 
     }
     return httplib::Server::HandlerResponse::Unhandled;
   });
-  svr.set_error_handler(httplib::Server::HandlerWithResponse([&ctx](const httplib::Request&, httplib::Response& res) {
+  svr.set_error_handler(httplib::Server::HandlerWithResponse([&ctx](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;  // ours already
     std::string msg;
     switch (res.status) {
       case 404: msg = "File Not Found"; break;
-      case 413: msg = fmt::format("the request body is larger than --max-body ({} bytes)", ctx.opt.max_body_bytes); break;
+      case 413:
+        // cpp-httplib 0.11 caps form-encoded bodies at 8 KiB whatever the limit: curl -d sends
+        // that content type unless told otherwise.
+        if (req.get_header_value("Content-Type") == "application/x-www-form-urlencoded")
+          msg = "a body sent as application/x-www-form-urlencoded is limited to 8 KiB: send Content-Type: application/json";
+        else
+          msg = fmt::format("the request body is larger than --max-body ({} bytes)", ctx.opt.max_body_bytes);
+        break;
       case 400: msg = "malformed HTTP request"; break;
       default: msg = fmt::format("HTTP error {}", res.status); break;
     }

@@ -91,6 +91,10 @@ def test_not_found_and_methods():
 def test_body_too_large():
     status, resp = srv.request("POST", CHAT, raw=b"{\"messages\": \"" + b"a" * 70000 + b"\"}")
     expect(status, resp, 413, "invalid_request_error", "--max-body", "oversized body")
+    # cpp-httplib's own cap on form-encoded bodies (what curl -d sends without -H): said so.
+    status, resp = srv.request("POST", CHAT, raw=b"{\"messages\": \"" + b"a" * 9000 + b"\"}",
+                               headers={"Content-Type": "application/x-www-form-urlencoded"})
+    expect(status, resp, 413, "invalid_request_error", "application/json", "form-encoded body over 8 KiB")
 
 
 def test_native_errors():
