@@ -85,10 +85,12 @@ struct HttpServer::Impl {
 HttpServer::HttpServer(ServerContext& ctx) : impl_(std::make_unique<Impl>(ctx)) {
   httplib::Server& svr = impl_->svr;
   const ServerOptions& o = ctx.opt;
-  // Threads: every slot and queued request holds one while it waits or streams, plus room for
-  // the probes; past that the pool grows (task_pool.hpp) rather than queue a /health.
+  // Threads: every slot and queued request holds one while it waits or streams, and the clients
+  // refused with 503 or probing /health need some too: twice the admitted count plus a margin
+  // are kept (a burst then reuses them, so memory stays flat), and past that the pool grows
+  // (task_pool.hpp) rather than queue a /health behind streams.
   const size_t admitted = static_cast<size_t>(o.n_slots + o.queue_max);
-  svr.new_task_queue = [admitted] { return new GrowingTaskPool(admitted + 8, 4 * admitted + 64); };
+  svr.new_task_queue = [admitted] { return new GrowingTaskPool(2 * admitted + 16, 4 * admitted + 64); };
   svr.set_payload_max_length(o.max_body_bytes);
   svr.set_read_timeout(o.timeout_s, 0);
   svr.set_write_timeout(o.timeout_s, 0);

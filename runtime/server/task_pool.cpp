@@ -4,6 +4,10 @@
 
 namespace ferry::server {
 
+// An extra thread lives this long without work: long enough that bursts minutes apart reuse the
+// same threads (and their allocator pages) instead of making new ones.
+constexpr auto kExtraIdle = std::chrono::minutes(10);
+
 GrowingTaskPool::GrowingTaskPool(size_t base, size_t max) : base_(base), max_(std::max(base, max)) {
   std::lock_guard lk(mu_);
   for (size_t i = 0; i < base_; ++i) {
@@ -50,7 +54,7 @@ void GrowingTaskPool::worker(bool extra) {
       ++idle_;
       const auto ready = [&] { return shutdown_ || !jobs_.empty(); };
       if (extra) {
-        if (!cv_.wait_for(lk, std::chrono::minutes(1), ready)) {
+        if (!cv_.wait_for(lk, kExtraIdle, ready)) {
           --idle_;
           --alive_;
           --extra_alive_;

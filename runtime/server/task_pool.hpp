@@ -2,7 +2,7 @@
 // A thread pool for cpp-httplib that grows instead of queueing. httplib hands a whole connection
 // (keep-alive included) to one task, so a fixed pool of N threads makes the (N+1)-th connection
 // wait — a /health probe behind N streams. This pool keeps `base` threads and starts more, up to
-// `max`, when every thread is busy; the extra ones exit after an idle minute. Only past `max`
+// `max`, when every thread is busy; the extra ones exit after ten idle minutes. Only past `max`
 // connections do tasks queue.
 #include <httplib.h>
 
