@@ -2,6 +2,7 @@
 #include <random>
 
 #include "runtime/core/error.hpp"
+#include "runtime/core/log.hpp"
 #include "runtime/server/api_error.hpp"
 #include "runtime/server/prompt.hpp"
 #include "runtime/server/responses.hpp"
@@ -77,14 +78,52 @@ void answer_whole(ServerContext& ctx, const std::shared_ptr<Job>& job, const Rep
   }
 }
 
+struct StreamState {
+  bool role_sent = false;
+  size_t text_offset = 0;
+};
+
+// One call of the SSE provider: the role chunk first, then the next event (or a ping when none
+// came within ping_ms). False ends the response (a failed write, which cancels the job).
+bool stream_step(Job& job, const ReplyMeta& meta, StreamState& st, int ping_ms, LoadedModel& m, httplib::DataSink& sink) {
+  auto send = [&](const std::string& s) {
+    if (!sink.write(s.data(), s.size())) {
+      job.cancelled = true;
+      return false;
+    }
+    return true;
+  };
+  auto data = [&](const json& j) { return send("data: " + dump(j) + "\n\n"); };
+  if (!st.role_sent && meta.api == Api::chat) {
+    st.role_sent = true;
+    if (!data(role_chunk(meta))) return false;
+  }
+  std::optional<Event> e = job.events.wait(std::chrono::milliseconds(ping_ms));
+  if (!e) return send(": ping\n\n");  // an SSE comment: clients ignore it; a gone client fails it
+  if (e->kind == Event::Kind::error) {
+    // The status line is sent already: the error goes in the stream, as llama-server does.
+    const bool ok = data(ApiError(e->status, e->error_type, e->message).body());
+    if (ok) sink.done();
+    return ok;
+  }
+  if (!e->text.empty() || !e->logprobs.empty()) {
+    const json lp = job.req.logprobs ? logprobs_json(meta.api, m.tokenizer(), e->logprobs, st.text_offset) : json(nullptr);
+    st.text_offset += e->text.size();
+    if (!data(delta_chunk(meta, e->text, lp))) return false;
+  }
+  if (e->kind == Event::Kind::done) {
+    if (!data(final_chunk(meta, e->finish_reason, e->stats))) return false;
+    if (job.req.include_usage && !data(usage_chunk(meta, e->stats))) return false;
+    if (!send("data: [DONE]\n\n")) return false;
+    sink.done();
+  }
+  return true;
+}
+
 // SSE: a chunk per piece of text, pings while there is nothing to send, [DONE] at the end. A
 // failed write cancels the job.
 void answer_stream(ServerContext& ctx, const std::shared_ptr<Job>& job, const ReplyMeta& meta, LoadedModel& m,
                    httplib::Response& res, std::shared_ptr<void> active) {
-  struct StreamState {
-    bool role_sent = false;
-    size_t text_offset = 0;
-  };
   auto st = std::make_shared<StreamState>();
   const int ping_ms = ctx.opt.ping_ms;
   res.set_header("Cache-Control", "no-cache");
@@ -92,39 +131,14 @@ void answer_stream(ServerContext& ctx, const std::shared_ptr<Job>& job, const Re
   res.set_chunked_content_provider(
       "text/event-stream",
       [job, meta, st, ping_ms, &m](size_t, httplib::DataSink& sink) {
-        auto send = [&](const std::string& s) {
-          if (!sink.write(s.data(), s.size())) {
-            job->cancelled = true;
-            return false;
-          }
-          return true;
-        };
-        auto data = [&](const json& j) { return send("data: " + dump(j) + "\n\n"); };
-        if (!st->role_sent && meta.api == Api::chat) {
-          st->role_sent = true;
-          if (!data(role_chunk(meta))) return false;
+        // Nothing may escape into httplib here: it calls the provider outside its own try.
+        try {
+          return stream_step(*job, meta, *st, ping_ms, m, sink);
+        } catch (const std::exception& e) {
+          log::warn("serve: stream of request {}: {}", job->id, e.what());
+          job->cancelled = true;
+          return false;
         }
-        std::optional<Event> e = job->events.wait(std::chrono::milliseconds(ping_ms));
-        if (!e) return send(": ping\n\n");  // an SSE comment: clients ignore it; a gone client fails it
-        if (e->kind == Event::Kind::error) {
-          // The status line is sent already: the error goes in the stream, as llama-server does.
-          const bool ok = data(ApiError(e->status, e->error_type, e->message).body());
-          if (ok) sink.done();
-          return ok;
-        }
-        if (!e->text.empty() || !e->logprobs.empty()) {
-          const json lp = job->req.logprobs ? logprobs_json(meta.api, m.tokenizer(), e->logprobs, st->text_offset)
-                                            : json(nullptr);
-          st->text_offset += e->text.size();
-          if (!data(delta_chunk(meta, e->text, lp))) return false;
-        }
-        if (e->kind == Event::Kind::done) {
-          if (!data(final_chunk(meta, e->finish_reason, e->stats))) return false;
-          if (job->req.include_usage && !data(usage_chunk(meta, e->stats))) return false;
-          if (!send("data: [DONE]\n\n")) return false;
-          sink.done();
-        }
-        return true;
       },
       [job, active](bool) { job->cancelled = true; });  // released: finished, or the connection is gone
 }
