@@ -86,18 +86,29 @@ int64_t default_serve_context(const ModelConfig& c, int32_t n_slots, const Sessi
   const std::optional<uint64_t> usable = host_mem_usable();
   if (!usable) return train;
   const uint64_t limit = *usable / 2;
-  for (int64_t total = train; total >= kStep * n_slots; total = (total - 1) / kStep * kStep) {
+  // The bytes of n_slots states holding `total` tokens between them.
+  const auto bytes = [&](int64_t total) {
     StateOptions so;
     so.n_ctx = total / n_slots;
     so.type_k = s.type_k;
     so.type_v = s.type_v;
     so.n_batch = s.n_batch;
     const StateFootprint fp = state_footprint(c, so);
-    const uint64_t per_slot = fp.kv_bytes + fp.recurrent_bytes + fp.workspace_bytes;
-    if (per_slot * static_cast<uint64_t>(n_slots) <= limit) return total;
-  }
-  fail(ErrorKind::budget, "not even {} tokens per slot fit in half of the available host memory ({} slots): use -c, fewer slots (-np) or a smaller KV type",
-       kStep, n_slots);
+    return (fp.kv_bytes + fp.recurrent_bytes + fp.workspace_bytes) * static_cast<uint64_t>(n_slots);
+  };
+  const int64_t lo = kStep * n_slots;
+  // The state grows linearly with the context (KV rows); measured at two small sizes, the line
+  // gives the largest total that fits, checked (and stepped down) against the real footprint —
+  // never built for a context that the line already says is too large.
+  const uint64_t b1 = bytes(lo), b2 = bytes(2 * lo);
+  if (b1 > limit)
+    fail(ErrorKind::budget, "not even {} tokens per slot fit in half of the available host memory ({} slots): use -c, fewer slots (-np) or a smaller KV type",
+         kStep, n_slots);
+  const double per_token = static_cast<double>(b2 - b1) / static_cast<double>(lo);
+  const double fits = per_token > 0 ? static_cast<double>(lo) + static_cast<double>(limit - b1) / per_token : 1e18;
+  int64_t total = fits >= static_cast<double>(train) ? train : static_cast<int64_t>(fits) / lo * lo;
+  while (total > lo && bytes(total) > limit) total -= lo;
+  return std::max(total, lo);
 }
 
 int run_server(ServeConfig cfg, const std::function<std::unique_ptr<LoadedModel>()>& load) {

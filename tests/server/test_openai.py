@@ -158,14 +158,33 @@ def test_typed_errors():
         check(keyed.stop() == 0, "keyed server exit code")
 
 
+def test_native_endpoints():
+    status, t = srv.request("POST", "/tokenize", {"content": "And God said", "with_pieces": True})
+    check(status == 200 and "".join(p["piece"] for p in t["tokens"]) == "And God said", f"/tokenize pieces {t}")
+    ids = [p["id"] for p in t["tokens"]]
+    check(srv.request("POST", "/detokenize", {"tokens": ids}) == (200, {"content": "And God said"}), "/detokenize round trip")
+    status, p = srv.request("GET", "/props")
+    check(status == 200 and p["total_slots"] == 2 and p["default_generation_settings"]["n_ctx"] == 512, f"/props {p}")
+    check("<|im_start|>" in p["chat_template"], "/props chat_template")
+    status, sl = srv.request("GET", "/slots")
+    check(status == 200 and [x["id"] for x in sl] == [0, 1] and all(x["n_ctx"] == 512 for x in sl), f"/slots {sl}")
+    status, text = srv.request("GET", "/metrics")
+    for name in ("llamacpp:prompt_tokens_total", "llamacpp:prompt_seconds_total", "llamacpp:tokens_predicted_total",
+                 "llamacpp:tokens_predicted_seconds_total", "llamacpp:n_decode_total", "llamacpp:prompt_tokens_seconds",
+                 "llamacpp:predicted_tokens_seconds", "llamacpp:requests_processing", "llamacpp:requests_deferred"):
+        check(f"\n{name} " in text, f"/metrics lacks {name}")
+    n = int(text.split("\nllamacpp:tokens_predicted_total ")[1].split()[0])
+    check(n > 50, f"tokens_predicted_total {n} after the tests above")
+
+
 def main():
     global srv, client
-    srv = Server("-c", "1024", "-np", "2")
+    srv = Server("-c", "1024", "-np", "2", "--metrics")
     try:
         client = openai.OpenAI(base_url=srv.base + "/v1", api_key="none", max_retries=0, timeout=120)
         run_tests([test_models, test_chat_plain_usage_timings, test_chat_stream_matches_plain, test_max_tokens_and_length,
                    test_stop_sequences, test_seed_reproducible, test_completions, test_logprobs,
-                   test_penalties_change_greedy_text, test_message_forms, test_typed_errors])
+                   test_penalties_change_greedy_text, test_message_forms, test_native_endpoints, test_typed_errors])
     finally:
         rc = srv.stop()
     if rc != 0:

@@ -6,6 +6,8 @@
 #include <thread>
 
 #include "runtime/gguf/gguf.hpp"
+#include "runtime/model/config.hpp"
+#include "runtime/server/serve.hpp"
 #include "runtime/server/api_error.hpp"
 #include "runtime/server/metrics.hpp"
 #include "runtime/server/reply_text.hpp"
@@ -143,6 +145,20 @@ TEST(Metrics, LlamaServerNamesAndOffloadCounters) {
     EXPECT_NE(t.find(name), std::string::npos) << name;
   const json j = metrics_json(s, o, 2, 1.0);
   EXPECT_EQ(j["offload"]["layers"][1]["hits"], 4);
+}
+
+TEST(Serve, DefaultContextIsTheTrainedOneShrunkToFit) {
+  const gguf::File f = gguf::File::open(std::string(FERRY_SOURCE_DIR) + "/tests/data/trained/kjv-qwen35moe-q8_0.gguf");
+  ModelConfig c = read_config(f);
+  // The tiny model's 4096 positions fit any machine that runs the tests.
+  EXPECT_EQ(default_serve_context(c, 1, {}), c.n_ctx_train);
+  EXPECT_EQ(default_serve_context(c, 4, {}), c.n_ctx_train);
+  // A trained context far beyond any RAM is shrunk, in steps of 256, to something that fits.
+  c.n_ctx_train = int64_t{1} << 32;  // 2 TiB of KV cache at 512 bytes a token
+  const int64_t n = default_serve_context(c, 2, {});
+  EXPECT_LT(n, c.n_ctx_train);
+  EXPECT_EQ(n % 256, 0);
+  EXPECT_GE(n, 512);
 }
 
 TEST(Http, LoadingAnswers503AndEnvelopes) {
