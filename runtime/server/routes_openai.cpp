@@ -7,6 +7,7 @@
 #include "runtime/server/prompt.hpp"
 #include "runtime/server/responses.hpp"
 #include "runtime/server/routes.hpp"
+#include "runtime/server/sockets.hpp"
 
 namespace ferry::server {
 namespace {
@@ -59,13 +60,24 @@ void throw_admit(Scheduler::Admit a, const Scheduler& s) {
 
 void error_from_event(const Event& e) { throw ApiError(e.status, e.error_type, e.message); }
 
-// A whole response: wait for the events, then answer once.
+// A whole response: wait for the events, then answer once. Nothing is written before the end, so
+// the client's socket is polled meanwhile: a client that leaves cancels the job.
 void answer_whole(ServerContext& ctx, const std::shared_ptr<Job>& job, const ReplyMeta& meta, LoadedModel& m,
-                  httplib::Response& res) {
+                  const httplib::Request& req, httplib::Response& res) {
+  constexpr auto kPeerPoll = std::chrono::milliseconds(100);
+  const int fd = find_connection(ctx.port, req.remote_addr, req.remote_port);
   std::string text;
   std::vector<TokenLogprob> lps;
+  auto next_poll = Clock::now() + kPeerPoll;
   for (;;) {
-    std::optional<Event> e = job->events.wait(std::chrono::milliseconds(1000));
+    std::optional<Event> e = job->events.wait(kPeerPoll);
+    if (Clock::now() >= next_poll) {  // by the clock: text events may come faster than the poll
+      next_poll = Clock::now() + kPeerPoll;
+      if (peer_closed(fd)) {
+        job->cancelled = true;
+        throw ApiError(503, "unavailable_error", "the client closed the connection");  // never delivered
+      }
+    }
     if (!e) continue;
     if (e->kind == Event::Kind::error) error_from_event(*e);
     text += e->text;
@@ -164,7 +176,7 @@ void generate(ServerContext& ctx, Api api, const httplib::Request& req, httplib:
   if (job->req.stream)
     answer_stream(ctx, job, meta, m, res, std::move(active));
   else
-    answer_whole(ctx, job, meta, m, res);
+    answer_whole(ctx, job, meta, m, req, res);
 }
 
 }  // namespace

@@ -1,11 +1,6 @@
 #include "runtime/server/serve.hpp"
 
-#include <dirent.h>
-#include <netinet/in.h>
 #include <pthread.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -19,6 +14,7 @@
 #include "offload/host_store.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/core/log.hpp"
+#include "runtime/server/sockets.hpp"
 
 namespace ferry::server {
 namespace {
@@ -30,53 +26,6 @@ struct SignalState {
   int signals = 0;
   bool done = false;  // the server is over: the signal thread leaves on its next wake-up
 };
-
-// The sockets of this process bound to `port`: httplib 0.11 exposes neither its listening socket
-// nor its connections. fn(fd, listening).
-template <typename Fn>
-void for_each_socket_on(int port, Fn fn) {
-  DIR* d = opendir("/proc/self/fd");
-  if (!d) return;
-  std::vector<int> fds;
-  while (const dirent* e = readdir(d)) {
-    char* end = nullptr;
-    const long fd = std::strtol(e->d_name, &end, 10);
-    if (end != e->d_name && *end == '\0' && fd != dirfd(d)) fds.push_back(static_cast<int>(fd));
-  }
-  closedir(d);
-  for (int fd : fds) {
-    struct stat st {};
-    if (fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
-    int listening = 0;
-    socklen_t len = sizeof(listening);
-    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0) continue;
-    sockaddr_storage addr{};
-    socklen_t alen = sizeof(addr);
-    if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &alen) != 0) continue;
-    int local_port = -1;
-    if (addr.ss_family == AF_INET) local_port = ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
-    if (addr.ss_family == AF_INET6) local_port = ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
-    if (local_port == port) fn(fd, listening != 0);
-  }
-}
-
-// httplib 0.11 listens with a backlog of 5 (compiled in): a burst of clients overflows it and
-// connections get dropped or reset under load. listen() again on the bound socket raises it.
-void raise_listen_backlog(int port) {
-  for_each_socket_on(port, [](int fd, bool listening) {
-    if (listening) ::listen(fd, SOMAXCONN);
-  });
-}
-
-// The accepted connections still open at stop: httplib neither exposes nor closes them, so a
-// client that keeps one open (idle keep-alive, or a request it never finishes) would hold the
-// server for the whole read timeout. Once no request is running they are shut down (read and
-// write), which ends their threads' blocked reads.
-void shut_down_connections(int port) {
-  for_each_socket_on(port, [](int fd, bool listening) {
-    if (!listening) shutdown(fd, SHUT_RDWR);
-  });
-}
 
 }  // namespace
 
@@ -154,6 +103,7 @@ int run_server(ServeConfig cfg, const std::function<std::unique_ptr<LoadedModel>
     http = std::make_unique<HttpServer>(ctx);
     port = http->bind();
     raise_listen_backlog(port);
+    ctx.port = port;
     std::fprintf(stderr, "ferry serve: listening on http://%s:%d (loading the model)\n", cfg.http.host.c_str(), port);
     http_thread = std::thread([&] {
       http->listen();

@@ -11,7 +11,8 @@
 //   and refused with 503 beyond that;
 // - a vanished client is only seen when a write fails: streams send SSE comment pings while the
 //   prompt is evaluated or the job waits in the queue, so a disconnect cancels the job within
-//   one ping interval or one token; a non-streamed request runs to completion;
+//   one ping interval or one token; a non-streamed request's socket is found by its peer address
+//   (sockets.hpp) and polled for the peer's close while the reply is generated;
 // - stop() aborts running streams: on SIGINT/SIGTERM the server first refuses new work (503),
 //   lets running requests finish within the grace period, cancels the rest, then stops.
 #include <atomic>
@@ -47,7 +48,8 @@ struct ServerContext {
   std::atomic<Scheduler*> scheduler{nullptr};
   std::atomic<bool> shutting_down{false};
   std::atomic<uint64_t> next_id{1};
-  std::atomic<int> handlers_active{0};  // generation handlers still answering (shutdown waits)
+  std::atomic<int> handlers_active{0};
+  std::atomic<int> port{0};  // the bound port (find_connection looks a request's socket up by it)  // generation handlers still answering (shutdown waits)
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
   int64_t created_unix = 0;  // model creation time reported by /v1/models (server start)
 };

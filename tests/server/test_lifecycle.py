@@ -61,6 +61,32 @@ def test_disconnect_cancels():
         check(status == 200, f"after the cancel: {status} {resp}")
 
 
+def test_disconnect_cancels_whole_reply():
+    # A non-streamed reply writes nothing until its end: the server polls the client's socket.
+    # Offloaded on the sim device (about a millisecond a token), 3000 tokens take seconds.
+    import socket
+    with Server("-np", "1", "-c", "4096", "-b", "64", "--device", "sim", "--vram", "5M") as srv:
+        body = dict(LONG, stream=False)
+        data = json.dumps(body).encode()
+        s = socket.create_connection(("127.0.0.1", srv.port))
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "
+                  + str(len(data)).encode() + b"\r\n\r\n" + data)
+        deadline = time.time() + 10
+        while time.time() < deadline and srv.request("GET", "/metrics.json")[1]["requests_processing"] == 0:
+            time.sleep(0.01)
+        t0 = time.time()
+        s.close()
+        while time.time() < deadline:
+            m = srv.request("GET", "/metrics.json")[1]
+            if m["requests_processing"] == 0:
+                break
+            time.sleep(0.02)
+        freed = time.time() - t0
+        check(m["requests_cancelled_total"] == 1 and m["requests_processing"] == 0, f"not cancelled: {m}")
+        check(m["tokens_predicted_total"] < 1500, f"the abandoned reply went on: {m['tokens_predicted_total']} tokens")
+        check(freed < 2.0, f"the slot was freed {freed:.2f} s after the client left")
+
+
 def test_sigterm_finishes_running_stream():
     srv = Server("-np", "1", "-c", "4096", "--shutdown-grace", "30")
     c, r = open_stream(srv.port)
@@ -99,7 +125,8 @@ def test_grace_zero_cancels():
 
 def main():
     from serverlib import run_tests
-    run_tests([test_disconnect_cancels, test_sigterm_finishes_running_stream, test_grace_zero_cancels])
+    run_tests([test_disconnect_cancels, test_disconnect_cancels_whole_reply, test_sigterm_finishes_running_stream,
+               test_grace_zero_cancels])
 
 
 if __name__ == "__main__":
