@@ -1,6 +1,7 @@
 #include "runtime/server/request.hpp"
 
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 
 #include "runtime/server/api_error.hpp"
@@ -67,6 +68,39 @@ std::string content_text(const json& v, const std::string& name) {
   return out;
 }
 
+// OpenAI: {"token id": bias}; llama-server also [[id, bias], ...] and false for a ban.
+void parse_logit_bias(const json& v, GenRequest& r) {
+  auto bias_of = [](const json& b, const std::string& name) {
+    if (b.is_boolean()) {
+      if (b.get<bool>()) bad_field(name, "true is not a bias (false bans the token)");
+      return -std::numeric_limits<float>::infinity();
+    }
+    const double x = number(b, name, -100.0, 100.0);
+    return x <= -100.0 ? -std::numeric_limits<float>::infinity() : static_cast<float>(x);
+  };
+  constexpr size_t kMaxBiases = 1024;
+  if (v.size() > kMaxBiases) bad_field("logit_bias", "at most {} entries, got {}", kMaxBiases, v.size());
+  if (v.is_object()) {
+    for (const auto& [key, b] : v.items()) {
+      const std::string name = fmt::format("logit_bias[\"{}\"]", key);
+      char* end = nullptr;
+      const long id = std::strtol(key.c_str(), &end, 10);
+      if (key.empty() || *end != '\0' || id < 0 || id > std::numeric_limits<int32_t>::max())
+        bad_field(name, "the key must be a token id");
+      r.logit_bias.emplace_back(static_cast<int32_t>(id), bias_of(b, name));
+    }
+  } else if (v.is_array()) {
+    for (size_t i = 0; i < v.size(); ++i) {
+      const std::string name = fmt::format("logit_bias[{}]", i);
+      if (!v[i].is_array() || v[i].size() != 2) bad_field(name, "must be a [token id, bias] pair");
+      const int64_t id = integer(v[i][0], name + "[0]", 0, std::numeric_limits<int32_t>::max());
+      r.logit_bias.emplace_back(static_cast<int32_t>(id), bias_of(v[i][1], name + "[1]"));
+    }
+  } else {
+    bad_field("logit_bias", "must be an object of token id: bias, got {}", v.type_name());
+  }
+}
+
 void parse_common(const json& b, const RequestDefaults& d, GenRequest& r, bool chat) {
   r.sampling = d.sampling;
   if (const json* v = field(b, "model")) {
@@ -123,6 +157,17 @@ void parse_common(const json& b, const RequestDefaults& d, GenRequest& r, bool c
   if (const json* v = field(b, "stream_options")) {
     if (!v->is_object()) bad_field("stream_options", "must be an object, got {}", v->type_name());
     if (const json* u = field(*v, "include_usage")) r.include_usage = boolean(*u, "stream_options.include_usage");
+  }
+  if (const json* v = field(b, "logit_bias")) parse_logit_bias(*v, r);
+  // Known OpenAI features this server does not have: refused, not silently ignored (a client
+  // asking for JSON or tool calls must not get plain text as if it had them).
+  if (const json* v = field(b, "tools"); v && !(v->is_array() && v->empty()))
+    throw ApiError(400, "invalid_request_error", "tools: tool calls are not supported yet");
+  if (const json* v = field(b, "response_format")) {
+    const json* type = v->is_object() ? field(*v, "type") : nullptr;
+    if (!type || !type->is_string()) bad_field("response_format", "must be an object with a string \"type\"");
+    if (type->get<std::string>() != "text")
+      bad_field("response_format.type", "\"{}\" is not supported (only \"text\")", type->get<std::string>());
   }
   if (chat) {
     if (const json* v = field(b, "logprobs")) r.logprobs = boolean(*v, "logprobs");

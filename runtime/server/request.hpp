@@ -27,6 +27,9 @@ struct GenRequest {
   bool include_usage = false;  // stream_options.include_usage
   bool logprobs = false;
   int32_t top_logprobs = 0;  // alternatives per token (0..20)
+  // logit_bias: added to a token's logit before sampling; -infinity bans it (OpenAI's -100,
+  // llama-server's false). Ids are checked against the vocabulary when the prompt is.
+  std::vector<std::pair<int32_t, float>> logit_bias;
   std::string model;         // as sent (echoed back when given)
 };
 

@@ -41,6 +41,8 @@ std::vector<int32_t> prompt_tokens(const GenRequest& r, LoadedModel& m, int64_t 
     tokens = tok.encode(r.prompt_text, /*add_bos=*/true, /*parse_special=*/true);
   }
   if (tokens.empty()) bad_field(r.api == Api::chat ? "messages" : "prompt", "has no tokens");
+  for (const auto& [id, bias] : r.logit_bias)
+    if (id >= tok.n_vocab()) bad_field("logit_bias", "token id {} is out of range [0, {})", id, tok.n_vocab());
   const int64_t n = static_cast<int64_t>(tokens.size());
   // At least one position must be left for the reply.
   if (n >= n_ctx_slot)

@@ -63,6 +63,7 @@ struct Scheduler::Slot {
   size_t n_prefilled = 0;  // prompt tokens evaluated so far
   ReplyStats stats;
   std::vector<TokenLogprob> pending_logprobs;  // tokens whose text is still held
+  std::vector<float> biased_logits;            // (n_vocab) scratch: logits + the request's logit_bias
 };
 
 Scheduler::Scheduler(LoadedModel& m, const SchedulerOptions& o) : model_(m), o_(o) {
@@ -256,7 +257,13 @@ void Scheduler::decode_step(Slot& s) {
   Job& j = *s.job;
   const auto t0 = Clock::now();
   const std::span<const float> logits = s.session->last_logits();
-  const int32_t tok = s.sampler->sample(logits);
+  std::span<const float> biased = logits;
+  if (!j.req.logit_bias.empty()) {
+    s.biased_logits.assign(logits.begin(), logits.end());
+    for (const auto& [id, bias] : j.req.logit_bias) s.biased_logits[static_cast<size_t>(id)] += bias;
+    biased = s.biased_logits;
+  }
+  const int32_t tok = s.sampler->sample(biased);
   s.sampler->accept(tok);
   s.stats.n_predicted += 1;
   const Tokenizer& vocab = model_.tokenizer();

@@ -61,6 +61,12 @@ def test_sampling_values():
             extra["logprobs"] = True
         bad_chat(extra, field, f"{field}={value!r}")
     bad_chat({"top_logprobs": 2}, "top_logprobs", "top_logprobs without logprobs")
+    for value, field in [(5, "logit_bias"), ({"x": 1}, 'logit_bias["x"]'), ({"1": 200}, 'logit_bias["1"]'),
+                         ({"1": True}, 'logit_bias["1"]'), ([[1]], "logit_bias[0]"), ({"999999": 1}, "logit_bias")]:
+        bad_chat({"logit_bias": value}, field, f"logit_bias={value!r}")
+    bad_chat({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools", "tools")
+    bad_chat({"response_format": {"type": "json_object"}}, "response_format.type", "json mode")
+    bad_chat({"response_format": "json"}, "response_format", "response_format type")
 
 
 def test_completion_prompt():

@@ -115,6 +115,18 @@ def test_penalties_change_greedy_text():
     check(base != pen, f"penalties had no effect: {base!r}")
 
 
+def test_logit_bias():
+    r = client.chat.completions.create(model="kjv", messages=MSG, max_tokens=1, temperature=0, logprobs=True)
+    first = srv.request("POST", "/tokenize", {"content": r.choices[0].message.content})[1]["tokens"][0]
+    banned = client.chat.completions.create(model="kjv", messages=MSG, max_tokens=1, temperature=0,
+                                            logit_bias={str(first): -100})
+    check(banned.choices[0].message.content != r.choices[0].message.content, "a banned token was still chosen")
+    piece = srv.request("POST", "/tokenize", {"content": " Jerusalem", "with_pieces": True})[1]["tokens"][-1]
+    forced = client.chat.completions.create(model="kjv", messages=MSG, max_tokens=3, temperature=0,
+                                            logit_bias={str(piece["id"]): 100})
+    check(forced.choices[0].message.content == piece["piece"] * 3, f"a +100 bias should force {piece}: {forced.choices[0]}")
+
+
 def test_message_forms():
     a = client.chat.completions.create(model="kjv", max_tokens=8, temperature=0,
                                        messages=[{"role": "developer", "content": "Be brief."}, {"role": "user", "content": "Amen"}])
@@ -184,7 +196,7 @@ def main():
         client = openai.OpenAI(base_url=srv.base + "/v1", api_key="none", max_retries=0, timeout=120)
         run_tests([test_models, test_chat_plain_usage_timings, test_chat_stream_matches_plain, test_max_tokens_and_length,
                    test_stop_sequences, test_seed_reproducible, test_completions, test_logprobs,
-                   test_penalties_change_greedy_text, test_message_forms, test_native_endpoints, test_typed_errors])
+                   test_penalties_change_greedy_text, test_logit_bias, test_message_forms, test_native_endpoints, test_typed_errors])
     finally:
         rc = srv.stop()
     if rc != 0:
