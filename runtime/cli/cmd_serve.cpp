@@ -74,7 +74,7 @@ int serve_main(int argc, char** argv) {
   int64_t max_body = static_cast<int64_t>(h.max_body_bytes);
   app.add_option("--host", h.host, "address to listen on")->capture_default_str();
   app.add_option("--port", h.port, "port to listen on (0: any free port, printed at start)")->capture_default_str();
-  app.add_option("--api-key", api_key, "API key clients must send (Authorization: Bearer KEY)");
+  app.add_option("--api-key", api_key, "API key(s) clients must send (Authorization: Bearer KEY); several: comma-separated");
   app.add_option("--api-key-file", api_key_file, "file with API keys, one per line");
   app.add_flag("--insecure-no-key", insecure, "allow a non-loopback --host without an API key");
   app.add_option("--parallel", h.n_slots, "slots: requests generated at once (-np); -c is split between them")->capture_default_str();
@@ -98,7 +98,12 @@ int serve_main(int argc, char** argv) {
 
   if (ma.model.empty()) fail(ErrorKind::invalid_arg, "-m MODEL is required");
   if (!api_key.empty() && !api_key_file.empty()) fail(ErrorKind::invalid_arg, "give --api-key or --api-key-file, not both");
-  if (!api_key.empty()) h.api_keys.push_back(api_key);
+  if (!api_key.empty()) {  // llama-server: several keys as a comma-separated list
+    std::stringstream ss(api_key);
+    for (std::string k; std::getline(ss, k, ',');)
+      if (!k.empty()) h.api_keys.push_back(k);
+    if (h.api_keys.empty()) fail(ErrorKind::invalid_arg, "--api-key: no key in \"{}\"", api_key);
+  }
   if (!api_key_file.empty()) h.api_keys = read_keys(api_key_file);
   if (!is_loopback(h.host) && h.api_keys.empty() && !insecure)
     fail(ErrorKind::invalid_arg, "--host {} is reachable from other machines: give --api-key / --api-key-file, or --insecure-no-key", h.host);

@@ -115,7 +115,7 @@ def test_native_errors():
 
 
 def test_auth():
-    with Server("--api-key", "k3y", "-c", "256") as keyed:
+    with Server("--api-key", "k3y,other", "-c", "256") as keyed:
         for headers, what in [({}, "Missing"), ({"Authorization": "Bearer nope"}, "Invalid"),
                               ({"Authorization": "Bearer k3y-longer"}, "Invalid"), ({"X-Api-Key": "k3"}, "Invalid")]:
             status, resp = keyed.request("POST", CHAT, {"messages": OK_MSG, "max_tokens": 1}, headers=headers)
@@ -123,7 +123,7 @@ def test_auth():
         status, resp = keyed.request("GET", "/metrics.json")
         expect(status, resp, 401, "authentication_error", "Missing", "/metrics.json without key")
         check(keyed.request("GET", "/health")[0] == 200, "/health is public")
-        for headers in ({"Authorization": "Bearer k3y"}, {"X-Api-Key": "k3y"}):
+        for headers in ({"Authorization": "Bearer k3y"}, {"X-Api-Key": "k3y"}, {"Authorization": "Bearer other"}):
             status, resp = keyed.request("POST", CHAT, {"messages": OK_MSG, "max_tokens": 1}, headers=headers)
             check(status == 200, f"right key {headers}: {status} {resp}")
 
