@@ -132,7 +132,11 @@ int serve_main(int argc, char** argv) {
   }
   session.n_ctx = cfg.n_ctx_total;
   Observability obs(oa);
-  return server::run_server(cfg, [&] { return load_observed(ma, offa, obs, session); });
+  return server::run_server(cfg, [&] { return load_observed(ma, offa, obs, session); },
+                            [&](LoadedModel& m) {
+                              print_offload_stats(m);  // --offload-stats
+                              obs.finish();            // --stats, --trace, --record-profile, --record-routing
+                            });
 }
 
 }  // namespace

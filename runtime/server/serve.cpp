@@ -60,7 +60,8 @@ int64_t default_serve_context(const ModelConfig& c, int32_t n_slots, const Sessi
   return std::max(total, lo);
 }
 
-int run_server(ServeConfig cfg, const std::function<std::unique_ptr<LoadedModel>()>& load) {
+int run_server(ServeConfig cfg, const std::function<std::unique_ptr<LoadedModel>()>& load,
+               const std::function<void(LoadedModel&)>& finish) {
   // httplib writes with flags 0: a write to a closed socket raises SIGPIPE, fatal by default.
   std::signal(SIGPIPE, SIG_IGN);
   // SIGINT/SIGTERM go to one thread (sigwait) in every thread's mask, set before any is started.
@@ -160,6 +161,7 @@ int run_server(ServeConfig cfg, const std::function<std::unique_ptr<LoadedModel>
   ctx.scheduler = nullptr;
   sched.reset();
   end_signal_thread();
+  if (finish) finish(*model);
   std::fprintf(stderr, "ferry serve: stopped\n");
   return 0;
 }

@@ -22,8 +22,11 @@ struct ServeConfig {
 // fits its context to the device. The state of each slot is measured by state_footprint().
 int64_t default_serve_context(const ModelConfig& c, int32_t n_slots, const SessionOptions& s);
 
-// Runs the server; `load` loads the model (called once, after the port is bound). `on_listening`
-// gets the bound port (tests start on port 0). Returns the exit code (0 after a signal).
-int run_server(ServeConfig cfg, const std::function<std::unique_ptr<LoadedModel>()>& load);
+// Runs the server; `load` loads the model (called once, after the port is bound, which is
+// printed: tests start on port 0); `finish` runs after the engine stopped, before the model is
+// freed (the observability outputs: --stats, --trace, --record-profile). Returns the exit code
+// (0 after a signal).
+int run_server(ServeConfig cfg, const std::function<std::unique_ptr<LoadedModel>()>& load,
+               const std::function<void(LoadedModel&)>& finish = {});
 
 }  // namespace ferry::server

@@ -3,6 +3,7 @@
 FERRY_BIN names the binary (the ASan pass points it at the sanitizer build); FERRY_SOURCE_DIR the
 checkout (for the trained reference model).
 """
+import atexit
 import json
 import os
 import re
@@ -25,6 +26,16 @@ def ferry_bin():
     return b
 
 
+_started = []
+
+
+@atexit.register
+def _kill_leftovers():
+    """A failed test must not leave a server behind."""
+    for s in _started:
+        s.kill()
+
+
 class Server:
     """ferry serve on 127.0.0.1 and a free port; stderr kept for the assertions."""
 
@@ -32,6 +43,7 @@ class Server:
         self.args = ["serve", "-m", model, "--host", "127.0.0.1", "--port", "0", "-t", "1", *args]
         self.proc = subprocess.Popen([ferry_bin(), *self.args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                      text=True, env=env)
+        _started.append(self)
         self.lines = []
         self.port = None
         got_port = threading.Event()
