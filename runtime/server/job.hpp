@@ -37,6 +37,7 @@ struct Event {
   std::string text;                     // text: the next piece of the reply (complete UTF-8)
   std::vector<TokenLogprob> logprobs;   // text/done: the tokens behind `text` when requested
   std::string finish_reason;            // done: "stop" or "length"
+  std::string stop_word;                // done: the stop string that ended the reply, if one did
   ReplyStats stats;                     // done
   int status = 0;                       // error: HTTP status
   std::string error_type, message;      // error

@@ -262,4 +262,14 @@ GenRequest parse_completion_request(const json& b, const RequestDefaults& d) {
   return r;
 }
 
+GenRequest parse_native_request(const json& b, const RequestDefaults& d) {
+  GenRequest r = parse_completion_request(b, d);
+  r.api = Api::native;
+  if (const json* v = field(b, "n_probs")) {
+    r.top_logprobs = static_cast<int32_t>(integer(*v, "n_probs", 0, kMaxTopLogprobs));
+    r.logprobs = r.top_logprobs > 0;
+  }
+  return r;
+}
+
 }  // namespace ferry::server

@@ -12,7 +12,8 @@
 
 namespace ferry::server {
 
-enum class Api { chat, completion };
+// chat: /v1/chat/completions; completion: /v1/completions; native: llama-server's /completion.
+enum class Api { chat, completion, native };
 
 struct GenRequest {
   Api api = Api::chat;
@@ -42,6 +43,8 @@ struct RequestDefaults {
 // ApiError 400 (invalid_request_error) naming the field on any problem.
 GenRequest parse_chat_request(const nlohmann::json& body, const RequestDefaults& d);
 GenRequest parse_completion_request(const nlohmann::json& body, const RequestDefaults& d);
+// llama-server's /completion: the completion fields plus `n_probs` (alternatives per token).
+GenRequest parse_native_request(const nlohmann::json& body, const RequestDefaults& d);
 // The `messages` array alone (also /apply-template).
 std::vector<ChatMessage> parse_messages(const nlohmann::json& body);
 // The body as a JSON object, or ApiError 400 "malformed JSON" / "must be a JSON object".

@@ -46,6 +46,19 @@ json usage_json(const ReplyStats& s) {
 }
 
 json logprobs_json(Api api, const Tokenizer& tok, const std::vector<TokenLogprob>& lp, size_t text_offset0) {
+  if (api == Api::native) {  // llama-server's completion_probabilities
+    json out = json::array();
+    for (const TokenLogprob& t : lp) {
+      const std::string piece = tok.token_bytes(t.id);
+      json top = json::array();
+      for (const auto& [id, l] : t.top) {
+        const std::string p = tok.token_bytes(id);
+        top.push_back({{"id", id}, {"token", p}, {"logprob", l}, {"bytes", bytes_of(p)}});
+      }
+      out.push_back({{"id", t.id}, {"token", piece}, {"logprob", t.logprob}, {"bytes", bytes_of(piece)}, {"top_logprobs", top}});
+    }
+    return out;
+  }
   if (api == Api::chat) {
     json content = json::array();
     for (const TokenLogprob& t : lp) {
@@ -115,6 +128,29 @@ json final_chunk(const ReplyMeta& m, const std::string& finish_reason, const Rep
     choice["text"] = "";
   r["choices"] = json::array({choice});
   r["timings"] = timings_json(s);
+  return r;
+}
+
+json native_chunk(const std::string& text, const json& probs) {
+  json r = {{"index", 0}, {"content", text}, {"stop", false}};
+  if (!probs.is_null()) r["completion_probabilities"] = probs;
+  return r;
+}
+
+json native_final(const ReplyMeta& m, const std::string& text, const Event& done, const json& probs) {
+  const char* stop_type = done.finish_reason == "length" ? "limit" : done.stop_word.empty() ? "eos" : "word";
+  json r = {{"index", 0},
+            {"content", text},
+            {"stop", true},
+            {"model", m.model},
+            {"tokens_predicted", done.stats.n_predicted},
+            {"tokens_evaluated", done.stats.n_prompt},
+            {"tokens_cached", done.stats.n_cached},
+            {"stop_type", stop_type},
+            {"stopping_word", done.stop_word},
+            {"truncated", false},
+            {"timings", timings_json(done.stats)}};
+  if (!probs.is_null()) r["completion_probabilities"] = probs;
   return r;
 }
 

@@ -32,6 +32,11 @@ nlohmann::json delta_chunk(const ReplyMeta& m, const std::string& text, const nl
 nlohmann::json final_chunk(const ReplyMeta& m, const std::string& finish_reason, const ReplyStats& s);
 nlohmann::json usage_chunk(const ReplyMeta& m, const ReplyStats& s);
 
+// llama-server's /completion: a stream chunk ({"content", "stop": false}) and the last chunk or
+// whole response ({"content", "stop": true, stop_type, tokens_predicted, timings, ...}).
+nlohmann::json native_chunk(const std::string& text, const nlohmann::json& probs);
+nlohmann::json native_final(const ReplyMeta& m, const std::string& text, const Event& done, const nlohmann::json& probs);
+
 // JSON text that never throws on invalid UTF-8 (a token's bytes can be a partial character).
 std::string dump(const nlohmann::json& j);
 

@@ -86,7 +86,8 @@ void answer_whole(ServerContext& ctx, const std::shared_ptr<Job>& job, const Rep
     lps.insert(lps.end(), e->logprobs.begin(), e->logprobs.end());
     if (e->kind == Event::Kind::done) {
       const json lp = job->req.logprobs ? logprobs_json(meta.api, m.tokenizer(), lps, 0) : json(nullptr);
-      send_json(res, 200, full_response(meta, text, e->finish_reason, e->stats, lp));
+      send_json(res, 200, meta.api == Api::native ? native_final(meta, text, *e, lp)
+                                                  : full_response(meta, text, e->finish_reason, e->stats, lp));
       return;
     }
   }
@@ -119,6 +120,15 @@ bool stream_step(Job& job, const ReplyMeta& meta, StreamState& st, int ping_ms, 
     const bool ok = data(ApiError(e->status, e->error_type, e->message).body());
     if (ok) sink.done();
     return ok;
+  }
+  if (meta.api == Api::native) {  // llama-server's /completion: no [DONE], the last chunk says stop
+    const json lp = job.req.logprobs ? logprobs_json(meta.api, m.tokenizer(), e->logprobs, 0) : json(nullptr);
+    if (e->kind == Event::Kind::done) {
+      if (!data(native_final(meta, e->text, *e, lp))) return false;
+      sink.done();
+      return true;
+    }
+    return data(native_chunk(e->text, lp));
   }
   if (!e->text.empty() || !e->logprobs.empty()) {
     const json lp = job.req.logprobs ? logprobs_json(meta.api, m.tokenizer(), e->logprobs, st.text_offset) : json(nullptr);
@@ -161,7 +171,9 @@ void generate(ServerContext& ctx, Api api, const httplib::Request& req, httplib:
   Scheduler& sched = ready_scheduler(ctx);
   const json body = parse_body(req.body);
   auto job = std::make_shared<Job>();
-  job->req = api == Api::chat ? parse_chat_request(body, ctx.opt.defaults) : parse_completion_request(body, ctx.opt.defaults);
+  job->req = api == Api::chat         ? parse_chat_request(body, ctx.opt.defaults)
+             : api == Api::completion ? parse_completion_request(body, ctx.opt.defaults)
+                                      : parse_native_request(body, ctx.opt.defaults);
   LoadedModel& m = sched.model();
   job->prompt = prompt_tokens(job->req, m, sched.options().n_ctx_slot);
   job->id = ctx.next_id.fetch_add(1);
@@ -195,6 +207,7 @@ void add_openai_routes(httplib::Server& svr, ServerContext& ctx) {
   auto completion = guarded(ctx, [&ctx](const httplib::Request& q, httplib::Response& r) { generate(ctx, Api::completion, q, r); });
   for (const char* p : {"/v1/chat/completions", "/chat/completions"}) svr.Post(p, chat);
   for (const char* p : {"/v1/completions", "/completions"}) svr.Post(p, completion);
+  svr.Post("/completion", guarded(ctx, [&ctx](const httplib::Request& q, httplib::Response& r) { generate(ctx, Api::native, q, r); }));
   auto models = guarded(ctx, [&ctx](const httplib::Request&, httplib::Response& r) {
     json data = json::array();
     json entry = {{"id", model_id(ctx)}, {"object", "model"}, {"created", ctx.created_unix}, {"owned_by", "ferry"}};

@@ -312,6 +312,7 @@ void Scheduler::finish(Slot& s, const char* reason) {
     e.text = s.text->finish();
     e.logprobs = std::move(s.pending_logprobs);
     e.finish_reason = reason;
+    if (s.text->stopped()) e.stop_word = s.text->stop_word();
     e.stats = s.stats;
     j.events.push(std::move(e));
   }

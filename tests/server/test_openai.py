@@ -170,6 +170,28 @@ def test_typed_errors():
         check(keyed.stop() == 0, "keyed server exit code")
 
 
+def test_native_completion():
+    """llama-server's /completion: content, stop_type, tokens_predicted, timings; the stream's
+    pieces join to the whole content and its last chunk says stop."""
+    import http.client
+    import json as js
+    body = {"prompt": "And God said", "n_predict": 8, "temperature": 0}
+    status, whole = srv.request("POST", "/completion", body)
+    check(status == 200 and whole["stop"] and whole["stop_type"] == "limit" and whole["tokens_predicted"] == 8, f"{whole}")
+    check(whole["tokens_evaluated"] >= 3 and whole["timings"]["predicted_n"] == 8, f"{whole}")
+    word = whole["content"].split()[1]
+    status, cut = srv.request("POST", "/completion", dict(body, stop=[word], n_probs=2))
+    check(cut["stop_type"] == "word" and cut["stopping_word"] == word and cut["content"] == whole["content"][: whole["content"].index(word)],
+          f"stop word: {cut}")
+    check(len(cut["completion_probabilities"][0]["top_logprobs"]) == 2, "n_probs")
+    c = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=60)
+    c.request("POST", "/completion", js.dumps(dict(body, stream=True)), {"Content-Type": "application/json"})
+    lines = c.getresponse().read().decode().splitlines()
+    chunks = [js.loads(l[6:]) for l in lines if l.startswith("data: ")]
+    check(chunks[-1]["stop"] and not any(ch["stop"] for ch in chunks[:-1]), "only the last chunk stops")
+    check("".join(ch["content"] for ch in chunks) == whole["content"], "stream == whole")
+
+
 def test_native_endpoints():
     status, t = srv.request("POST", "/tokenize", {"content": "And God said", "with_pieces": True})
     check(status == 200 and "".join(p["piece"] for p in t["tokens"]) == "And God said", f"/tokenize pieces {t}")
@@ -196,7 +218,7 @@ def main():
         client = openai.OpenAI(base_url=srv.base + "/v1", api_key="none", max_retries=0, timeout=120)
         run_tests([test_models, test_chat_plain_usage_timings, test_chat_stream_matches_plain, test_max_tokens_and_length,
                    test_stop_sequences, test_seed_reproducible, test_completions, test_logprobs,
-                   test_penalties_change_greedy_text, test_logit_bias, test_message_forms, test_native_endpoints, test_typed_errors])
+                   test_penalties_change_greedy_text, test_logit_bias, test_message_forms, test_native_completion, test_native_endpoints, test_typed_errors])
     finally:
         rc = srv.stop()
     if rc != 0:
