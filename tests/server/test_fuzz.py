@@ -16,10 +16,12 @@ N_REQUESTS = 2400
 N_THREADS = 8
 TIMEOUT_S = 30
 READ_TIMEOUT_S = 3  # the server's -to
-ENDPOINTS = ["/v1/chat/completions", "/v1/completions", "/tokenize", "/detokenize", "/apply-template", "/chat/completions"]
+ENDPOINTS = ["/v1/chat/completions", "/v1/completions", "/tokenize", "/detokenize", "/apply-template", "/chat/completions",
+             "/completion"]
 FIELDS = ["messages", "prompt", "temperature", "top_p", "top_k", "min_p", "seed", "max_tokens", "max_completion_tokens",
           "stop", "stream", "stream_options", "logprobs", "top_logprobs", "presence_penalty", "frequency_penalty",
-          "repeat_penalty", "repeat_last_n", "n", "model", "content", "tokens", "add_special", "with_pieces", "n_predict"]
+          "repeat_penalty", "repeat_last_n", "n", "model", "content", "tokens", "add_special", "with_pieces", "n_predict",
+          "logit_bias", "n_probs", "tools", "response_format"]
 TYPES = {"invalid_request_error", "exceed_context_size_error", "not_found_error", "unavailable_error", "authentication_error",
          "not_supported_error"}
 
@@ -51,7 +53,7 @@ def rand_value(rng, depth=0):
 def valid_body(rng, ep):
     if ep in ("/v1/chat/completions", "/chat/completions", "/apply-template"):
         b = {"messages": [{"role": rng.choice(["user", "system", "developer"]), "content": "and the light"}]}
-    elif ep == "/v1/completions":
+    elif ep in ("/v1/completions", "/completion"):
         b = {"prompt": rng.choice(["In the beginning", [1, 2, 3]])}
     elif ep == "/tokenize":
         b = {"content": "and God said"}
