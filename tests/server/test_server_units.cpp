@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
 #include "runtime/gguf/gguf.hpp"
@@ -13,6 +15,7 @@
 #include "runtime/server/reply_text.hpp"
 #include "runtime/server/request.hpp"
 #include "runtime/server/server.hpp"
+#include "runtime/server/task_pool.hpp"
 
 namespace ferry::server {
 namespace {
@@ -159,6 +162,31 @@ TEST(Serve, DefaultContextIsTheTrainedOneShrunkToFit) {
   EXPECT_LT(n, c.n_ctx_train);
   EXPECT_EQ(n % 256, 0);
   EXPECT_GE(n, 512);
+}
+
+TEST(TaskPool, GrowsPastItsBaseInsteadOfQueueing) {
+  // Six connections held open (streams) on a base of two threads: all six run at once, and a
+  // seventh (a /health probe) still gets a thread.
+  GrowingTaskPool pool(2, 16);
+  std::mutex mu;
+  std::condition_variable cv;
+  int started = 0;
+  bool release = false;
+  for (int i = 0; i < 7; ++i)
+    pool.enqueue([&] {
+      std::unique_lock lk(mu);
+      ++started;
+      cv.notify_all();
+      cv.wait(lk, [&] { return release; });
+    });
+  {
+    std::unique_lock lk(mu);
+    EXPECT_TRUE(cv.wait_for(lk, std::chrono::seconds(10), [&] { return started == 7; })) << started << " of 7 started";
+    release = true;
+  }
+  cv.notify_all();
+  pool.shutdown();
+  EXPECT_EQ(started, 7);
 }
 
 TEST(Http, LoadingAnswers503AndEnvelopes) {
