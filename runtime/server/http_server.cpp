@@ -58,7 +58,8 @@ Scheduler& ready_scheduler(ServerContext& ctx) {
   return *s;
 }
 
-httplib::Server::Handler guarded(ServerContext& ctx, std::function<void(const httplib::Request&, httplib::Response&)> fn) {
+httplib::Server::Handler guarded(
+    ServerContext& ctx, std::function<void(const httplib::Request&, httplib::Response&)> fn) {
   return [&ctx, fn = std::move(fn)](const httplib::Request& req, httplib::Response& res) {
     try {
       fn(req, res);
@@ -66,7 +67,8 @@ httplib::Server::Handler guarded(ServerContext& ctx, std::function<void(const ht
       send_json(res, e.status(), e.body());
     } catch (const Error& e) {
       // The library's typed errors: bad arguments are the client's, the rest the server's.
-      const int status = e.kind() == ErrorKind::invalid_arg || e.kind() == ErrorKind::context ? 400 : 500;
+      const int status =
+          e.kind() == ErrorKind::invalid_arg || e.kind() == ErrorKind::context ? 400 : 500;
       send_json(res, status, error_body(status, e.what()));
     } catch (const std::exception& e) {
       log::warn("serve: {} {}: {}", req.method, req.path, e.what());
@@ -90,7 +92,9 @@ HttpServer::HttpServer(ServerContext& ctx) : impl_(std::make_unique<Impl>(ctx)) 
   // are kept (a burst then reuses them, so memory stays flat), and past that the pool grows
   // (task_pool.hpp) rather than queue a /health behind streams.
   const size_t admitted = static_cast<size_t>(o.n_slots + o.queue_max);
-  svr.new_task_queue = [admitted] { return new GrowingTaskPool(2 * admitted + 16, 4 * admitted + 64); };
+  svr.new_task_queue = [admitted] {
+    return new GrowingTaskPool(2 * admitted + 16, 4 * admitted + 64);
+  };
   svr.set_payload_max_length(o.max_body_bytes);
   svr.set_read_timeout(o.timeout_s, 0);
   svr.set_write_timeout(o.timeout_s, 0);
@@ -102,43 +106,58 @@ HttpServer::HttpServer(ServerContext& ctx) : impl_(std::make_unique<Impl>(ctx)) 
       res.status = 204;
       return httplib::Server::HandlerResponse::Handled;
     }
-    if (ctx.opt.api_keys.empty() || is_public(req.path)) return httplib::Server::HandlerResponse::Unhandled;
+    if (ctx.opt.api_keys.empty() || is_public(req.path))
+      return httplib::Server::HandlerResponse::Unhandled;
     const std::string key = given_key(req);
     if (key.empty() || !key_matches(key, ctx.opt.api_keys)) {
-      send_json(res, 401, ApiError(401, "authentication_error", key.empty() ? "Missing API key" : "Invalid API key").body());
+      send_json(
+          res, 401,
+          ApiError(401, "authentication_error", key.empty() ? "Missing API key" : "Invalid API key")
+              .body());
       return httplib::Server::HandlerResponse::Handled;
     }
     return httplib::Server::HandlerResponse::Unhandled;
   });
-  svr.set_error_handler(httplib::Server::HandlerWithResponse([&ctx](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;  // ours already
-    std::string msg;
-    switch (res.status) {
-      case 404: msg = "File Not Found"; break;
-      case 413:
-        // cpp-httplib 0.11 caps form-encoded bodies at 8 KiB whatever the limit: curl -d sends
-        // that content type unless told otherwise.
-        if (req.get_header_value("Content-Type") == "application/x-www-form-urlencoded")
-          msg = "a body sent as application/x-www-form-urlencoded is limited to 8 KiB: send Content-Type: application/json";
-        else
-          msg = fmt::format("the request body is larger than --max-body ({} bytes)", ctx.opt.max_body_bytes);
-        break;
-      case 400: msg = "malformed HTTP request"; break;
-      default: msg = fmt::format("HTTP error {}", res.status); break;
-    }
-    send_json(res, res.status, error_body(res.status, msg));
-    return httplib::Server::HandlerResponse::Handled;
-  }));
-  svr.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-    std::string what = "unknown exception";
-    try {
-      if (ep) std::rethrow_exception(ep);
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
-    }
-    send_json(res, 500, error_body(500, "internal error: " + what));
-  });
+  svr.set_error_handler(httplib::Server::HandlerWithResponse(
+      [&ctx](const httplib::Request& req, httplib::Response& res) {
+        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;  // ours already
+        std::string msg;
+        switch (res.status) {
+          case 404:
+            msg = "File Not Found";
+            break;
+          case 413:
+            // cpp-httplib 0.11 caps form-encoded bodies at 8 KiB whatever the limit: curl -d sends
+            // that content type unless told otherwise.
+            if (req.get_header_value("Content-Type") == "application/x-www-form-urlencoded")
+              msg =
+                  "a body sent as application/x-www-form-urlencoded is limited to 8 KiB: send "
+                  "Content-Type: application/json";
+            else
+              msg = fmt::format("the request body is larger than --max-body ({} bytes)",
+                                ctx.opt.max_body_bytes);
+            break;
+          case 400:
+            msg = "malformed HTTP request";
+            break;
+          default:
+            msg = fmt::format("HTTP error {}", res.status);
+            break;
+        }
+        send_json(res, res.status, error_body(res.status, msg));
+        return httplib::Server::HandlerResponse::Handled;
+      }));
+  svr.set_exception_handler(
+      [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+        std::string what = "unknown exception";
+        try {
+          if (ep) std::rethrow_exception(ep);
+        } catch (const std::exception& e) {
+          what = e.what();
+        } catch (...) {
+        }
+        send_json(res, 500, error_body(500, "internal error: " + what));
+      });
   add_openai_routes(svr, ctx);
   add_native_routes(svr, ctx);
   add_metrics_routes(svr, ctx);
@@ -154,12 +173,18 @@ int HttpServer::bind() {
     if (p <= 0) fail(ErrorKind::io, "cannot bind {} (any port)", o.host);
     return p;
   }
-  if (!impl_->svr.bind_to_port(o.host, o.port)) fail(ErrorKind::io, "cannot bind {}:{} (in use, or not an address of this machine)", o.host, o.port);
+  if (!impl_->svr.bind_to_port(o.host, o.port))
+    fail(ErrorKind::io, "cannot bind {}:{} (in use, or not an address of this machine)", o.host,
+         o.port);
   return o.port;
 }
 
-void HttpServer::listen() { impl_->svr.listen_after_bind(); }
+void HttpServer::listen() {
+  impl_->svr.listen_after_bind();
+}
 
-void HttpServer::stop() { impl_->svr.stop(); }
+void HttpServer::stop() {
+  impl_->svr.stop();
+}
 
 }  // namespace ferry::server

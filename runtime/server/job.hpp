@@ -24,23 +24,23 @@ struct TokenLogprob {
 
 // A finished request's figures: usage and llama-server's `timings`.
 struct ReplyStats {
-  int64_t n_prompt = 0;     // prompt tokens evaluated
-  int64_t n_cached = 0;     // prompt tokens reused from the slot's previous state (none yet)
-  int64_t n_predicted = 0;  // tokens sampled (an ending end-of-generation token included)
-  double prompt_ms = 0.0;   // evaluating the prompt
+  int64_t n_prompt = 0;       // prompt tokens evaluated
+  int64_t n_cached = 0;       // prompt tokens reused from the slot's previous state (none yet)
+  int64_t n_predicted = 0;    // tokens sampled (an ending end-of-generation token included)
+  double prompt_ms = 0.0;     // evaluating the prompt
   double predicted_ms = 0.0;  // sampling and evaluating the generated tokens
 };
 
 struct Event {
   enum class Kind { text, done, error };
   Kind kind = Kind::text;
-  std::string text;                     // text: the next piece of the reply (complete UTF-8)
-  std::vector<TokenLogprob> logprobs;   // text/done: the tokens behind `text` when requested
-  std::string finish_reason;            // done: "stop" or "length"
-  std::string stop_word;                // done: the stop string that ended the reply, if one did
-  ReplyStats stats;                     // done
-  int status = 0;                       // error: HTTP status
-  std::string error_type, message;      // error
+  std::string text;                    // text: the next piece of the reply (complete UTF-8)
+  std::vector<TokenLogprob> logprobs;  // text/done: the tokens behind `text` when requested
+  std::string finish_reason;           // done: "stop" or "length"
+  std::string stop_word;               // done: the stop string that ended the reply, if one did
+  ReplyStats stats;                    // done
+  int status = 0;                      // error: HTTP status
+  std::string error_type, message;     // error
 };
 
 // Single producer (the engine), single consumer (the handler); unbounded but never longer than

@@ -10,6 +10,7 @@
 namespace ferry::server {
 
 std::string prometheus_text(const SchedulerMetrics& s, const OffloadMetrics& o, int32_t n_slots);
-nlohmann::json metrics_json(const SchedulerMetrics& s, const OffloadMetrics& o, int32_t n_slots, double uptime_s);
+nlohmann::json metrics_json(const SchedulerMetrics& s, const OffloadMetrics& o, int32_t n_slots,
+                            double uptime_s);
 
 }  // namespace ferry::server

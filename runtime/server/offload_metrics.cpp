@@ -6,7 +6,8 @@ namespace ferry::server {
 
 OffloadMetrics read_offload_metrics(LoadedModel& m) {
   OffloadMetrics out;
-  for (int w = 0; w < kWaitCauses; ++w) out.wait_cause_names[static_cast<size_t>(w)] = wait_cause_name(static_cast<WaitCause>(w));
+  for (int w = 0; w < kWaitCauses; ++w)
+    out.wait_cause_names[static_cast<size_t>(w)] = wait_cause_name(static_cast<WaitCause>(w));
   MoeSetup& moe = m.moe();
   const StatsCounters* c = moe.counters();
   if (!c) return out;
@@ -24,7 +25,8 @@ OffloadMetrics read_offload_metrics(LoadedModel& m) {
   out.prefetch_issued = s.total.prefetch_issued;
   out.prefetch_used = s.total.prefetch_used;
   out.prefetch_wasted = s.total.prefetch_wasted;
-  for (size_t w = 0; w < out.wait_seconds.size(); ++w) out.wait_seconds[w] = static_cast<double>(s.wait_ns[w]) / 1e9;
+  for (size_t w = 0; w < out.wait_seconds.size(); ++w)
+    out.wait_seconds[w] = static_cast<double>(s.wait_ns[w]) / 1e9;
   out.vram_peak_bytes = s.vram_peak_bytes;
   if (OffloadExecutor* ex = moe.offload()) {
     const OffloadStats st = ex->stats();

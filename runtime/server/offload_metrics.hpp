@@ -15,11 +15,11 @@ struct OffloadMetrics {
   bool offloading = false;  // an offload executor runs the experts (VRAM figures valid)
   std::vector<uint64_t> layer_hits, layer_misses;  // (n_layer) expert uses served from VRAM / not
   uint64_t hits = 0, misses = 0, cpu_experts = 0;
-  uint64_t h2d_bytes = 0;   // every host→device byte (demand, prefetch, streaming)
-  uint64_t tokens = 0;      // tokens the MoE layers processed
+  uint64_t h2d_bytes = 0;  // every host→device byte (demand, prefetch, streaming)
+  uint64_t tokens = 0;     // tokens the MoE layers processed
   uint64_t prefetch_issued = 0, prefetch_used = 0, prefetch_wasted = 0;
-  std::array<double, 3> wait_seconds{};            // by cause, wait_cause_names order
-  std::array<const char*, 3> wait_cause_names{};   // copy, cpu_expert, sync
+  std::array<double, 3> wait_seconds{};           // by cause, wait_cause_names order
+  std::array<const char*, 3> wait_cause_names{};  // copy, cpu_expert, sync
   uint64_t vram_used_bytes = 0, vram_peak_bytes = 0, vram_budget_bytes = 0;
   int32_t cache_slots = 0;  // expert slots in VRAM
 };

@@ -24,19 +24,22 @@ const json* field(const json& o, const char* name) {
 double number(const json& v, const std::string& name, double lo, double hi) {
   if (!v.is_number()) bad_field(name, "must be a number, got {}", v.type_name());
   const double x = v.get<double>();
-  if (!std::isfinite(x) || x < lo || x > hi) bad_field(name, "must be in [{}, {}], got {}", lo, hi, v.dump());
+  if (!std::isfinite(x) || x < lo || x > hi)
+    bad_field(name, "must be in [{}, {}], got {}", lo, hi, v.dump());
   return x;
 }
 
 int64_t integer(const json& v, const std::string& name, int64_t lo, int64_t hi) {
   if (v.is_number_float()) {
     const double x = v.get<double>();
-    if (std::isfinite(x) && x == std::floor(x) && x >= static_cast<double>(lo) && x <= static_cast<double>(hi))
+    if (std::isfinite(x) && x == std::floor(x) && x >= static_cast<double>(lo) &&
+        x <= static_cast<double>(hi))
       return static_cast<int64_t>(x);
     bad_field(name, "must be an integer in [{}, {}], got {}", lo, hi, v.dump());
   }
   if (!v.is_number_integer()) bad_field(name, "must be an integer, got {}", v.type_name());
-  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+  if (v.is_number_unsigned() &&
+      v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
     bad_field(name, "must be an integer in [{}, {}], got {}", lo, hi, v.dump());
   const int64_t x = v.get<int64_t>();
   if (x < lo || x > hi) bad_field(name, "must be an integer in [{}, {}], got {}", lo, hi, x);
@@ -51,7 +54,8 @@ bool boolean(const json& v, const std::string& name) {
 // content: a string, or an array of {"type": "text", "text": "..."} parts (joined as OpenAI does).
 std::string content_text(const json& v, const std::string& name) {
   if (v.is_string()) return v.get<std::string>();
-  if (!v.is_array()) bad_field(name, "must be a string or an array of text parts, got {}", v.type_name());
+  if (!v.is_array())
+    bad_field(name, "must be a string or an array of text parts, got {}", v.type_name());
   std::string out;
   for (size_t j = 0; j < v.size(); ++j) {
     const std::string pn = fmt::format("{}[{}]", name, j);
@@ -60,7 +64,8 @@ std::string content_text(const json& v, const std::string& name) {
     const json* type = field(part, "type");
     if (!type || !type->is_string()) bad_field(pn + ".type", "must be the string \"text\"");
     if (type->get<std::string>() != "text")
-      bad_field(pn + ".type", "\"{}\" parts are not supported (only \"text\")", type->get<std::string>());
+      bad_field(pn + ".type", "\"{}\" parts are not supported (only \"text\")",
+                type->get<std::string>());
     const json* text = field(part, "text");
     if (!text || !text->is_string()) bad_field(pn + ".text", "must be a string");
     out += text->get<std::string>();
@@ -79,7 +84,8 @@ void parse_logit_bias(const json& v, GenRequest& r) {
     return x <= -100.0 ? -std::numeric_limits<float>::infinity() : static_cast<float>(x);
   };
   constexpr size_t kMaxBiases = 1024;
-  if (v.size() > kMaxBiases) bad_field("logit_bias", "at most {} entries, got {}", kMaxBiases, v.size());
+  if (v.size() > kMaxBiases)
+    bad_field("logit_bias", "at most {} entries, got {}", kMaxBiases, v.size());
   if (v.is_object()) {
     for (const auto& [key, b] : v.items()) {
       const std::string name = fmt::format("logit_bias[\"{}\"]", key);
@@ -107,11 +113,15 @@ void parse_common(const json& b, const RequestDefaults& d, GenRequest& r, bool c
     if (!v->is_string()) bad_field("model", "must be a string, got {}", v->type_name());
     r.model = v->get<std::string>();
   }
-  if (const json* v = field(b, "temperature")) r.sampling.temp = static_cast<float>(number(*v, "temperature", 0.0, 100.0));
-  if (const json* v = field(b, "top_p")) r.sampling.top_p = static_cast<float>(number(*v, "top_p", 0.0, 1.0));
+  if (const json* v = field(b, "temperature"))
+    r.sampling.temp = static_cast<float>(number(*v, "temperature", 0.0, 100.0));
+  if (const json* v = field(b, "top_p"))
+    r.sampling.top_p = static_cast<float>(number(*v, "top_p", 0.0, 1.0));
   if (const json* v = field(b, "top_k"))
-    r.sampling.top_k = static_cast<int32_t>(integer(*v, "top_k", 0, std::numeric_limits<int32_t>::max()));
-  if (const json* v = field(b, "min_p")) r.sampling.min_p = static_cast<float>(number(*v, "min_p", 0.0, 1.0));
+    r.sampling.top_k =
+        static_cast<int32_t>(integer(*v, "top_k", 0, std::numeric_limits<int32_t>::max()));
+  if (const json* v = field(b, "min_p"))
+    r.sampling.min_p = static_cast<float>(number(*v, "min_p", 0.0, 1.0));
   if (const json* v = field(b, "presence_penalty"))
     r.sampling.presence_penalty = static_cast<float>(number(*v, "presence_penalty", -2.0, 2.0));
   if (const json* v = field(b, "frequency_penalty"))
@@ -121,7 +131,8 @@ void parse_common(const json& b, const RequestDefaults& d, GenRequest& r, bool c
     if (!(r.sampling.repeat_penalty > 0.0f)) bad_field("repeat_penalty", "must be > 0 (1 = off)");
   }
   if (const json* v = field(b, "repeat_last_n"))
-    r.sampling.repeat_last_n = static_cast<int32_t>(integer(*v, "repeat_last_n", -1, std::numeric_limits<int32_t>::max()));
+    r.sampling.repeat_last_n =
+        static_cast<int32_t>(integer(*v, "repeat_last_n", -1, std::numeric_limits<int32_t>::max()));
   if (const json* v = field(b, "seed")) {
     // llama-server: -1 (or no seed) draws a random one; seeds are 32-bit.
     const int64_t s = integer(*v, "seed", -1, std::numeric_limits<uint32_t>::max());
@@ -134,7 +145,8 @@ void parse_common(const json& b, const RequestDefaults& d, GenRequest& r, bool c
       if (n == 0) bad_field(name, "must be >= 1 (or -1: until the end of generation)");
       r.max_tokens = static_cast<int32_t>(n);
     }
-  if (d.n_predict >= 0 && (r.max_tokens < 0 || r.max_tokens > d.n_predict)) r.max_tokens = d.n_predict;
+  if (d.n_predict >= 0 && (r.max_tokens < 0 || r.max_tokens > d.n_predict))
+    r.max_tokens = d.n_predict;
   if (const json* v = field(b, "n")) {
     if (integer(*v, "n", 1, 128) != 1) bad_field("n", "only n = 1 is supported");
   }
@@ -142,9 +154,11 @@ void parse_common(const json& b, const RequestDefaults& d, GenRequest& r, bool c
     if (v->is_string()) {
       r.stop.push_back(v->get<std::string>());
     } else if (v->is_array()) {
-      if (v->size() > kMaxStopStrings) bad_field("stop", "at most {} stop strings, got {}", kMaxStopStrings, v->size());
+      if (v->size() > kMaxStopStrings)
+        bad_field("stop", "at most {} stop strings, got {}", kMaxStopStrings, v->size());
       for (size_t i = 0; i < v->size(); ++i) {
-        if (!(*v)[i].is_string()) bad_field(fmt::format("stop[{}]", i), "must be a string, got {}", (*v)[i].type_name());
+        if (!(*v)[i].is_string())
+          bad_field(fmt::format("stop[{}]", i), "must be a string, got {}", (*v)[i].type_name());
         r.stop.push_back((*v)[i].get<std::string>());
       }
     } else {
@@ -156,7 +170,8 @@ void parse_common(const json& b, const RequestDefaults& d, GenRequest& r, bool c
   if (const json* v = field(b, "stream")) r.stream = boolean(*v, "stream");
   if (const json* v = field(b, "stream_options")) {
     if (!v->is_object()) bad_field("stream_options", "must be an object, got {}", v->type_name());
-    if (const json* u = field(*v, "include_usage")) r.include_usage = boolean(*u, "stream_options.include_usage");
+    if (const json* u = field(*v, "include_usage"))
+      r.include_usage = boolean(*u, "stream_options.include_usage");
   }
   if (const json* v = field(b, "logit_bias")) parse_logit_bias(*v, r);
   // Known OpenAI features this server does not have: refused, not silently ignored (a client
@@ -165,9 +180,11 @@ void parse_common(const json& b, const RequestDefaults& d, GenRequest& r, bool c
     throw ApiError(400, "invalid_request_error", "tools: tool calls are not supported yet");
   if (const json* v = field(b, "response_format")) {
     const json* type = v->is_object() ? field(*v, "type") : nullptr;
-    if (!type || !type->is_string()) bad_field("response_format", "must be an object with a string \"type\"");
+    if (!type || !type->is_string())
+      bad_field("response_format", "must be an object with a string \"type\"");
     if (type->get<std::string>() != "text")
-      bad_field("response_format.type", "\"{}\" is not supported (only \"text\")", type->get<std::string>());
+      bad_field("response_format.type", "\"{}\" is not supported (only \"text\")",
+                type->get<std::string>());
   }
   if (chat) {
     if (const json* v = field(b, "logprobs")) r.logprobs = boolean(*v, "logprobs");
@@ -192,7 +209,9 @@ json parse_body(const std::string& text) {
     // The parser's message names the byte where it failed.
     throw ApiError(400, "invalid_request_error", fmt::format("malformed JSON body: {}", e.what()));
   }
-  if (!b.is_object()) throw ApiError(400, "invalid_request_error", fmt::format("body: must be a JSON object, got {}", b.type_name()));
+  if (!b.is_object())
+    throw ApiError(400, "invalid_request_error",
+                   fmt::format("body: must be a JSON object, got {}", b.type_name()));
   return b;
 }
 
@@ -208,11 +227,13 @@ std::vector<ChatMessage> parse_messages(const json& b) {
     if (!m.is_object()) bad_field(name, "must be an object, got {}", m.type_name());
     const json* role = field(m, "role");
     if (!role) bad_field(name + ".role", "is required");
-    if (!role->is_string()) bad_field(name + ".role", "must be a string, got {}", role->type_name());
+    if (!role->is_string())
+      bad_field(name + ".role", "must be a string, got {}", role->type_name());
     std::string r = role->get<std::string>();
     if (r == "developer") r = "system";  // OpenAI's newer name for the system role
     if (r != "system" && r != "user" && r != "assistant")
-      bad_field(name + ".role", "unknown role \"{}\" (system, developer, user, assistant)", role->get<std::string>());
+      bad_field(name + ".role", "unknown role \"{}\" (system, developer, user, assistant)",
+                role->get<std::string>());
     const json* content = field(m, "content");
     std::string text;
     if (content) {
@@ -241,23 +262,28 @@ GenRequest parse_completion_request(const json& b, const RequestDefaults& d) {
   // A string, a list of token ids, or a list holding one string / one list of ids (n prompts
   // would be n completions: one per request here).
   const json* one = p;
-  if (p->is_array() && p->size() == 1 && ((*p)[0].is_string() || (*p)[0].is_array())) one = &(*p)[0];
+  if (p->is_array() && p->size() == 1 && ((*p)[0].is_string() || (*p)[0].is_array()))
+    one = &(*p)[0];
   if (one->is_string()) {
     r.prompt_text = one->get<std::string>();
   } else if (one->is_array()) {
     for (size_t i = 0; i < one->size(); ++i) {
       const json& t = (*one)[i];
       if (!t.is_number_integer())
-        bad_field(fmt::format("prompt[{}]", i), "must be a token id (integer); one prompt per request");
-      r.prompt_tokens.push_back(static_cast<int32_t>(integer(t, fmt::format("prompt[{}]", i), 0, std::numeric_limits<int32_t>::max())));
+        bad_field(fmt::format("prompt[{}]", i),
+                  "must be a token id (integer); one prompt per request");
+      r.prompt_tokens.push_back(static_cast<int32_t>(
+          integer(t, fmt::format("prompt[{}]", i), 0, std::numeric_limits<int32_t>::max())));
     }
     r.prompt_is_tokens = true;
   } else {
     bad_field("prompt", "must be a string or an array of token ids, got {}", p->type_name());
   }
-  if ((r.prompt_is_tokens && r.prompt_tokens.empty()) || (!r.prompt_is_tokens && r.prompt_text.empty()))
+  if ((r.prompt_is_tokens && r.prompt_tokens.empty()) ||
+      (!r.prompt_is_tokens && r.prompt_text.empty()))
     bad_field("prompt", "must not be empty");
-  if (const json* v = field(b, "echo"); v && boolean(*v, "echo")) bad_field("echo", "echo is not supported");
+  if (const json* v = field(b, "echo"); v && boolean(*v, "echo"))
+    bad_field("echo", "echo is not supported");
   parse_common(b, d, r, /*chat=*/false);
   return r;
 }

@@ -17,9 +17,10 @@ enum class Api { chat, completion, native };
 
 struct GenRequest {
   Api api = Api::chat;
-  std::vector<ChatMessage> messages;  // chat: roles system / user / assistant ("developer" → system)
-  std::string prompt_text;            // completion: the prompt as text ...
-  std::vector<int32_t> prompt_tokens; // ... or as token ids (then prompt_text is empty)
+  std::vector<ChatMessage>
+      messages;             // chat: roles system / user / assistant ("developer" → system)
+  std::string prompt_text;  // completion: the prompt as text ...
+  std::vector<int32_t> prompt_tokens;  // ... or as token ids (then prompt_text is empty)
   bool prompt_is_tokens = false;
   SamplingParams sampling;
   int32_t max_tokens = -1;  // -1: the server's -n (until end of generation or a full context)
@@ -31,7 +32,7 @@ struct GenRequest {
   // logit_bias: added to a token's logit before sampling; -infinity bans it (OpenAI's -100,
   // llama-server's false). Ids are checked against the vocabulary when the prompt is.
   std::vector<std::pair<int32_t, float>> logit_bias;
-  std::string model;         // as sent (echoed back when given)
+  std::string model;  // as sent (echoed back when given)
 };
 
 // Server-side defaults a request starts from (the serve command's sampling flags).

@@ -9,8 +9,12 @@ namespace {
 constexpr const char* kFingerprint = "ferry";
 
 json base(const ReplyMeta& m, bool chunk) {
-  const char* object = m.api == Api::chat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion";
-  return {{"id", m.id}, {"object", object}, {"created", m.created}, {"model", m.model},
+  const char* object = m.api == Api::chat ? (chunk ? "chat.completion.chunk" : "chat.completion")
+                                          : "text_completion";
+  return {{"id", m.id},
+          {"object", object},
+          {"created", m.created},
+          {"model", m.model},
           {"system_fingerprint", kFingerprint}};
 }
 
@@ -22,11 +26,17 @@ json bytes_of(const std::string& s) {
 
 }  // namespace
 
-std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+std::string dump(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
 
 json timings_json(const ReplyStats& s) {
-  const auto per_token = [](double ms, int64_t n) { return n > 0 ? ms / static_cast<double>(n) : 0.0; };
-  const auto per_second = [](double ms, int64_t n) { return ms > 0 ? 1e3 * static_cast<double>(n) / ms : 0.0; };
+  const auto per_token = [](double ms, int64_t n) {
+    return n > 0 ? ms / static_cast<double>(n) : 0.0;
+  };
+  const auto per_second = [](double ms, int64_t n) {
+    return ms > 0 ? 1e3 * static_cast<double>(n) / ms : 0.0;
+  };
   return {{"cache_n", s.n_cached},
           {"prompt_n", s.n_prompt},
           {"prompt_ms", s.prompt_ms},
@@ -45,7 +55,8 @@ json usage_json(const ReplyStats& s) {
           {"prompt_tokens_details", {{"cached_tokens", s.n_cached}}}};
 }
 
-json logprobs_json(Api api, const Tokenizer& tok, const std::vector<TokenLogprob>& lp, size_t text_offset0) {
+json logprobs_json(Api api, const Tokenizer& tok, const std::vector<TokenLogprob>& lp,
+                   size_t text_offset0) {
   if (api == Api::native) {  // llama-server's completion_probabilities
     json out = json::array();
     for (const TokenLogprob& t : lp) {
@@ -55,7 +66,11 @@ json logprobs_json(Api api, const Tokenizer& tok, const std::vector<TokenLogprob
         const std::string p = tok.token_bytes(id);
         top.push_back({{"id", id}, {"token", p}, {"logprob", l}, {"bytes", bytes_of(p)}});
       }
-      out.push_back({{"id", t.id}, {"token", piece}, {"logprob", t.logprob}, {"bytes", bytes_of(piece)}, {"top_logprobs", top}});
+      out.push_back({{"id", t.id},
+                     {"token", piece},
+                     {"logprob", t.logprob},
+                     {"bytes", bytes_of(piece)},
+                     {"top_logprobs", top}});
     }
     return out;
   }
@@ -68,11 +83,15 @@ json logprobs_json(Api api, const Tokenizer& tok, const std::vector<TokenLogprob
         const std::string p = tok.token_bytes(id);
         top.push_back({{"token", p}, {"logprob", l}, {"bytes", bytes_of(p)}});
       }
-      content.push_back({{"token", piece}, {"logprob", t.logprob}, {"bytes", bytes_of(piece)}, {"top_logprobs", top}});
+      content.push_back({{"token", piece},
+                         {"logprob", t.logprob},
+                         {"bytes", bytes_of(piece)},
+                         {"top_logprobs", top}});
     }
     return {{"content", content}};
   }
-  json tokens = json::array(), token_logprobs = json::array(), top = json::array(), offsets = json::array();
+  json tokens = json::array(), token_logprobs = json::array(), top = json::array(),
+       offsets = json::array();
   size_t offset = text_offset0;
   for (const TokenLogprob& t : lp) {
     const std::string piece = tok.token_bytes(t.id);
@@ -84,11 +103,14 @@ json logprobs_json(Api api, const Tokenizer& tok, const std::vector<TokenLogprob
     offsets.push_back(offset);
     offset += piece.size();
   }
-  return {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top}, {"text_offset", offsets}};
+  return {{"tokens", tokens},
+          {"token_logprobs", token_logprobs},
+          {"top_logprobs", top},
+          {"text_offset", offsets}};
 }
 
-json full_response(const ReplyMeta& m, const std::string& text, const std::string& finish_reason, const ReplyStats& s,
-                   const json& logprobs) {
+json full_response(const ReplyMeta& m, const std::string& text, const std::string& finish_reason,
+                   const ReplyStats& s, const json& logprobs) {
   json r = base(m, false);
   json choice = {{"index", 0}, {"finish_reason", finish_reason}, {"logprobs", logprobs}};
   if (m.api == Api::chat)
@@ -103,8 +125,9 @@ json full_response(const ReplyMeta& m, const std::string& text, const std::strin
 
 json role_chunk(const ReplyMeta& m) {
   json r = base(m, true);
-  r["choices"] = json::array(
-      {{{"index", 0}, {"finish_reason", nullptr}, {"delta", {{"role", "assistant"}, {"content", nullptr}}}}});
+  r["choices"] = json::array({{{"index", 0},
+                               {"finish_reason", nullptr},
+                               {"delta", {{"role", "assistant"}, {"content", nullptr}}}}});
   return r;
 }
 
@@ -137,8 +160,11 @@ json native_chunk(const std::string& text, const json& probs) {
   return r;
 }
 
-json native_final(const ReplyMeta& m, const std::string& text, const Event& done, const json& probs) {
-  const char* stop_type = done.finish_reason == "length" ? "limit" : done.stop_word.empty() ? "eos" : "word";
+json native_final(const ReplyMeta& m, const std::string& text, const Event& done,
+                  const json& probs) {
+  const char* stop_type = done.finish_reason == "length" ? "limit"
+                          : done.stop_word.empty()       ? "eos"
+                                                         : "word";
   json r = {{"index", 0},
             {"content", text},
             {"stop", true},

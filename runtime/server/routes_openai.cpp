@@ -24,7 +24,9 @@ std::string random_id(const char* prefix) {
 }
 
 int64_t unix_now() {
-  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
 }
 
 // The prompt's tokens, checked against the vocabulary and the slot's context.
@@ -36,36 +38,45 @@ std::vector<int32_t> prompt_tokens(const GenRequest& r, LoadedModel& m, int64_t 
   } else if (r.prompt_is_tokens) {
     tokens = r.prompt_tokens;
     for (size_t i = 0; i < tokens.size(); ++i)
-      if (tokens[i] >= tok.n_vocab()) bad_field(fmt::format("prompt[{}]", i), "token id {} is out of range [0, {})", tokens[i], tok.n_vocab());
+      if (tokens[i] >= tok.n_vocab())
+        bad_field(fmt::format("prompt[{}]", i), "token id {} is out of range [0, {})", tokens[i],
+                  tok.n_vocab());
   } else {
     tokens = tok.encode(r.prompt_text, /*add_bos=*/true, /*parse_special=*/true);
   }
   if (tokens.empty()) bad_field(r.api == Api::chat ? "messages" : "prompt", "has no tokens");
   for (const auto& [id, bias] : r.logit_bias)
-    if (id >= tok.n_vocab()) bad_field("logit_bias", "token id {} is out of range [0, {})", id, tok.n_vocab());
+    if (id >= tok.n_vocab())
+      bad_field("logit_bias", "token id {} is out of range [0, {})", id, tok.n_vocab());
   const int64_t n = static_cast<int64_t>(tokens.size());
   // At least one position must be left for the reply.
   if (n >= n_ctx_slot)
     throw ApiError(400, "exceed_context_size_error",
-                   fmt::format("the request exceeds the available context size ({} prompt tokens, the slot context is {}), "
-                               "try increasing it (-c, or fewer slots -np)", n, n_ctx_slot),
+                   fmt::format("the request exceeds the available context size ({} prompt tokens, "
+                               "the slot context is {}), "
+                               "try increasing it (-c, or fewer slots -np)",
+                               n, n_ctx_slot),
                    {{"n_prompt_tokens", n}, {"n_ctx", n_ctx_slot}});
   return tokens;
 }
 
 void throw_admit(Scheduler::Admit a, const Scheduler& s) {
-  if (a == Scheduler::Admit::stopping) throw ApiError(503, "unavailable_error", "the server is shutting down");
-  throw ApiError(503, "unavailable_error",
-                 fmt::format("the server is busy: {} slots running and {} requests queued (-np, --queue)",
-                             s.options().n_slots, s.options().queue_max));
+  if (a == Scheduler::Admit::stopping)
+    throw ApiError(503, "unavailable_error", "the server is shutting down");
+  throw ApiError(
+      503, "unavailable_error",
+      fmt::format("the server is busy: {} slots running and {} requests queued (-np, --queue)",
+                  s.options().n_slots, s.options().queue_max));
 }
 
-void error_from_event(const Event& e) { throw ApiError(e.status, e.error_type, e.message); }
+void error_from_event(const Event& e) {
+  throw ApiError(e.status, e.error_type, e.message);
+}
 
 // A whole response: wait for the events, then answer once. Nothing is written before the end, so
 // the client's socket is polled meanwhile: a client that leaves cancels the job.
-void answer_whole(ServerContext& ctx, const std::shared_ptr<Job>& job, const ReplyMeta& meta, LoadedModel& m,
-                  const httplib::Request& req, httplib::Response& res) {
+void answer_whole(ServerContext& ctx, const std::shared_ptr<Job>& job, const ReplyMeta& meta,
+                  LoadedModel& m, const httplib::Request& req, httplib::Response& res) {
   constexpr auto kPeerPoll = std::chrono::milliseconds(100);
   const int fd = find_connection(ctx.port, req.remote_addr, req.remote_port);
   std::string text;
@@ -77,7 +88,8 @@ void answer_whole(ServerContext& ctx, const std::shared_ptr<Job>& job, const Rep
       next_poll = Clock::now() + kPeerPoll;
       if (peer_closed(fd)) {
         job->cancelled = true;
-        throw ApiError(503, "unavailable_error", "the client closed the connection");  // never delivered
+        throw ApiError(503, "unavailable_error",
+                       "the client closed the connection");  // never delivered
       }
     }
     if (!e) continue;
@@ -85,9 +97,12 @@ void answer_whole(ServerContext& ctx, const std::shared_ptr<Job>& job, const Rep
     text += e->text;
     lps.insert(lps.end(), e->logprobs.begin(), e->logprobs.end());
     if (e->kind == Event::Kind::done) {
-      const json lp = job->req.logprobs ? logprobs_json(meta.api, m.tokenizer(), lps, 0) : json(nullptr);
-      send_json(res, 200, meta.api == Api::native ? native_final(meta, text, *e, lp)
-                                                  : full_response(meta, text, e->finish_reason, e->stats, lp));
+      const json lp =
+          job->req.logprobs ? logprobs_json(meta.api, m.tokenizer(), lps, 0) : json(nullptr);
+      send_json(res, 200,
+                meta.api == Api::native
+                    ? native_final(meta, text, *e, lp)
+                    : full_response(meta, text, e->finish_reason, e->stats, lp));
       return;
     }
   }
@@ -100,7 +115,8 @@ struct StreamState {
 
 // One call of the SSE provider: the role chunk first, then the next event (or a ping when none
 // came within ping_ms). False ends the response (a failed write, which cancels the job).
-bool stream_step(Job& job, const ReplyMeta& meta, StreamState& st, int ping_ms, LoadedModel& m, httplib::DataSink& sink) {
+bool stream_step(Job& job, const ReplyMeta& meta, StreamState& st, int ping_ms, LoadedModel& m,
+                 httplib::DataSink& sink) {
   auto send = [&](const std::string& s) {
     if (!sink.write(s.data(), s.size())) {
       job.cancelled = true;
@@ -122,7 +138,8 @@ bool stream_step(Job& job, const ReplyMeta& meta, StreamState& st, int ping_ms, 
     return ok;
   }
   if (meta.api == Api::native) {  // llama-server's /completion: no [DONE], the last chunk says stop
-    const json lp = job.req.logprobs ? logprobs_json(meta.api, m.tokenizer(), e->logprobs, 0) : json(nullptr);
+    const json lp =
+        job.req.logprobs ? logprobs_json(meta.api, m.tokenizer(), e->logprobs, 0) : json(nullptr);
     if (e->kind == Event::Kind::done) {
       if (!data(native_final(meta, e->text, *e, lp))) return false;
       sink.done();
@@ -131,7 +148,9 @@ bool stream_step(Job& job, const ReplyMeta& meta, StreamState& st, int ping_ms, 
     return data(native_chunk(e->text, lp));
   }
   if (!e->text.empty() || !e->logprobs.empty()) {
-    const json lp = job.req.logprobs ? logprobs_json(meta.api, m.tokenizer(), e->logprobs, st.text_offset) : json(nullptr);
+    const json lp = job.req.logprobs
+                        ? logprobs_json(meta.api, m.tokenizer(), e->logprobs, st.text_offset)
+                        : json(nullptr);
     st.text_offset += e->text.size();
     if (!data(delta_chunk(meta, e->text, lp))) return false;
   }
@@ -146,8 +165,8 @@ bool stream_step(Job& job, const ReplyMeta& meta, StreamState& st, int ping_ms, 
 
 // SSE: a chunk per piece of text, pings while there is nothing to send, [DONE] at the end. A
 // failed write cancels the job.
-void answer_stream(ServerContext& ctx, const std::shared_ptr<Job>& job, const ReplyMeta& meta, LoadedModel& m,
-                   httplib::Response& res, std::shared_ptr<void> active) {
+void answer_stream(ServerContext& ctx, const std::shared_ptr<Job>& job, const ReplyMeta& meta,
+                   LoadedModel& m, httplib::Response& res, std::shared_ptr<void> active) {
   auto st = std::make_shared<StreamState>();
   const int ping_ms = ctx.opt.ping_ms;
   res.set_header("Cache-Control", "no-cache");
@@ -164,7 +183,9 @@ void answer_stream(ServerContext& ctx, const std::shared_ptr<Job>& job, const Re
           return false;
         }
       },
-      [job, active](bool) { job->cancelled = true; });  // released: finished, or the connection is gone
+      [job, active](bool) {
+        job->cancelled = true;
+      });  // released: finished, or the connection is gone
 }
 
 void generate(ServerContext& ctx, Api api, const httplib::Request& req, httplib::Response& res) {
@@ -203,17 +224,28 @@ std::string model_id(const ServerContext& ctx) {
 }
 
 void add_openai_routes(httplib::Server& svr, ServerContext& ctx) {
-  auto chat = guarded(ctx, [&ctx](const httplib::Request& q, httplib::Response& r) { generate(ctx, Api::chat, q, r); });
-  auto completion = guarded(ctx, [&ctx](const httplib::Request& q, httplib::Response& r) { generate(ctx, Api::completion, q, r); });
+  auto chat = guarded(ctx, [&ctx](const httplib::Request& q, httplib::Response& r) {
+    generate(ctx, Api::chat, q, r);
+  });
+  auto completion = guarded(ctx, [&ctx](const httplib::Request& q, httplib::Response& r) {
+    generate(ctx, Api::completion, q, r);
+  });
   for (const char* p : {"/v1/chat/completions", "/chat/completions"}) svr.Post(p, chat);
   for (const char* p : {"/v1/completions", "/completions"}) svr.Post(p, completion);
-  svr.Post("/completion", guarded(ctx, [&ctx](const httplib::Request& q, httplib::Response& r) { generate(ctx, Api::native, q, r); }));
+  svr.Post("/completion", guarded(ctx, [&ctx](const httplib::Request& q, httplib::Response& r) {
+             generate(ctx, Api::native, q, r);
+           }));
   auto models = guarded(ctx, [&ctx](const httplib::Request&, httplib::Response& r) {
     json data = json::array();
-    json entry = {{"id", model_id(ctx)}, {"object", "model"}, {"created", ctx.created_unix}, {"owned_by", "ferry"}};
+    json entry = {{"id", model_id(ctx)},
+                  {"object", "model"},
+                  {"created", ctx.created_unix},
+                  {"owned_by", "ferry"}};
     if (Scheduler* s = ctx.scheduler.load()) {
       const ModelConfig& c = s->model().config();
-      entry["meta"] = {{"n_vocab", c.n_vocab}, {"n_ctx_train", c.n_ctx_train}, {"n_embd", c.n_embd},
+      entry["meta"] = {{"n_vocab", c.n_vocab},
+                       {"n_ctx_train", c.n_ctx_train},
+                       {"n_embd", c.n_embd},
                        {"size", s->model().file().file_size()}};
     }
     data.push_back(entry);

@@ -34,11 +34,14 @@ TokenLogprob token_logprob(std::span<const float> logits, int32_t id, int32_t to
     std::vector<int32_t> ids(logits.size());
     for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
     const size_t k = std::min(ids.size(), static_cast<size_t>(top));
-    std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k), ids.end(), [&](int32_t a, int32_t b) {
-      return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)] ||
-             (logits[static_cast<size_t>(a)] == logits[static_cast<size_t>(b)] && a < b);
-    });
-    for (size_t i = 0; i < k; ++i) lp.top.emplace_back(ids[i], logits[static_cast<size_t>(ids[i])] - log_z);
+    std::partial_sort(
+        ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k), ids.end(),
+        [&](int32_t a, int32_t b) {
+          return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)] ||
+                 (logits[static_cast<size_t>(a)] == logits[static_cast<size_t>(b)] && a < b);
+        });
+    for (size_t i = 0; i < k; ++i)
+      lp.top.emplace_back(ids[i], logits[static_cast<size_t>(ids[i])] - log_z);
   }
   return lp;
 }
@@ -63,7 +66,7 @@ struct Scheduler::Slot {
   size_t n_prefilled = 0;  // prompt tokens evaluated so far
   ReplyStats stats;
   std::vector<TokenLogprob> pending_logprobs;  // tokens whose text is still held
-  std::vector<float> biased_logits;            // (n_vocab) scratch: logits + the request's logit_bias
+  std::vector<float> biased_logits;  // (n_vocab) scratch: logits + the request's logit_bias
 };
 
 Scheduler::Scheduler(LoadedModel& m, const SchedulerOptions& o) : model_(m), o_(o) {
@@ -177,8 +180,8 @@ void Scheduler::run() {
           }
           ++active_;
           s->job = j;
-          infos_[static_cast<size_t>(s->id)] = {s->id, s->session->n_ctx(), true, j->id,
-                                                static_cast<int64_t>(j->prompt.size()), 0};
+          infos_[static_cast<size_t>(s->id)] = {
+              s->id, s->session->n_ctx(), true, j->id, static_cast<int64_t>(j->prompt.size()), 0};
         }
       }
       metrics_.requests_deferred = static_cast<int32_t>(queue_.size());
@@ -260,7 +263,8 @@ void Scheduler::decode_step(Slot& s) {
   std::span<const float> biased = logits;
   if (!j.req.logit_bias.empty()) {
     s.biased_logits.assign(logits.begin(), logits.end());
-    for (const auto& [id, bias] : j.req.logit_bias) s.biased_logits[static_cast<size_t>(id)] += bias;
+    for (const auto& [id, bias] : j.req.logit_bias)
+      s.biased_logits[static_cast<size_t>(id)] += bias;
     biased = s.biased_logits;
   }
   const int32_t tok = s.sampler->sample(biased);
@@ -268,7 +272,8 @@ void Scheduler::decode_step(Slot& s) {
   s.stats.n_predicted += 1;
   const Tokenizer& vocab = model_.tokenizer();
   const bool eog = vocab.is_eog(tok);
-  if (j.req.logprobs && !eog) s.pending_logprobs.push_back(token_logprob(logits, tok, j.req.top_logprobs));
+  if (j.req.logprobs && !eog)
+    s.pending_logprobs.push_back(token_logprob(logits, tok, j.req.top_logprobs));
   std::string piece = eog ? std::string() : s.text->push(tok);
   const char* reason = nullptr;
   if (eog || s.text->stopped()) {

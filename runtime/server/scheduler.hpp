@@ -37,7 +37,7 @@ struct SchedulerMetrics {
   double tokens_predicted_seconds_total = 0;
   uint64_t n_decode_total = 0;  // model forward calls
   uint64_t requests_total = 0, requests_rejected_total = 0, requests_cancelled_total = 0;
-  uint64_t requests_deferred_total = 0;  // had to wait in the queue
+  uint64_t requests_deferred_total = 0;                    // had to wait in the queue
   int32_t requests_processing = 0, requests_deferred = 0;  // now: in a slot, in the queue
 };
 

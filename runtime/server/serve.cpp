@@ -4,9 +4,9 @@
 
 #include <atomic>
 #include <condition_variable>
-#include <cstdlib>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -51,10 +51,13 @@ int64_t default_serve_context(const ModelConfig& c, int32_t n_slots, const Sessi
   // never built for a context that the line already says is too large.
   const uint64_t b1 = bytes(lo), b2 = bytes(2 * lo);
   if (b1 > limit)
-    fail(ErrorKind::budget, "not even {} tokens per slot fit in half of the available host memory ({} slots): use -c, fewer slots (-np) or a smaller KV type",
+    fail(ErrorKind::budget,
+         "not even {} tokens per slot fit in half of the available host memory ({} slots): use -c, "
+         "fewer slots (-np) or a smaller KV type",
          kStep, n_slots);
   const double per_token = static_cast<double>(b2 - b1) / static_cast<double>(lo);
-  const double fits = per_token > 0 ? static_cast<double>(lo) + static_cast<double>(limit - b1) / per_token : 1e18;
+  const double fits =
+      per_token > 0 ? static_cast<double>(lo) + static_cast<double>(limit - b1) / per_token : 1e18;
   int64_t total = fits >= static_cast<double>(train) ? train : static_cast<int64_t>(fits) / lo * lo;
   while (total > lo && bytes(total) > limit) total -= lo;
   return std::max(total, lo);
@@ -93,7 +96,9 @@ int run_server(ServeConfig cfg, const std::function<std::unique_ptr<LoadedModel>
 
   ServerContext ctx;
   ctx.opt = cfg.http;
-  ctx.created_unix = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  ctx.created_unix = std::chrono::duration_cast<std::chrono::seconds>(
+                         std::chrono::system_clock::now().time_since_epoch())
+                         .count();
   std::unique_ptr<LoadedModel> model;
   std::unique_ptr<Scheduler> sched;
   std::unique_ptr<HttpServer> http;
@@ -105,7 +110,8 @@ int run_server(ServeConfig cfg, const std::function<std::unique_ptr<LoadedModel>
     port = http->bind();
     raise_listen_backlog(port);
     ctx.port = port;
-    std::fprintf(stderr, "ferry serve: listening on http://%s:%d (loading the model)\n", cfg.http.host.c_str(), port);
+    std::fprintf(stderr, "ferry serve: listening on http://%s:%d (loading the model)\n",
+                 cfg.http.host.c_str(), port);
     http_thread = std::thread([&] {
       http->listen();
       listen_returned = true;
@@ -117,14 +123,19 @@ int run_server(ServeConfig cfg, const std::function<std::unique_ptr<LoadedModel>
     so.queue_max = cfg.http.queue_max;
     so.n_batch = cfg.n_batch;
     so.session = cfg.session;
-    const int64_t total = cfg.n_ctx_total > 0 ? cfg.n_ctx_total : default_serve_context(model->config(), so.n_slots, cfg.session);
+    const int64_t total = cfg.n_ctx_total > 0
+                              ? cfg.n_ctx_total
+                              : default_serve_context(model->config(), so.n_slots, cfg.session);
     so.n_ctx_slot = total / so.n_slots;
-    if (so.n_ctx_slot < 8) fail(ErrorKind::invalid_arg, "-c {} split over {} slots leaves {} tokens per slot: too small", total, so.n_slots, so.n_ctx_slot);
+    if (so.n_ctx_slot < 8)
+      fail(ErrorKind::invalid_arg, "-c {} split over {} slots leaves {} tokens per slot: too small",
+           total, so.n_slots, so.n_ctx_slot);
     sched = std::make_unique<Scheduler>(*model, so);
     ctx.scheduler = sched.get();
-    std::fprintf(stderr, "ferry serve: ready: %d slots of %lld tokens (-c %lld), queue %d, model %s\n", so.n_slots,
-                 static_cast<long long>(sched->options().n_ctx_slot), static_cast<long long>(total), so.queue_max,
-                 cfg.http.model_path.c_str());
+    std::fprintf(stderr,
+                 "ferry serve: ready: %d slots of %lld tokens (-c %lld), queue %d, model %s\n",
+                 so.n_slots, static_cast<long long>(sched->options().n_ctx_slot),
+                 static_cast<long long>(total), so.queue_max, cfg.http.model_path.c_str());
   } catch (...) {
     if (http) http->stop();
     if (http_thread.joinable()) http_thread.join();
@@ -138,7 +149,9 @@ int run_server(ServeConfig cfg, const std::function<std::unique_ptr<LoadedModel>
   }
   // Graceful stop: refuse new work, let running requests finish, cancel what is left after the
   // grace period (or on a second signal), then close the listener (which ends the streams).
-  std::fprintf(stderr, "ferry serve: stopping (running requests get %d s; signal again to cancel them)\n", cfg.http.grace_s);
+  std::fprintf(stderr,
+               "ferry serve: stopping (running requests get %d s; signal again to cancel them)\n",
+               cfg.http.grace_s);
   ctx.shutting_down = true;
   sched->stop_accepting();
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(cfg.http.grace_s);
@@ -153,9 +166,11 @@ int run_server(ServeConfig cfg, const std::function<std::unique_ptr<LoadedModel>
   }
   // The handlers still writing their last events finish before the listener closes (which would
   // cut their streams); bounded, as a client may not read.
-  for (int i = 0; i < 200 && ctx.handlers_active.load() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  for (int i = 0; i < 200 && ctx.handlers_active.load() > 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   http->stop();
-  for (int i = 0; i < 100 && !listen_returned; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  for (int i = 0; i < 100 && !listen_returned; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   if (!listen_returned) shut_down_connections(port);
   http_thread.join();
   ctx.scheduler = nullptr;

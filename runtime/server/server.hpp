@@ -31,12 +31,12 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;
   int32_t n_slots = 1, queue_max = 64;  // -np, --queue (the thread pool is sized from them)
-  std::vector<std::string> api_keys;  // empty: no authentication
+  std::vector<std::string> api_keys;    // empty: no authentication
   size_t max_body_bytes = 8u << 20;
-  int timeout_s = 600;  // -to: read/write timeout of a connection (llama-server's default)
-  bool metrics = false; // /metrics (Prometheus); the JSON twin /metrics.json is always on
-  int ping_ms = 2000;   // SSE comment interval while a stream has nothing to send
-  int grace_s = 10;     // shutdown: time running requests get to finish
+  int timeout_s = 600;      // -to: read/write timeout of a connection (llama-server's default)
+  bool metrics = false;     // /metrics (Prometheus); the JSON twin /metrics.json is always on
+  int ping_ms = 2000;       // SSE comment interval while a stream has nothing to send
+  int grace_s = 10;         // shutdown: time running requests get to finish
   std::string model_alias;  // the id in /v1/models
   std::string model_path;
   RequestDefaults defaults;
@@ -49,7 +49,8 @@ struct ServerContext {
   std::atomic<bool> shutting_down{false};
   std::atomic<uint64_t> next_id{1};
   std::atomic<int> handlers_active{0};
-  std::atomic<int> port{0};  // the bound port (find_connection looks a request's socket up by it)  // generation handlers still answering (shutdown waits)
+  std::atomic<int> port{0};  // the bound port (find_connection looks a request's socket up by it)
+                             // // generation handlers still answering (shutdown waits)
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
   int64_t created_unix = 0;  // model creation time reported by /v1/models (server start)
 };

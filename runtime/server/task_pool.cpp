@@ -16,7 +16,9 @@ GrowingTaskPool::GrowingTaskPool(size_t base, size_t max) : base_(base), max_(st
   }
 }
 
-GrowingTaskPool::~GrowingTaskPool() { shutdown(); }
+GrowingTaskPool::~GrowingTaskPool() {
+  shutdown();
+}
 
 void GrowingTaskPool::enqueue(std::function<void()> fn) {
   {

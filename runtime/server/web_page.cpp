@@ -92,7 +92,9 @@ poll(); setInterval(poll, 1000);
 }  // namespace
 
 void add_web_page(httplib::Server& svr) {
-  auto page = [](const httplib::Request&, httplib::Response& res) { res.set_content(kPage, "text/html; charset=utf-8"); };
+  auto page = [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(kPage, "text/html; charset=utf-8");
+  };
   svr.Get("/", page);
   svr.Get("/index.html", page);
 }

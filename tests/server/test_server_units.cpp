@@ -9,11 +9,11 @@
 
 #include "runtime/gguf/gguf.hpp"
 #include "runtime/model/config.hpp"
-#include "runtime/server/serve.hpp"
 #include "runtime/server/api_error.hpp"
 #include "runtime/server/metrics.hpp"
 #include "runtime/server/reply_text.hpp"
 #include "runtime/server/request.hpp"
+#include "runtime/server/serve.hpp"
 #include "runtime/server/server.hpp"
 #include "runtime/server/task_pool.hpp"
 
@@ -23,13 +23,14 @@ namespace {
 using nlohmann::json;
 
 const Tokenizer& kjv_tokenizer() {
-  static const gguf::File f = gguf::File::open(std::string(FERRY_SOURCE_DIR) + "/tests/data/trained/kjv-qwen35moe-q8_0.gguf");
+  static const gguf::File f = gguf::File::open(std::string(FERRY_SOURCE_DIR) +
+                                               "/tests/data/trained/kjv-qwen35moe-q8_0.gguf");
   static const Tokenizer t = Tokenizer::from_gguf(f);
   return t;
 }
 
-std::string run_reply(const std::string& text, std::vector<std::string> stop, std::vector<std::string>* pieces = nullptr,
-                      bool* stopped = nullptr) {
+std::string run_reply(const std::string& text, std::vector<std::string> stop,
+                      std::vector<std::string>* pieces = nullptr, bool* stopped = nullptr) {
   const Tokenizer& tok = kjv_tokenizer();
   ReplyText r(tok, std::move(stop));
   std::string out;
@@ -68,14 +69,18 @@ TEST(ReplyText, PiecesAreCompleteUtf8AndJoinToTheText) {
 TEST(ReplyText, StopStringCutsAndIsHeldUntilDecided) {
   bool stopped = false;
   std::vector<std::string> pieces;
-  EXPECT_EQ(run_reply("And God said, Let there be light", {"there be"}, &pieces, &stopped), "And God said, Let ");
+  EXPECT_EQ(run_reply("And God said, Let there be light", {"there be"}, &pieces, &stopped),
+            "And God said, Let ");
   EXPECT_TRUE(stopped);
-  for (const auto& p : pieces) EXPECT_EQ(p.find("there"), std::string::npos) << "a stop prefix was sent: " << p;
+  for (const auto& p : pieces)
+    EXPECT_EQ(p.find("there"), std::string::npos) << "a stop prefix was sent: " << p;
   // A partial match that does not complete is released in full.
-  EXPECT_EQ(run_reply("the earth was without form", {"the earth is"}, nullptr, &stopped), "the earth was without form");
+  EXPECT_EQ(run_reply("the earth was without form", {"the earth is"}, nullptr, &stopped),
+            "the earth was without form");
   EXPECT_FALSE(stopped);
   // The earliest match wins.
-  EXPECT_EQ(run_reply("in the beginning God created", {"God", "beginning"}, nullptr, &stopped), "in the ");
+  EXPECT_EQ(run_reply("in the beginning God created", {"God", "beginning"}, nullptr, &stopped),
+            "in the ");
   // A stop string at the very end (held, then matched by finish's flush).
   EXPECT_EQ(run_reply("light and darkness", {"darkness"}, nullptr, &stopped), "light and ");
   EXPECT_TRUE(stopped);
@@ -85,7 +90,8 @@ TEST(Request, ParsesChatWithDefaultsAndCaps) {
   RequestDefaults d;
   d.n_predict = 50;
   d.sampling.temp = 0.5f;
-  const json b = json::parse(R"({"messages":[{"role":"developer","content":"s"},{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}],
+  const json b = json::parse(
+      R"({"messages":[{"role":"developer","content":"s"},{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}],
     "max_tokens":100,"stop":"x","presence_penalty":1.5,"seed":-1,"unknown_field":{"x":1},"stream":true,
     "stream_options":{"include_usage":true},"logprobs":true,"top_logprobs":2})");
   const GenRequest r = parse_chat_request(b, d);
@@ -113,11 +119,18 @@ TEST(Request, ErrorsNameTheField) {
     return "no error";
   };
   EXPECT_NE(msg("{").find("malformed JSON"), std::string::npos);
-  EXPECT_NE(msg(R"({"messages":[{"role":"wizard","content":"x"}]})").find("messages[0].role"), std::string::npos);
-  EXPECT_NE(msg(R"({"messages":[{"role":"user","content":"x"}],"top_p":7})").find("top_p"), std::string::npos);
-  EXPECT_NE(msg(R"({"messages":[{"role":"user","content":"x"}],"max_tokens":1e300})").find("max_tokens"), std::string::npos);
-  EXPECT_NE(msg(R"({"messages":[{"role":"user","content":"x"}],"seed":18446744073709551615})").find("seed"), std::string::npos);
-  EXPECT_NE(msg(R"({"messages":[{"role":"user","content":"x"}],"stop":["a",2]})").find("stop[1]"), std::string::npos);
+  EXPECT_NE(msg(R"({"messages":[{"role":"wizard","content":"x"}]})").find("messages[0].role"),
+            std::string::npos);
+  EXPECT_NE(msg(R"({"messages":[{"role":"user","content":"x"}],"top_p":7})").find("top_p"),
+            std::string::npos);
+  EXPECT_NE(
+      msg(R"({"messages":[{"role":"user","content":"x"}],"max_tokens":1e300})").find("max_tokens"),
+      std::string::npos);
+  EXPECT_NE(msg(R"({"messages":[{"role":"user","content":"x"}],"seed":18446744073709551615})")
+                .find("seed"),
+            std::string::npos);
+  EXPECT_NE(msg(R"({"messages":[{"role":"user","content":"x"}],"stop":["a",2]})").find("stop[1]"),
+            std::string::npos);
 }
 
 TEST(Auth, KeyComparison) {
@@ -140,18 +153,22 @@ TEST(Metrics, LlamaServerNamesAndOffloadCounters) {
   o.layer_misses = {1, 0};
   o.wait_cause_names = {"copy", "cpu_expert", "sync"};
   const std::string t = prometheus_text(s, o, 2);
-  for (const char* name : {"llamacpp:prompt_tokens_total 10", "llamacpp:prompt_seconds_total", "llamacpp:tokens_predicted_total",
-                           "llamacpp:tokens_predicted_seconds_total", "llamacpp:n_decode_total", "llamacpp:prompt_tokens_seconds 20",
-                           "llamacpp:predicted_tokens_seconds", "llamacpp:requests_processing", "llamacpp:requests_deferred",
-                           "ferry_expert_hits_total{layer=\"1\"} 4", "ferry_expert_misses_total{layer=\"0\"} 1",
-                           "ferry_gpu_wait_seconds_total{cause=\"copy\"}", "ferry_h2d_bytes_total", "ferry_cpu_experts_total"})
+  for (const char* name :
+       {"llamacpp:prompt_tokens_total 10", "llamacpp:prompt_seconds_total",
+        "llamacpp:tokens_predicted_total", "llamacpp:tokens_predicted_seconds_total",
+        "llamacpp:n_decode_total", "llamacpp:prompt_tokens_seconds 20",
+        "llamacpp:predicted_tokens_seconds", "llamacpp:requests_processing",
+        "llamacpp:requests_deferred", "ferry_expert_hits_total{layer=\"1\"} 4",
+        "ferry_expert_misses_total{layer=\"0\"} 1", "ferry_gpu_wait_seconds_total{cause=\"copy\"}",
+        "ferry_h2d_bytes_total", "ferry_cpu_experts_total"})
     EXPECT_NE(t.find(name), std::string::npos) << name;
   const json j = metrics_json(s, o, 2, 1.0);
   EXPECT_EQ(j["offload"]["layers"][1]["hits"], 4);
 }
 
 TEST(Serve, DefaultContextIsTheTrainedOneShrunkToFit) {
-  const gguf::File f = gguf::File::open(std::string(FERRY_SOURCE_DIR) + "/tests/data/trained/kjv-qwen35moe-q8_0.gguf");
+  const gguf::File f = gguf::File::open(std::string(FERRY_SOURCE_DIR) +
+                                        "/tests/data/trained/kjv-qwen35moe-q8_0.gguf");
   ModelConfig c = read_config(f);
   // The tiny model's 4096 positions fit any machine that runs the tests.
   EXPECT_EQ(default_serve_context(c, 1, {}), c.n_ctx_train);
@@ -181,7 +198,8 @@ TEST(TaskPool, GrowsPastItsBaseInsteadOfQueueing) {
     });
   {
     std::unique_lock lk(mu);
-    EXPECT_TRUE(cv.wait_for(lk, std::chrono::seconds(10), [&] { return started == 7; })) << started << " of 7 started";
+    EXPECT_TRUE(cv.wait_for(lk, std::chrono::seconds(10), [&] { return started == 7; }))
+        << started << " of 7 started";
     release = true;
   }
   cv.notify_all();
@@ -200,8 +218,11 @@ TEST(Http, LoadingAnswers503AndEnvelopes) {
   auto r = c.Get("/health");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 503);
-  EXPECT_EQ(json::parse(r->body), json::parse(R"({"error":{"code":503,"message":"Loading model","type":"unavailable_error"}})"));
-  r = c.Post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}]})", "application/json");
+  EXPECT_EQ(json::parse(r->body),
+            json::parse(
+                R"({"error":{"code":503,"message":"Loading model","type":"unavailable_error"}})"));
+  r = c.Post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}]})",
+             "application/json");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 503);
   r = c.Get("/nowhere");
@@ -215,7 +236,8 @@ TEST(Http, LoadingAnswers503AndEnvelopes) {
   r = c.Get("/");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
-  EXPECT_EQ(r->body.find("http://"), std::string::npos) << "the page must not load anything external";
+  EXPECT_EQ(r->body.find("http://"), std::string::npos)
+      << "the page must not load anything external";
   EXPECT_EQ(r->body.find("https://"), std::string::npos);
   http.stop();
   t.join();
