@@ -149,6 +149,7 @@ int serve_main(int argc, char** argv) {
   (void)Sampler(sp);  // the defaults must be valid (NaN, repeat penalty <= 0)
   h.model_path = ma.model;
 
+  server::block_stop_signals();  // before any thread exists (the context fit may start TBB's)
   ThreadLimit threads(ma.threads);
   SessionOptions session = session_options(ma);
   cfg.n_batch = ma.batch;

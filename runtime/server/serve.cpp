@@ -29,6 +29,17 @@ struct SignalState {
 
 }  // namespace
 
+sigset_t block_stop_signals() {
+  // httplib writes with flags 0: a write to a closed socket raises SIGPIPE, fatal by default.
+  std::signal(SIGPIPE, SIG_IGN);
+  sigset_t stop_set;
+  sigemptyset(&stop_set);
+  sigaddset(&stop_set, SIGINT);
+  sigaddset(&stop_set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_set, nullptr);
+  return stop_set;
+}
+
 int64_t default_serve_context(const ModelConfig& c, int32_t n_slots, const SessionOptions& s) {
   constexpr int64_t kStep = 256;
   const int64_t train = c.n_ctx_train > 0 ? c.n_ctx_train : 4096;
@@ -65,14 +76,7 @@ int64_t default_serve_context(const ModelConfig& c, int32_t n_slots, const Sessi
 
 int run_server(ServeConfig cfg, const std::function<std::unique_ptr<LoadedModel>()>& load,
                const std::function<void(LoadedModel&)>& finish) {
-  // httplib writes with flags 0: a write to a closed socket raises SIGPIPE, fatal by default.
-  std::signal(SIGPIPE, SIG_IGN);
-  // SIGINT/SIGTERM go to one thread (sigwait) in every thread's mask, set before any is started.
-  sigset_t stop_set;
-  sigemptyset(&stop_set);
-  sigaddset(&stop_set, SIGINT);
-  sigaddset(&stop_set, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_set, nullptr);
+  const sigset_t stop_set = block_stop_signals();
   SignalState sig;
   std::thread signal_thread([&] {
     for (;;) {

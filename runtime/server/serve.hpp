@@ -1,6 +1,7 @@
 #pragma once
 // The `ferry serve` process: HTTP up first (so /health answers 503 while the model loads), then
 // the model and the engine thread, then requests until SIGINT/SIGTERM, then a graceful stop.
+#include <csignal>
 #include <functional>
 #include <memory>
 
@@ -16,6 +17,11 @@ struct ServeConfig {
   int32_t n_batch = 512;
   SessionOptions session;  // KV types, host memory
 };
+
+// SIGINT/SIGTERM blocked in the calling thread, so in every thread it starts from now on (TBB's
+// workers included): run_server takes them with sigwait on one thread, and a worker that got
+// one first would die of it. SIGPIPE ignored. Call before anything may start a thread.
+sigset_t block_stop_signals();
 
 // The context when -c is not given: the model's trained context, shrunk (in steps of 256) until
 // n_slots sessions' state fits in half of the host memory that is available — as llama-server
