@@ -8,7 +8,8 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 apt_pkgs=(build-essential cmake ninja-build pkg-config git python3 python3-venv python3-dev
           libtbb-dev liburing-dev libmimalloc-dev libgtest-dev libgmock-dev
-          nlohmann-json3-dev libcli11-dev libfmt-dev libpcre2-dev clang-format patchelf)
+          nlohmann-json3-dev libcli11-dev libfmt-dev libpcre2-dev clang-format patchelf
+          libcpp-httplib-dev chromium)
 
 if [[ "${FERRY_SKIP_APT:-0}" != 1 ]]; then
   missing=()
@@ -32,6 +33,12 @@ if [[ "${FERRY_SKIP_PY:-0}" != 1 ]]; then
   if ! "$venv/bin/python" -c "import numpy, gguf" 2>/dev/null; then
     "$venv/bin/pip" install -q --upgrade pip >/dev/null
     "$venv/bin/pip" install -q "numpy<3" "gguf>=0.17"
+  fi
+  # The official OpenAI client: the `ferry serve` tests talk to the server through it; the web
+  # page test drives headless Chromium over the DevTools protocol with websocket-client and
+  # measures its screenshot with Pillow.
+  if ! "$venv/bin/python" -c "import openai, websocket, PIL" 2>/dev/null; then
+    "$venv/bin/pip" install -q "openai>=1.40" "websocket-client>=1.6" "pillow>=10"
   fi
   # Pinned: Ferry's CPU kernels add in the orders of this version's ggml (kernels/cpu/dot_ref.cpp),
   # and the oracle tests hold quantized logits to it bit for bit — for the AVX2 build below. A build

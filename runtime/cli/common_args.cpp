@@ -34,6 +34,10 @@ void add_sampling_args(CLI::App& app, SamplingParams& p) {
   app.add_option("--min-p", p.min_p, "min-p sampling (0.0 = off)")->capture_default_str();
   app.add_option("--repeat-penalty", p.repeat_penalty, "penalty for repeated tokens (1.0 = off)")->capture_default_str();
   app.add_option("--repeat-last-n", p.repeat_last_n, "tokens the repeat penalty looks back on")->capture_default_str();
+  app.add_option("--presence-penalty", p.presence_penalty, "presence penalty, as llama.cpp (0 = off)")
+      ->capture_default_str();
+  app.add_option("--frequency-penalty", p.frequency_penalty, "frequency penalty, as llama.cpp (0 = off)")
+      ->capture_default_str();
 }
 
 std::vector<std::string> normalize_args(int argc, char** argv) {

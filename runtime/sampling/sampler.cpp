@@ -30,7 +30,7 @@ uint64_t pick_seed(uint64_t seed) {
 
 Sampler::Sampler(const SamplingParams& p) : p_(p) {
   if (std::isnan(p_.temp) || std::isnan(p_.top_p) || std::isnan(p_.min_p) ||
-      std::isnan(p_.repeat_penalty))
+      std::isnan(p_.repeat_penalty) || std::isnan(p_.frequency_penalty) || std::isnan(p_.presence_penalty))
     fail(ErrorKind::invalid_arg, "sampling parameters must not be NaN");
   if (!(p_.repeat_penalty > 0.0f))
     fail(ErrorKind::invalid_arg, "repeat penalty must be > 0 (1 = off), got {}", p_.repeat_penalty);
@@ -57,16 +57,23 @@ size_t Sampler::filter(std::span<const float> logits) {
   logit_buf_.assign(logits.begin(), logits.end());  // (n_vocab) logits after the penalty
   sorted_ = false;
 
-  // Repetition penalty, once per distinct token in the window: a positive logit is divided,
-  // a negative one multiplied (so the penalty always lowers it).
-  if (p_.repeat_penalty != 1.0f && !recent_.empty()) {
+  // llama.cpp's penalties sampler, once per distinct token in the window: the repetition penalty
+  // divides a positive logit and multiplies a negative one (so it always lowers it), then the
+  // frequency and presence penalties subtract count · frequency + presence.
+  const bool penalties = p_.repeat_penalty != 1.0f || p_.frequency_penalty != 0.0f || p_.presence_penalty != 0.0f;
+  if (penalties && !recent_.empty()) {
     penalized_.assign(recent_.begin(), recent_.end());
     std::sort(penalized_.begin(), penalized_.end());
-    penalized_.erase(std::unique(penalized_.begin(), penalized_.end()), penalized_.end());
-    for (int32_t id : penalized_) {
+    for (size_t i = 0; i < penalized_.size();) {
+      size_t j = i;
+      while (j < penalized_.size() && penalized_[j] == penalized_[i]) ++j;
+      const int32_t id = penalized_[i];
+      const float count = static_cast<float>(j - i);
+      i = j;
       if (id < 0 || static_cast<size_t>(id) >= n_vocab) continue;
       float& l = logit_buf_[id];
       l = l <= 0.0f ? l * p_.repeat_penalty : l / p_.repeat_penalty;
+      l -= count * p_.frequency_penalty + p_.presence_penalty;
     }
   }
 

@@ -1,6 +1,6 @@
 #pragma once
 // Token sampling with llama.cpp's defaults and order (common_params_sampling, llama-sampler.cpp):
-// repetition penalty → top-k → top-p → min-p → temperature → draw. temp <= 0 means greedy
+// penalties (repetition, frequency, presence) → top-k → top-p → min-p → temperature → draw. temp <= 0 means greedy
 // (argmax after the penalty; ties go to the lowest id).
 #include <cstdint>
 #include <deque>
@@ -16,6 +16,10 @@ struct SamplingParams {
   float top_p = 0.95f;          // >= 1: off
   float min_p = 0.05f;          // <= 0: off
   float repeat_penalty = 1.0f;  // 1: off
+  // OpenAI's penalties as llama.cpp applies them, over the same window: a token seen `count`
+  // times loses count · frequency_penalty + presence_penalty from its logit. 0: off.
+  float frequency_penalty = 0.0f;
+  float presence_penalty = 0.0f;
   int32_t repeat_last_n = 64;   // window of recent tokens the penalty looks at; 0: off,
                                 // < 0: every token accepted since reset (llama.cpp: the context)
   uint64_t seed = 0xFFFFFFFF;   // llama.cpp's LLAMA_DEFAULT_SEED: pick a random seed
@@ -55,7 +59,7 @@ class Sampler {
   std::deque<int32_t> recent_;
   std::vector<std::pair<float, int32_t>> cand_;  // scratch: (logit, id)
   std::vector<float> logit_buf_;                 // scratch: (n_vocab) penalised logits
-  std::vector<int32_t> penalized_;               // scratch: distinct ids in the window
+  std::vector<int32_t> penalized_;               // scratch: the window's ids, sorted
   bool sorted_ = false;
 };
 

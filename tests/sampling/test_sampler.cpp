@@ -253,6 +253,53 @@ TEST(Sampler, RepetitionPenaltyDividesPositiveMultipliesNegative) {
   EXPECT_EQ(gs.sample(l), 2);
 }
 
+// llama.cpp's penalties sampler: per distinct token in the window with `count` occurrences,
+// logit = (repeat-penalised logit) - count * frequency - presence. Hand-computed.
+TEST(Sampler, FrequencyAndPresencePenaltiesAsLlamaCpp) {
+  const std::vector<float> l = {2.0f, -1.0f, 1.0f, 0.5f};
+  auto p = plain();
+  p.frequency_penalty = 0.5f;
+  p.presence_penalty = 0.25f;
+  p.repeat_last_n = 3;
+  Sampler s(p);
+  s.accept(3);
+  s.accept(1);
+  s.accept(1);
+  s.accept(1);  // window {1, 1, 1}: token 3 has left it
+  auto check = [&](const std::vector<float>& eff) {
+    double z = 0;
+    for (float v : eff) z += std::exp(v);
+    const auto cand = s.candidates(l);
+    ASSERT_EQ(cand.size(), 4u);
+    for (const auto& c : cand) EXPECT_NEAR(c.p, std::exp(eff[c.id]) / z, 1e-6) << "token " << c.id;
+  };
+  check({2.0f, -1.0f - 3 * 0.5f - 0.25f, 1.0f, 0.5f});
+  s.accept(0);  // window {1, 1, 0}
+  check({2.0f - 0.5f - 0.25f, -1.0f - 2 * 0.5f - 0.25f, 1.0f, 0.5f});
+  // With the repetition penalty too: divided (positive) or multiplied (negative) first.
+  p.repeat_penalty = 2.0f;
+  Sampler r(p);
+  r.accept(0);
+  r.accept(1);
+  double z = 0;
+  const std::vector<float> eff = {2.0f / 2 - 0.5f - 0.25f, -1.0f * 2 - 0.5f - 0.25f, 1.0f, 0.5f};
+  for (float v : eff) z += std::exp(v);
+  for (const auto& c : r.candidates(l)) EXPECT_NEAR(c.p, std::exp(eff[c.id]) / z, 1e-6) << "token " << c.id;
+  // A presence penalty alone changes what greedy picks.
+  auto g = plain(0.0f);
+  g.presence_penalty = 1.5f;
+  Sampler gs(g);
+  EXPECT_EQ(gs.sample(l), 0);
+  gs.accept(0);
+  EXPECT_EQ(gs.sample(l), 2);  // 2.0 - 1.5 = 0.5 < 1.0
+  // Negative penalties (OpenAI allows [-2, 2]) raise the seen token.
+  auto n = plain(0.0f);
+  n.frequency_penalty = -2.0f;
+  Sampler ns(n);
+  ns.accept(3);
+  EXPECT_EQ(ns.sample(l), 3);  // 0.5 + 2 = 2.5 > 2.0
+}
+
 // The draw is llama.cpp's dist sampler: one uniform double per call, walk of the softmax.
 TEST(Sampler, DrawMatchesLlamaCppDistAlgorithm) {
   const auto l = random_logits(64, 77, 1.5f);
@@ -335,6 +382,12 @@ TEST(Sampler, RejectsBadParameters) {
   p.repeat_penalty = 0.0f;
   EXPECT_THROW(Sampler{p}, Error);
   p = plain(NAN);
+  EXPECT_THROW(Sampler{p}, Error);
+  p = plain();
+  p.presence_penalty = NAN;
+  EXPECT_THROW(Sampler{p}, Error);
+  p = plain();
+  p.frequency_penalty = NAN;
   EXPECT_THROW(Sampler{p}, Error);
   Sampler s(plain());
   EXPECT_THROW(s.sample(std::span<const float>{}), Error);
