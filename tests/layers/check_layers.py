@@ -4,7 +4,7 @@
 Floors, lowest first; a file may include its own floor and any floor below it, never one above:
   0 runtime/core
   1 runtime/gguf, kernels
-  2 runtime/backend, runtime/tokenizer, runtime/sampling
+  2 runtime/backend, runtime/tokenizer, runtime/sampling, runtime/chat
   3 offload/moe        (the MoE contract: the step, executors, observers' interface)
   4 offload            (the offload engine, observers, routing overrides)
   5 runtime/model
@@ -25,7 +25,7 @@ import sys
 FLOORS = {
     "runtime/core": 0,
     "runtime/gguf": 1, "kernels": 1,
-    "runtime/backend": 2, "runtime/tokenizer": 2, "runtime/sampling": 2,
+    "runtime/backend": 2, "runtime/tokenizer": 2, "runtime/sampling": 2, "runtime/chat": 2,
     "offload/moe": 3,
     "offload": 4,
     "runtime/model": 5,
