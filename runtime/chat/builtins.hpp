@@ -14,6 +14,9 @@ namespace ferry::chat {
 
 Value apply_filter(const std::string& name, const Value& input, CallArgs& args, int line);
 bool apply_test(const std::string& name, const Value& v, CallArgs& args, int line);
+// jinja2 rejects an unknown filter or test when it compiles the template, executed or not.
+bool is_known_filter(const std::string& name);
+bool is_known_test(const std::string& name);
 
 // obj.name as jinja2's sandbox resolves it: Python attributes (methods) first, then obj[name];
 // a miss is undefined; any attribute of undefined is an error.

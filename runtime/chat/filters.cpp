@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cmath>
 #include <map>
+#include <set>
 
 #include "runtime/chat/builtins.hpp"
 #include "runtime/chat/template_error.hpp"
@@ -301,7 +302,8 @@ const std::map<std::string, Filter>& filters() {
          std::string method = m ? py_str(*m) : "common";
          double scale = std::pow(10.0, p ? p->as_double() : 0.0);
          double x = v.as_double() * scale;
-         double r = method == "ceil" ? std::ceil(x) : method == "floor" ? std::floor(x) : std::round(x);
+         // Python's round() rounds halves to even, as nearbyint in the default rounding mode.
+         double r = method == "ceil" ? std::ceil(x) : method == "floor" ? std::floor(x) : std::nearbyint(x);
          return Value::floating(r / scale);
        }},
       {"sum", [](const Value& v, CallArgs& a, int l) {
@@ -377,6 +379,19 @@ Value apply_filter(const std::string& name, const Value& input, CallArgs& args, 
   if (it == filters().end())
     throw TemplateError(TemplateFailure::unsupported, line, fmt::format("unsupported filter '{}'", name));
   return it->second(input, args, line);
+}
+
+bool is_known_filter(const std::string& name) {
+  return name == "d" || name == "select" || name == "reject" || name == "selectattr" || name == "rejectattr" ||
+         filters().count(name) > 0;
+}
+
+bool is_known_test(const std::string& name) {
+  static const std::set<std::string> tests = {
+      "defined", "undefined", "none", "string", "number", "integer", "float", "boolean", "true", "false",
+      "mapping", "iterable", "sequence", "callable", "equalto", "eq", "==", "sameas", "ne", "!=", "lt", "<",
+      "gt", ">", "le", "<=", "ge", ">=", "in", "odd", "even", "divisibleby", "lower", "upper"};
+  return tests.count(name) > 0;
 }
 
 bool apply_test(const std::string& name, const Value& v, CallArgs& args, int line) {

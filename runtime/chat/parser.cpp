@@ -4,6 +4,7 @@
 #include <set>
 
 #include "runtime/chat/ast.hpp"
+#include "runtime/chat/builtins.hpp"
 #include "runtime/chat/lexer.hpp"
 #include "runtime/chat/template_error.hpp"
 
@@ -448,6 +449,8 @@ class Parser {
           n->name += '.';
           n->name += expect_name();
         }
+        if (!is_known_filter(n->name))
+          throw TemplateError(TemplateFailure::unsupported, n->line, fmt::format("unsupported filter '{}'", n->name));
         n->args = {e};
         if (is_op("(")) parse_call_args(n);
         e = parse_postfix(n);
@@ -458,6 +461,8 @@ class Parser {
           n->negated = true;
         }
         n->name = expect_name();
+        if (!is_known_test(n->name))
+          throw TemplateError(TemplateFailure::unsupported, n->line, fmt::format("unsupported test '{}'", n->name));
         n->args = {e};
         if (is_op("(")) {
           parse_call_args(n);

@@ -153,7 +153,7 @@ def random_cases(n, seed):
     return out
 
 
-def make_env():
+def make_env(now=NOW):
     def raise_exception(message):
         raise jinja2.exceptions.TemplateError(message)
 
@@ -161,7 +161,7 @@ def make_env():
         return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
     def strftime_now(fmt):
-        return datetime.datetime.fromtimestamp(NOW, datetime.timezone.utc).strftime(fmt)
+        return datetime.datetime.fromtimestamp(now, datetime.timezone.utc).strftime(fmt)
 
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
     env.filters["tojson"] = tojson
@@ -220,8 +220,29 @@ def oracle(tmpl, req):
     return {"ok": True, "text": text}
 
 
+def check_unit_cases():
+    """tests/chat/template_cases.json (the expectations of the C++ unit test ChatTemplate.CasesMatchJinja2)
+    must be what jinja2 renders, so that the unit test's expectations cannot drift from the oracle."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "template_cases.json")
+    with open(path, encoding="utf-8") as f:
+        cases = json.load(f)
+    env = make_env(now=86400 * 365)
+    bad = 0
+    for c in cases:
+        try:
+            got = {"expected": env.from_string(c["template"]).render(**c["context"])}
+        except Exception as e:
+            got = {"error": type(e).__name__}
+        if ("expected" in c) != ("expected" in got) or c.get("expected") != got.get("expected"):
+            print(f"template_cases.json disagrees with jinja2 on {c['template']!r}: {got}")
+            bad += 1
+    return bad
+
+
 def main():
     tool, tdir = sys.argv[1], sys.argv[2]
+    if check_unit_cases():
+        return 1
     scratch = os.environ.get("FERRY_SCRATCH", "/tmp/ferry-chat-parity")
     os.makedirs(scratch, exist_ok=True)
     env = make_env()
