@@ -4,7 +4,7 @@ namespace ferry::chat {
 
 using json = nlohmann::ordered_json;
 
-json normalize_messages(const json& messages) {
+json normalize_messages(const json& messages, bool keep_text_parts) {
   if (!messages.is_array()) fail(ErrorKind::invalid_arg, "'messages' must be an array, got {}", messages.type_name());
   json out = json::array();
   for (size_t k = 0; k < messages.size(); ++k) {
@@ -22,7 +22,7 @@ json normalize_messages(const json& messages) {
         if (!text.empty()) text += '\n';
         text += part["text"].get<std::string>();
       }
-      msg["content"] = text;
+      if (!keep_text_parts) msg["content"] = text;
     } else if (msg.contains("content") && !msg["content"].is_string() && !msg["content"].is_null()) {
       fail(ErrorKind::invalid_arg, "messages[{}].content must be a string, an array of text parts or null", k);
     }
@@ -45,9 +45,23 @@ json normalize_messages(const json& messages) {
   return out;
 }
 
-json chat_context(const ChatTemplateInputs& in) {
+bool template_takes_typed_content(const Template& tmpl) {
+  static const std::string marker = "FERRY_TYPED_CONTENT_PROBE";
+  json ctx = {{"messages", json::array({{{"role", "user"}, {"content", json::array({{{"type", "text"}, {"text", marker}}})}}})},
+              {"add_generation_prompt", false},
+              {"bos_token", ""},
+              {"eos_token", ""}};
+  try {
+    std::string out = tmpl.render(ctx, 0);
+    return out.find(marker) != std::string::npos && out.find("'text': '" + marker) == std::string::npos;
+  } catch (const TemplateError&) {
+    return false;
+  }
+}
+
+json chat_context(const ChatTemplateInputs& in, bool keep_text_parts) {
   json ctx = json::object();
-  ctx["messages"] = normalize_messages(in.messages);
+  ctx["messages"] = normalize_messages(in.messages, keep_text_parts);
   if (in.tools.is_array() && !in.tools.empty()) ctx["tools"] = in.tools;
   else if (!in.tools.is_null() && !in.tools.is_array()) fail(ErrorKind::invalid_arg, "'tools' must be an array");
   ctx["add_generation_prompt"] = in.add_generation_prompt;
@@ -64,7 +78,10 @@ json chat_context(const ChatTemplateInputs& in) {
 
 std::string render_chat(const Template& tmpl, const ChatTemplateInputs& in) {
   const std::time_t now = in.now ? *in.now : std::time(nullptr);
-  json ctx = chat_context(in);
+  bool has_parts = false;
+  if (in.messages.is_array())
+    for (const auto& m : in.messages) has_parts = has_parts || (m.is_object() && m.contains("content") && m["content"].is_array());
+  json ctx = chat_context(in, has_parts && template_takes_typed_content(tmpl));
   std::string prompt = tmpl.render(ctx, now);
   if (ctx.contains("tools")) {
     // A template that renders the same prompt without the tools ignores them: the model would never

@@ -35,14 +35,22 @@ struct ChatTemplateInputs {
 
 // llama-server's request normalisation, before the template sees the messages:
 // - role "developer" becomes "system";
-// - content given as an array of parts: the "text" parts joined with "\n" (llama-server's
-//   concat_content_parts for templates that take string content); any other part type is an error;
+// - content given as an array of parts (only {"type": "text", "text": ...} is accepted): kept as
+//   the array when the template takes typed content (keep_text_parts), else the texts joined with
+//   "\n" (llama-server's concat_content_parts for templates that only take strings);
 // - tool_calls[].function.arguments given as a JSON string is parsed to an object.
-nlohmann::ordered_json normalize_messages(const nlohmann::ordered_json& messages);
+nlohmann::ordered_json normalize_messages(const nlohmann::ordered_json& messages, bool keep_text_parts = false);
+
+// Whether the template renders content given as text parts (Qwen3.5's render_content does):
+// a probe message whose content is [{"type": "text", "text": MARKER}] renders without error and
+// shows MARKER itself, not the part's Python repr. llama-server decides the same question from
+// which operations the template applies to the content (common/jinja/caps.cpp); the probe agrees
+// with it on the committed templates.
+bool template_takes_typed_content(const Template& tmpl);
 
 // The template context render_chat uses (messages normalised, tools only when non-empty,
 // add_generation_prompt, bos_token, eos_token, then enable_thinking and chat_template_kwargs).
-nlohmann::ordered_json chat_context(const ChatTemplateInputs& in);
+nlohmann::ordered_json chat_context(const ChatTemplateInputs& in, bool keep_text_parts = false);
 
 // Renders the prompt. Throws as listed above.
 std::string render_chat(const Template& tmpl, const ChatTemplateInputs& in);

@@ -174,7 +174,18 @@ class RequestError(Exception):
     pass
 
 
-def normalize(messages):
+def takes_typed_content(tmpl):
+    """The renderer's probe (runtime/chat/chat_render.hpp, template_takes_typed_content)."""
+    marker = "FERRY_TYPED_CONTENT_PROBE"
+    try:
+        out = tmpl.render(messages=[{"role": "user", "content": [{"type": "text", "text": marker}]}],
+                          add_generation_prompt=False, bos_token="", eos_token="")
+    except Exception:
+        return False
+    return marker in out and f"'text': '{marker}" not in out
+
+
+def normalize(messages, keep_parts):
     out = []
     for m in messages:
         m = json.loads(json.dumps(m))
@@ -186,7 +197,8 @@ def normalize(messages):
                 if not isinstance(p, dict) or p.get("type") != "text" or not isinstance(p.get("text"), str):
                     raise RequestError("content part")
                 texts.append(p["text"])
-            m["content"] = "\n".join(texts)
+            if not keep_parts:
+                m["content"] = "\n".join(texts)
         for c in m.get("tool_calls") or []:
             fn = c.get("function")
             if isinstance(fn, dict) and isinstance(fn.get("arguments"), str):
@@ -197,7 +209,8 @@ def normalize(messages):
 
 def oracle(tmpl, req):
     try:
-        ctx = {"messages": normalize(req["messages"])}
+        keep = any(isinstance(m.get("content"), list) for m in req["messages"]) and takes_typed_content(tmpl)
+        ctx = {"messages": normalize(req["messages"], keep)}
         if req.get("tools"):
             ctx["tools"] = req["tools"]
         ctx.update(add_generation_prompt=req.get("add_generation_prompt", True), bos_token=req.get("bos_token", ""),
