@@ -20,6 +20,10 @@ MutExpr node(Expr::Kind kind, int line) {
   return e;
 }
 
+// Hostile templates must not overflow the stack: nesting (brackets, unary operators, blocks) is
+// bounded far above what any chat template uses.
+constexpr int kMaxNesting = 200;
+
 class Parser {
  public:
   explicit Parser(std::vector<Token> toks) : t_(std::move(toks)) {}
@@ -97,6 +101,7 @@ class Parser {
   }
 
   std::shared_ptr<Stmt> parse_statement() {
+    Nest nest(*this);
     const Token& tok = next();
     auto s = std::make_shared<Stmt>();
     s->line = tok.line;
@@ -219,6 +224,7 @@ class Parser {
   }
 
   ExprPtr parse_expression(bool with_condexpr) {
+    Nest nest(*this);
     ExprPtr e = parse_or();
     if (!with_condexpr) return e;
     while (is_name("if")) {
@@ -250,6 +256,7 @@ class Parser {
   ExprPtr parse_and() { return logical("and", &Parser::parse_not); }
 
   ExprPtr parse_not() {
+    Nest nest(*this);
     if (is_name("not")) {
       auto n = node(Expr::Kind::unary, next().line);
       n->name = "not";
@@ -303,6 +310,7 @@ class Parser {
   ExprPtr parse_unary_filtered() { return parse_unary(true); }
 
   ExprPtr parse_unary(bool with_filter) {
+    Nest nest(*this);
     ExprPtr e;
     if (is_op("-") || is_op("+")) {
       auto n = node(Expr::Kind::unary, peek().line);
@@ -479,8 +487,17 @@ class Parser {
     }
   }
 
+  struct Nest {
+    Parser& p;
+    explicit Nest(Parser& parser) : p(parser) {
+      if (++p.depth_ > kMaxNesting) p.syntax(fmt::format("nesting deeper than {}", kMaxNesting));
+    }
+    ~Nest() { --p.depth_; }
+  };
+
   std::vector<Token> t_;
   size_t pos_ = 0;
+  int depth_ = 0;
 };
 
 }  // namespace

@@ -146,6 +146,13 @@ class Interp {
     const Stmt* m = &s;
     const Scope* parent = &defined_in;
     return Value::function([this, m, parent](CallArgs& a) -> Value {
+      // jinja2 stops runaway recursion with Python's RecursionError; so does this bound.
+      struct Depth {
+        int& d;
+        explicit Depth(int& depth) : d(depth) { ++d; }
+        ~Depth() { --d; }
+      } depth(macro_depth_);
+      if (macro_depth_ > 100) runtime_error(m->line, fmt::format("macro '{}' nested more than 100 calls deep", m->name));
       Scope local{{}, parent};
       if (a.positional.size() > m->params.size())
         runtime_error(m->line, fmt::format("macro '{}' takes not more than {} argument(s)", m->name, m->params.size()));
@@ -319,6 +326,8 @@ class Interp {
     }
     throw TemplateError(TemplateFailure::unsupported, e.line, fmt::format("unsupported operator '{}'", op));
   }
+
+  int macro_depth_ = 0;
 
   bool contains(const Value& container, const Value& item, int line) {
     switch (container.type) {

@@ -143,6 +143,8 @@ nlohmann::ordered_json to_json(const Value& v) {
       return a;
     }
     case Value::Type::dict: {
+      if (v.is_namespace)
+        throw TemplateError(TemplateFailure::runtime, 0, "Object of type Namespace is not JSON serializable");
       auto o = nlohmann::ordered_json::object();
       for (const auto& [k, e] : v.dict->items) o[k] = to_json(e);
       return o;
@@ -173,14 +175,21 @@ std::string py_float_repr(double d) {
       if (static_cast<int>(digits.size()) <= exp + 1) {
         out = digits + std::string(exp + 1 - digits.size(), '0') + ".0";
       } else {
-        out = digits.substr(0, exp + 1) + "." + digits.substr(exp + 1);
+        out = digits.substr(0, exp + 1);
+        out += '.';
+        out.append(digits, exp + 1, std::string::npos);
       }
     } else {
-      out = "0." + std::string(-exp - 1, '0') + digits;
+      out = "0.";
+      out.append(static_cast<size_t>(-exp - 1), '0');
+      out += digits;
     }
   } else {
     out = digits.substr(0, 1);
-    if (digits.size() > 1) out += "." + digits.substr(1);
+    if (digits.size() > 1) {
+      out += '.';
+      out.append(digits, 1, std::string::npos);
+    }
     char e[16];
     std::snprintf(e, sizeof e, "e%c%02d", exp < 0 ? '-' : '+', exp < 0 ? -exp : exp);
     out += e;
@@ -217,14 +226,18 @@ std::string py_repr(const Value& v) {
       return out + (v.is_tuple ? ")" : "]");
     }
     case Value::Type::dict: {
-      if (v.is_namespace) return "<Namespace>";
+      // jinja2's Namespace prints as <Namespace {attrs}>; one nested inside prints as
+      // <Namespace {...}> (a namespace may hold itself; Python prints the recursion so).
       std::string out = "{";
       bool first = true;
       for (const auto& [k, e] : v.dict->items) {
-        out += (first ? "" : ", ") + repr_string(k) + ": " + py_repr(e);
+        out += first ? "" : ", ";
+        out += repr_string(k) + ": ";
+        out += v.is_namespace && e.is_dict() && e.is_namespace ? "<Namespace {...}>" : py_repr(e);
         first = false;
       }
-      return out + "}";
+      out += '}';
+      return v.is_namespace ? "<Namespace " + out + ">" : out;
     }
     default: return py_str(v);
   }
@@ -298,6 +311,8 @@ static void dumps(std::string& out, const Value& v, int indent, int depth) {
       return;
     }
     case Value::Type::dict: {
+      if (v.is_namespace)
+        throw TemplateError(TemplateFailure::runtime, 0, "Object of type Namespace is not JSON serializable");
       if (v.dict->items.empty()) {
         out += "{}";
         return;

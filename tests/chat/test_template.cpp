@@ -77,7 +77,7 @@ TEST(ChatTemplate, UnsupportedConstructsNameTheLine) {
       EXPECT_EQ(e.failure(), TemplateFailure::unsupported);
       EXPECT_EQ(e.kind(), ferry::ErrorKind::unsupported);
       EXPECT_EQ(e.line(), c.line);
-      EXPECT_EQ(std::string(e.what()), "template line " + std::to_string(c.line) + ": " + c.what);
+      EXPECT_EQ(std::string(e.what()), fmt::format("template line {}: {}", c.line, c.what));
     }
   }
 }
@@ -106,7 +106,7 @@ TEST(ChatTemplate, RandomIndentedBlocksKeepOnlyTheText) {
     int n = 1 + static_cast<int>(rng() % 4);
     for (int k = 0; k < n; ++k) {
       src += std::string(rng() % 5, ' ') + "{% if true %}\n";
-      std::string word = "w" + std::to_string(rng() % 100);
+      std::string word = fmt::format("w{}", rng() % 100);
       src += std::string(rng() % 3, '\t') + "{{ '" + word + "' }}\n";
       want += word + "\n";
       src += std::string(rng() % 5, ' ') + "{% endif %}\n";
@@ -131,4 +131,50 @@ TEST(ChatTemplate, ValuesPrintAsPython) {
   EXPECT_EQ(py_float_repr(-2.5), "-2.5");
   EXPECT_EQ(Template("{{ x }}").render(json{{"x", json{{"a", "it's"}, {"b", "q\"'"}}}}, 0),
             "{'a': \"it's\", 'b': 'q\"\\''}");
+}
+
+// Hostile templates: random edits of the committed templates, and deep nesting, either render or
+// fail with a TemplateError; nothing else escapes (and under ASan, nothing reads out of bounds).
+TEST(ChatTemplate, MutatedTemplatesFailCleanly) {
+  const char* names[] = {"Qwen3.5-4B.jinja", "Qwen3-Coder.jinja", "meta-llama-Llama-3.1-8B-Instruct.jinja"};
+  const json ctx = json::parse(R"({"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "u"},
+    {"role": "assistant", "content": "a", "tool_calls": [{"function": {"name": "f", "arguments": {"x": 1}}}]}],
+    "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}],
+    "add_generation_prompt": true})");
+  const std::string alphabet = "{}%#-+()[]|.,:'\"\\ \nabcxyz019=<>~*/";
+  std::mt19937 rng(27);
+  int rendered = 0, failed = 0;
+  for (const char* name : names) {
+    std::ifstream f(std::string(FERRY_SOURCE_DIR) + "/tests/data/templates/" + name);
+    std::string src((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    ASSERT_FALSE(src.empty());
+    for (int iter = 0; iter < 150; ++iter) {
+      std::string s = src;
+      for (int e = 1 + static_cast<int>(rng() % 4); e > 0; --e) {
+        size_t at = rng() % s.size();
+        switch (rng() % 3) {
+          case 0: s.erase(at, 1 + rng() % 8); break;
+          case 1: s.insert(at, 1, alphabet[rng() % alphabet.size()]); break;
+          default: s[at] = alphabet[rng() % alphabet.size()];
+        }
+      }
+      try {
+        Template(s).render(ctx, 0);
+        ++rendered;
+      } catch (const TemplateError&) {
+        ++failed;
+      }
+    }
+  }
+  EXPECT_GT(rendered, 0);
+  EXPECT_GT(failed, 0);
+  EXPECT_EQ(failure_of("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}"), TemplateFailure::syntax);
+  EXPECT_EQ(failure_of("{{ " + std::string(5000, '-') + "1 }}"), TemplateFailure::syntax);
+  std::string nested;
+  for (int k = 0; k < 1000; ++k) nested += "{% if true %}";
+  EXPECT_EQ(failure_of(nested), TemplateFailure::syntax);
+  EXPECT_EQ(failure_of("{% macro m(n) %}{{ m(n + 1) }}{% endmacro %}{{ m(0) }}"), TemplateFailure::runtime);
+  EXPECT_EQ(failure_of("{% set ns = namespace(a=1) %}{% set ns.me = ns %}{{ ns | tojson }}"), TemplateFailure::runtime);
+  EXPECT_EQ(Template("{% set ns = namespace(a=1) %}{% set ns.me = ns %}{{ ns }}").render(json::object(), 0),
+            "<Namespace {'a': 1, 'me': <Namespace {...}>}>");
 }
