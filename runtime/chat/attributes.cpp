@@ -346,8 +346,22 @@ Value get_attribute(const Value& obj, const std::string& name, int line) {
       return v ? *v : Value::undefined(name);
     }
     case Value::Type::list: {
-      static const std::set<std::string> methods = {"append", "clear", "copy", "count", "extend", "index",
-                                                   "insert", "pop", "remove", "reverse", "sort"};
+      if (name == "count" || name == "index") {
+        auto items = obj.list;
+        return Value::function([items, name, line](CallArgs& a) -> Value {
+          if (a.positional.size() != 1) runtime_error(line, fmt::format("list.{}() takes exactly one argument", name));
+          int64_t n = 0;
+          for (size_t k = 0; k < items->size(); ++k) {
+            if (!py_equal((*items)[k], a.positional[0])) continue;
+            if (name == "index") return Value::integer(static_cast<int64_t>(k));
+            ++n;
+          }
+          if (name == "index") runtime_error(line, "list.index(x): x not in list");
+          return Value::integer(n);
+        });
+      }
+      static const std::set<std::string> methods = {"append", "clear", "copy", "extend", "insert", "pop",
+                                                   "remove", "reverse", "sort"};
       if (methods.count(name))
         return Value::function([name, line](CallArgs&) -> Value { unsupported(line, fmt::format("method list.{}", name)); });
       return Value::undefined(name);

@@ -131,7 +131,19 @@ const std::map<std::string, Filter>& filters() {
        }},
       {"upper", [](const Value& v, CallArgs&, int l) { return get_attribute(Value::string(py_str(v)), "upper", l).fn->operator()(no_args()); }},
       {"lower", [](const Value& v, CallArgs&, int l) { return get_attribute(Value::string(py_str(v)), "lower", l).fn->operator()(no_args()); }},
-      {"title", [](const Value& v, CallArgs&, int l) { return get_attribute(Value::string(py_str(v)), "title", l).fn->operator()(no_args()); }},
+      {"title", [](const Value& v, CallArgs&, int) {
+         // jinja2's do_title: words start after whitespace, '-', '(', '{', '[' or '<' (str.title()
+         // starts one after any non-letter); the first character up, the rest down.
+         std::string s = py_str(v), out;
+         bool start = true;
+         for (char c : s) {
+           unsigned char u = static_cast<unsigned char>(c);
+           bool sep = std::isspace(u) || c == '-' || c == '(' || c == '{' || c == '[' || c == '<';
+           out += static_cast<char>(sep ? c : start ? std::toupper(u) : std::tolower(u));
+           start = sep;
+         }
+         return Value::string(out);
+       }},
       {"capitalize", [](const Value& v, CallArgs&, int l) { return get_attribute(Value::string(py_str(v)), "capitalize", l).fn->operator()(no_args()); }},
       {"replace", [](const Value& v, CallArgs& a, int l) {
          const Value* from = arg_at(a, 0, "old");
@@ -168,6 +180,7 @@ const std::map<std::string, Filter>& filters() {
        }},
       {"map", [](const Value& v, CallArgs& a, int l) {
          List out;
+         if (!v.truthy()) return Value::make_list();  // jinja2 maps `if value`: a falsy input is empty
          const Value* attr = arg_at(a, 99, "attribute");
          for (const Value& item : iterate(v, l)) {
            if (attr) {
@@ -193,10 +206,11 @@ const std::map<std::string, Filter>& filters() {
          return Value::string(py_json_dumps(v, n));
        }},
       {"string", [](const Value& v, CallArgs&, int) { return Value::string(py_str(v)); }},
-      {"safe", [](const Value& v, CallArgs&, int) { return v; }},
+      {"safe", [](const Value& v, CallArgs&, int) { return Value::string(py_str(v)); }},  // Markup(str(v))
       {"e", [](const Value& v, CallArgs&, int) { return Value::string(html_escape(py_str(v))); }},
       {"escape", [](const Value& v, CallArgs&, int) { return Value::string(html_escape(py_str(v))); }},
-      {"int", [](const Value& v, CallArgs& a, int) {
+      {"int", [](const Value& v, CallArgs& a, int l) {
+         if (v.is_undefined()) runtime_error(l, fmt::format("'{}' is undefined", v.s));
          const Value* def = arg_at(a, 0, "default");
          Value fallback = def ? *def : Value::integer(0);
          if (v.type == Value::Type::integer) return v;
@@ -215,7 +229,8 @@ const std::map<std::string, Filter>& filters() {
          }
          return fallback;
        }},
-      {"float", [](const Value& v, CallArgs& a, int) {
+      {"float", [](const Value& v, CallArgs& a, int l) {
+         if (v.is_undefined()) runtime_error(l, fmt::format("'{}' is undefined", v.s));
          const Value* def = arg_at(a, 0, "default");
          if (v.is_number()) return Value::floating(v.as_double());
          if (v.is_string()) {
@@ -266,7 +281,8 @@ const std::map<std::string, Filter>& filters() {
          }
          return Value::make_list(std::move(out));
        }},
-      {"indent", [](const Value& v, CallArgs& a, int) {
+      {"indent", [](const Value& v, CallArgs& a, int l) {
+         if (!v.is_string()) runtime_error(l, fmt::format("indent needs a string, not {}", type_name(v)));
          const Value* w = arg_at(a, 0, "width");
          std::string pad = w ? (w->is_string() ? w->s : std::string(static_cast<size_t>(std::max<int64_t>(0, w->i)), ' ')) : "    ";
          bool first = flag(a, 1, "first", false), blank = flag(a, 2, "blank", false);
@@ -285,9 +301,17 @@ const std::map<std::string, Filter>& filters() {
          }
          return Value::string(out);
        }},
-      {"wordcount", [](const Value& v, CallArgs&, int l) {
-         CallArgs none;
-         return Value::integer(static_cast<int64_t>(get_attribute(Value::string(py_str(v)), "split", l).fn->operator()(none).list->size()));
+      {"wordcount", [](const Value& v, CallArgs&, int) {
+         // jinja2 counts matches of \w+: runs of letters, digits and underscores (non-ASCII bytes
+         // count as letters here).
+         int64_t n = 0;
+         bool in_word = false;
+         for (unsigned char c : py_str(v)) {
+           bool w = std::isalnum(c) || c == '_' || c >= 0x80;
+           if (w && !in_word) ++n;
+           in_word = w;
+         }
+         return Value::integer(n);
        }},
       {"abs", [](const Value& v, CallArgs&, int l) {
          if (v.type == Value::Type::floating) return Value::floating(std::fabs(v.f));
@@ -304,6 +328,8 @@ const std::map<std::string, Filter>& filters() {
          double x = v.as_double() * scale;
          // Python's round() rounds halves to even, as nearbyint in the default rounding mode.
          double r = method == "ceil" ? std::ceil(x) : method == "floor" ? std::floor(x) : std::nearbyint(x);
+         if (method == "common" && v.type != Value::Type::floating)
+           return Value::integer(v.type == Value::Type::boolean ? v.b : v.i);  // round(int) is an int
          return Value::floating(r / scale);
        }},
       {"sum", [](const Value& v, CallArgs& a, int l) {
@@ -330,8 +356,9 @@ const std::map<std::string, Filter>& filters() {
          List items = iterate(v, l);
          if (items.empty()) return Value::undefined("max");
          const Value* attr = arg_at(a, 1, "attribute");
-         py_sort(items, [&](const Value& x) { return sort_key(attr ? attr_path(x, py_str(*attr), l) : x, flag(a, 0, "case_sensitive", false)); }, false, l);
-         return items.back();
+         // Python's max keeps the first of equal maxima: sort descending (stable), take the front.
+         py_sort(items, [&](const Value& x) { return sort_key(attr ? attr_path(x, py_str(*attr), l) : x, flag(a, 0, "case_sensitive", false)); }, true, l);
+         return items.front();
        }},
       {"batch", [](const Value& v, CallArgs& a, int l) {
          const Value* n = arg_at(a, 0, "linecount");
@@ -354,6 +381,7 @@ const std::map<std::string, Filter>& filters() {
 
 Value select_impl(const Value& v, CallArgs& a, int l, bool with_attr, bool keep) {
   List out;
+  if (!v.truthy()) return Value::make_list();  // jinja2 iterates `if seq`: a falsy input is empty
   size_t test_at = with_attr ? 1 : 0;
   for (const Value& item : iterate(v, l)) {
     Value subject = with_attr ? attr_path(item, a.positional.empty() ? "" : py_str(a.positional[0]), l) : item;
@@ -414,7 +442,7 @@ bool apply_test(const std::string& name, const Value& v, CallArgs& args, int lin
   if (name == "mapping") return v.is_dict() && !v.is_namespace;
   if (name == "iterable") return v.is_list() || v.is_dict() || v.is_string() || v.is_undefined();
   if (name == "sequence") return v.is_list() || (v.is_dict() && !v.is_namespace) || v.is_string() || v.is_undefined();
-  if (name == "callable") return v.type == T::callable;
+  if (name == "callable") return v.type == T::callable || v.is_undefined();  // Undefined has __call__
   if (name == "equalto" || name == "eq" || name == "==" || name == "sameas") return py_equal(v, need());
   if (name == "ne" || name == "!=") return !py_equal(v, need());
   if (name == "lt" || name == "<" || name == "gt" || name == ">" || name == "le" || name == "<=" || name == "ge" ||
@@ -437,18 +465,24 @@ bool apply_test(const std::string& name, const Value& v, CallArgs& args, int lin
     return false;
   }
   if (name == "odd" || name == "even" || name == "divisibleby") {
-    if (v.type != T::integer && v.type != T::boolean) runtime_error(line, fmt::format("test '{}' needs an integer", name));
-    int64_t x = v.type == T::boolean ? v.b : v.i;
-    if (name == "odd") return x % 2 != 0;
-    if (name == "even") return x % 2 == 0;
-    int64_t d = need().i;
-    if (d == 0) runtime_error(line, "integer division by zero");
-    return x % d == 0;
+    // Python's `value % n`: ints, bools and floats alike.
+    if (!v.is_number()) runtime_error(line, fmt::format("test '{}' needs a number, not {}", name, type_name(v)));
+    const Value two = Value::integer(2);
+    const Value& d = name == "divisibleby" ? need() : two;
+    if (!d.is_number()) runtime_error(line, "divisibleby needs a number");
+    if (d.as_double() == 0.0) runtime_error(line, "division by zero");
+    if (v.type != T::floating && d.type != T::floating) {
+      int64_t x = v.type == T::boolean ? v.b : v.i, n = d.type == T::boolean ? d.b : d.i;
+      int64_t m = x % n;
+      if (name == "odd") return m != 0;
+      return m == 0;
+    }
+    double m = std::fmod(v.as_double(), d.as_double());
+    return name == "odd" ? (m != 0.0 && std::fabs(m) == 1.0) : m == 0.0;
   }
-  if (name == "lower" || name == "upper") {
-    if (!v.is_string()) return false;
-    std::string conv = apply_filter(name, v, no_args(), line).s;
-    return conv == v.s;
+  if (name == "lower" || name == "upper") {  // str(v).islower() / isupper()
+    CallArgs none;
+    return (*get_attribute(Value::string(py_str(v)), name == "lower" ? "islower" : "isupper", line).fn)(none).b;
   }
   throw TemplateError(TemplateFailure::unsupported, line, fmt::format("unsupported test '{}'", name));
 }

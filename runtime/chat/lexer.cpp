@@ -120,15 +120,7 @@ class Lexer {
         while (e > 0 && is_space(data[e - 1])) --e;
         data.resize(e);
       } else if (sign != '+' && kind != '{') {
-        // lstrip_blocks: a block or comment tag alone after indentation drops the indentation.
-        size_t l_pos = data.rfind('\n');
-        l_pos = l_pos == std::string::npos ? 0 : l_pos + 1;
-        if (l_pos > 0 || line_starting) {
-          bool blank = true;
-          for (size_t k = l_pos; k < data.size(); ++k)
-            if (data[k] != ' ' && data[k] != '\t') blank = false;
-          if (blank) data.resize(l_pos);
-        }
+        lstrip(data, line_starting);
       }
       emit_text(data, data_line);
       count_lines(pos, start);
@@ -147,6 +139,18 @@ class Lexer {
   }
 
  private:
+  // lstrip_blocks: a block or comment tag alone after indentation drops the indentation.
+  static void lstrip(std::string& data, bool line_starting) {
+    size_t l_pos = data.rfind('\n');
+    l_pos = l_pos == std::string::npos ? 0 : l_pos + 1;
+    if (l_pos > 0 || line_starting) {
+      bool blank = true;
+      for (size_t k = l_pos; k < data.size(); ++k)
+        if (data[k] != ' ' && data[k] != '\t') blank = false;
+      if (blank) data.resize(l_pos);
+    }
+  }
+
   size_t find_tag(size_t pos) const {
     for (size_t k = pos; k + 1 < src_.size(); ++k)
       if (src_[k] == '{' && (src_[k + 1] == '{' || src_[k + 1] == '%' || src_[k + 1] == '#')) return k;
@@ -193,11 +197,13 @@ class Lexer {
     return src_.compare(k, 2, "%}") == 0 || src_.compare(k, 3, "-%}") == 0;
   }
 
+  // jinja2's raw rules: no trim_blocks newline after {% raw %} ("-%}" still strips), the body's
+  // end handled like text before a block tag (lstrip, or "-" strips), trim_blocks after endraw.
   size_t raw_block(size_t pos) {
     size_t close = src_.find("%}", pos);
     bool minus = src_[close - 1] == '-';
     count_lines(pos, close + 2);
-    size_t body = after_end(close + 2, minus, true);
+    size_t body = after_end(close + 2, minus, false);
     for (size_t k = body; (k = src_.find("{%", k)) != std::string::npos; k += 2) {
       size_t j = k + 2;
       bool lminus = j < src_.size() && src_[j] == '-';
@@ -209,6 +215,8 @@ class Lexer {
       std::string text = src_.substr(body, k - body);
       if (lminus) {
         while (!text.empty() && is_space(text.back())) text.pop_back();
+      } else if (src_[k + 2] != '+') {
+        lstrip(text, body > 0 && src_[body - 1] == '\n');
       }
       emit_text(text, line_);
       count_lines(body, end + 2);

@@ -272,11 +272,13 @@ class Interp {
       if (!ok) runtime_error(e.line, fmt::format("'{}' not supported between instances of '{}' and '{}'", op, type_name(a), type_name(b)));
       return Value::boolean(r);
     }
+    if (op == "%" && a.is_string())
+      throw TemplateError(TemplateFailure::unsupported, e.line, "unsupported operator: printf-style string formatting");
     if (a.is_undefined() || b.is_undefined())
       runtime_error(e.line, fmt::format("'{}' is undefined", a.is_undefined() ? a.s : b.s));
     if (op == "+") {
       if (a.is_string() && b.is_string()) return Value::string(a.s + b.s);
-      if (a.is_list() && b.is_list()) {
+      if (a.is_list() && b.is_list() && a.is_tuple == b.is_tuple) {
         List out = *a.list;
         out.insert(out.end(), b.list->begin(), b.list->end());
         return Value::make_list(std::move(out), a.is_tuple);
@@ -295,10 +297,8 @@ class Interp {
       }
       List out;
       for (int64_t k = 0; k < n; ++k) out.insert(out.end(), seq.list->begin(), seq.list->end());
-      return Value::make_list(std::move(out));
+      return Value::make_list(std::move(out), seq.is_tuple);
     }
-    if (op == "%" && a.is_string())
-      throw TemplateError(TemplateFailure::unsupported, e.line, "unsupported operator: printf-style string formatting");
     if (!a.is_number() || !b.is_number())
       runtime_error(e.line, fmt::format("unsupported operand type(s) for {}: '{}' and '{}'", op, type_name(a), type_name(b)));
     bool ints = a.type != Value::Type::floating && b.type != Value::Type::floating;
@@ -309,12 +309,28 @@ class Interp {
     if (op == "*") return ints ? Value::integer(x * y) : Value::floating(fx * fy);
     if ((op == "/" || op == "//" || op == "%") && fy == 0.0) runtime_error(e.line, "division by zero");
     if (op == "/") return Value::floating(fx / fy);
-    if (op == "//") return ints ? Value::integer(floor_div(x, y)) : Value::floating(std::floor(fx / fy));
-    if (op == "%") {
-      if (ints) return Value::integer(x - floor_div(x, y) * y);
-      double m = std::fmod(fx, fy);
-      if (m != 0.0 && ((m < 0) != (fy < 0))) m += fy;
-      return Value::floating(m);
+    if (op == "//" || op == "%") {
+      if (ints) return Value::integer(op == "//" ? floor_div(x, y) : x - floor_div(x, y) * y);
+      // CPython's float divmod (floatobject.c): the remainder from fmod, the quotient rounded from
+      // (x - mod) / y, so that 1.0 // 0.1 is 9.0 and 0.0 % 2.0 is 0.0, as Python prints them.
+      double mod = std::fmod(fx, fy);
+      double div = (fx - mod) / fy;
+      if (mod != 0.0) {
+        if ((fy < 0) != (mod < 0)) {
+          mod += fy;
+          div -= 1.0;
+        }
+      } else {
+        mod = std::copysign(0.0, fy);
+      }
+      double floordiv = 0.0;
+      if (div != 0.0) {
+        floordiv = std::floor(div);
+        if (div - floordiv > 0.5) floordiv += 1.0;
+      } else {
+        floordiv = std::copysign(0.0, fx / fy);
+      }
+      return Value::floating(op == "//" ? floordiv : mod);
     }
     if (op == "**") {
       if (ints && y >= 0) {
@@ -338,7 +354,10 @@ class Interp {
         for (const Value& v : *container.list)
           if (py_equal(v, item)) return true;
         return false;
-      case Value::Type::dict: return item.is_string() && container.dict->find(item.s) != nullptr;
+      case Value::Type::dict:
+        if ((item.is_list() && !item.is_tuple) || item.is_dict())  // Python hashes the key first
+          runtime_error(line, fmt::format("unhashable type: '{}'", type_name(item)));
+        return item.is_string() && container.dict->find(item.s) != nullptr;
       case Value::Type::undefined: return false;
       default: runtime_error(line, fmt::format("argument of type '{}' is not iterable", type_name(container)));
     }

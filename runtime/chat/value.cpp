@@ -358,7 +358,7 @@ bool py_equal(const Value& a, const Value& b) {
     case Value::Type::none: return true;
     case Value::Type::string: return a.s == b.s;
     case Value::Type::list:
-      if (a.list->size() != b.list->size()) return false;
+      if (a.is_tuple != b.is_tuple || a.list->size() != b.list->size()) return false;
       for (size_t k = 0; k < a.list->size(); ++k)
         if (!py_equal((*a.list)[k], (*b.list)[k])) return false;
       return true;
@@ -381,7 +381,7 @@ bool py_less(const Value& a, const Value& b, bool* ok) {
   *ok = true;
   if (a.is_number() && b.is_number()) return a.as_double() < b.as_double();
   if (a.is_string() && b.is_string()) return a.s < b.s;
-  if (a.is_list() && b.is_list()) {
+  if (a.is_list() && b.is_list() && a.is_tuple == b.is_tuple) {
     size_t n = std::min(a.list->size(), b.list->size());
     for (size_t k = 0; k < n; ++k) {
       if (py_equal((*a.list)[k], (*b.list)[k])) continue;

@@ -1,6 +1,7 @@
 // render_tool CASES.json: renders every case of a JSON array and prints a JSON array of results,
 // one per case, for tests/chat/test_template_parity.py. A case is
-//   {"template": "<path to a .jinja file>", "mode": "template" | "chat", "now": <unix seconds>,
+//   {"template": "<path to a .jinja file>" (or "source": "<the template text>"),
+//    "mode": "template" | "chat", "now": <unix seconds>,
 //    "context": {...}}            mode template: the context is given to the template as is
 //    "request": {...}}            mode chat: messages/tools/add_generation_prompt/bos_token/eos_token/
 //                                 chat_template_kwargs through ferry::chat::render_chat
@@ -31,14 +32,20 @@ int main(int argc, char** argv) {
   for (const auto& c : cases) {
     json r;
     try {
-      const std::string path = c.at("template").get<std::string>();
-      auto& tmpl = parsed[path];
-      if (!tmpl) {
-        std::ifstream f(path);
-        if (!f) throw std::runtime_error("cannot open template " + path);
-        std::stringstream ss;
-        ss << f.rdbuf();
-        tmpl = std::make_shared<ferry::chat::Template>(ss.str());
+      std::shared_ptr<ferry::chat::Template> tmpl;
+      if (c.contains("source")) {
+        tmpl = std::make_shared<ferry::chat::Template>(c["source"].get<std::string>());
+      } else {
+        const std::string path = c.at("template").get<std::string>();
+        auto& cached = parsed[path];
+        if (!cached) {
+          std::ifstream f(path);
+          if (!f) throw std::runtime_error("cannot open template " + path);
+          std::stringstream ss;
+          ss << f.rdbuf();
+          cached = std::make_shared<ferry::chat::Template>(ss.str());
+        }
+        tmpl = cached;
       }
       const std::time_t now = c.value("now", std::time_t{0});
       if (c.value("mode", "template") == "chat") {
