@@ -425,7 +425,7 @@ Value get_slice(const Value& obj, const Value& start, const Value& stop, const V
   return obj.is_list() ? Value::make_list(std::move(items), obj.is_tuple) : Value::string(std::move(text));
 }
 
-void install_globals(Dict& globals, std::time_t now) {
+void install_globals(Dict& globals, std::time_t now, std::shared_ptr<std::vector<std::weak_ptr<Dict>>> namespaces) {
   globals.set("range", Value::function([](CallArgs& a) -> Value {
     if (a.positional.empty() || a.positional.size() > 3) runtime_error(0, "range expected 1 to 3 arguments");
     int64_t b = 0, e = 0, st = 1;
@@ -443,8 +443,8 @@ void install_globals(Dict& globals, std::time_t now) {
     }
     return Value::make_list(std::move(out));
   }));
-  auto make_dict = [](bool ns) {
-    return [ns](CallArgs& a) -> Value {
+  auto make_dict = [namespaces](bool ns) {
+    return [ns, namespaces](CallArgs& a) -> Value {
       Dict d;
       if (!a.positional.empty()) {
         if (a.positional.size() > 1 || !a.positional[0].is_dict()) runtime_error(0, "expected one mapping argument");
@@ -453,6 +453,7 @@ void install_globals(Dict& globals, std::time_t now) {
       for (const auto& [k, v] : a.keyword) d.set(k, v);
       Value out = Value::make_dict(std::move(d));
       out.is_namespace = ns;
+      if (ns) namespaces->push_back(out.dict);
       return out;
     };
   };

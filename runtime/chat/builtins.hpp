@@ -4,6 +4,7 @@
 // template line for its errors; a builtin this interpreter lacks is a TemplateFailure::unsupported
 // error, never a silent fallback.
 #include <ctime>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -26,8 +27,10 @@ Value get_item(const Value& obj, const Value& key, int line);
 // obj[start:stop:step] with Python's rules (None bounds, negatives, reversed steps).
 Value get_slice(const Value& obj, const Value& start, const Value& stop, const Value& step, int line);
 
-// range, dict, namespace, raise_exception, strftime_now (formatting `now`, UTC).
-void install_globals(Dict& globals, std::time_t now);
+// range, dict, namespace, raise_exception, strftime_now (formatting `now`, UTC). Every namespace()
+// made is recorded in `namespaces`: a namespace may hold itself (`set ns.me = ns`), a shared_ptr
+// cycle the caller breaks after rendering by clearing them.
+void install_globals(Dict& globals, std::time_t now, std::shared_ptr<std::vector<std::weak_ptr<Dict>>> namespaces);
 
 // Python's iteration of a value: list items, dict keys, string code points; undefined is empty.
 List iterate(const Value& v, int line);

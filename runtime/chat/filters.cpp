@@ -418,7 +418,7 @@ bool is_known_test(const std::string& name) {
   static const std::set<std::string> tests = {
       "defined", "undefined", "none", "string", "number", "integer", "float", "boolean", "true", "false",
       "mapping", "iterable", "sequence", "callable", "equalto", "eq", "==", "sameas", "ne", "!=", "lt", "<",
-      "gt", ">", "le", "<=", "ge", ">=", "in", "odd", "even", "divisibleby", "lower", "upper"};
+      "gt", ">", "le", "<=", "ge", ">=", "in", "odd", "even", "divisibleby", "lower", "upper", "filter", "test"};
   return tests.count(name) > 0;
 }
 
@@ -480,6 +480,8 @@ bool apply_test(const std::string& name, const Value& v, CallArgs& args, int lin
     double m = std::fmod(v.as_double(), d.as_double());
     return name == "odd" ? (m != 0.0 && std::fabs(m) == 1.0) : m == 0.0;
   }
+  if (name == "filter") return v.is_string() && is_known_filter(v.s);  // `'from_json' is filter`
+  if (name == "test") return v.is_string() && is_known_test(v.s);
   if (name == "lower" || name == "upper") {  // str(v).islower() / isupper()
     CallArgs none;
     return (*get_attribute(Value::string(py_str(v)), name == "lower" ? "islower" : "isupper", line).fn)(none).b;

@@ -372,7 +372,15 @@ Template::Template(const std::string& source)
 std::string Template::render(const nlohmann::ordered_json& context, std::time_t now) const {
   if (!context.is_object()) throw TemplateError(TemplateFailure::runtime, 0, "the template context must be a JSON object");
   Scope globals;
-  install_globals(globals.vars, now);
+  auto namespaces = std::make_shared<std::vector<std::weak_ptr<Dict>>>();
+  struct BreakCycles {
+    std::shared_ptr<std::vector<std::weak_ptr<Dict>>> list;
+    ~BreakCycles() {
+      for (auto& w : *list)
+        if (auto d = w.lock()) d->items.clear();
+    }
+  } break_cycles{namespaces};
+  install_globals(globals.vars, now, namespaces);
   for (auto it = context.begin(); it != context.end(); ++it) globals.vars.set(it.key(), from_json(it.value()));
   Scope top{{}, &globals};
   Interp interp;

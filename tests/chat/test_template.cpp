@@ -59,7 +59,8 @@ TEST(ChatTemplate, UnsupportedConstructsNameTheLine) {
   };
   const Case cases[] = {
       {"a\n{% include 'x' %}", 2, "unsupported statement 'include'"},
-      {"{% if x %}\n\n{{ y | frobnicate }}{% endif %}", 3, "unsupported filter 'frobnicate'"},
+      {"{% for x in y %}\n\n{{ x | frobnicate }}{% endfor %}", 3, "unsupported filter 'frobnicate'"},
+      {"{% if true %}\n{{ 1 | from_json }}{% endif %}", 2, "unsupported filter 'from_json'"},  // checked when run
       {"{{ x is prime }}", 1, "unsupported test 'prime'"},
       {"\n\n\n{{ 'x'.zfill(3) }}", 4, "unsupported method str.zfill"},
       {"{{ '%s' % 1 }}", 1, "unsupported operator: printf-style string formatting"},
