@@ -196,14 +196,22 @@ const std::map<std::string, Filter>& filters() {
          return Value::make_list(std::move(out));
        }},
       {"tojson", [](const Value& v, CallArgs& a, int l) {
-         const Value* indent = arg_at(a, 0, "indent");
-         for (const auto& [k, x] : a.keyword)
-           if (k != "indent" && k != "ensure_ascii")
-             throw TemplateError(TemplateFailure::unsupported, l, fmt::format("unsupported tojson argument '{}'", k));
-         if (const Value* ea = arg_at(a, 99, "ensure_ascii"); ea && ea->truthy())
-           throw TemplateError(TemplateFailure::unsupported, l, "unsupported tojson(ensure_ascii=True)");
-         int n = indent && !indent->is_none() ? static_cast<int>(indent->i) : -1;
-         return Value::string(py_json_dumps(v, n));
+         // transformers' tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False)
+         JsonDumpOptions o;
+         if (const Value* ea = arg_at(a, 0, "ensure_ascii")) o.ensure_ascii = ea->truthy();
+         if (const Value* in = arg_at(a, 1, "indent"); in && !in->is_none()) {
+           if (in->type != Value::Type::integer)
+             throw TemplateError(TemplateFailure::unsupported, l, "unsupported tojson indent that is not an integer");
+           o.indent = static_cast<int>(std::max<int64_t>(0, in->i));
+         }
+         if (const Value* sep = arg_at(a, 2, "separators"); sep && !sep->is_none()) {
+           if (!sep->is_list() || sep->list->size() != 2 || !(*sep->list)[0].is_string() || !(*sep->list)[1].is_string())
+             runtime_error(l, "tojson separators must be two strings");
+           o.item_separator = (*sep->list)[0].s;
+           o.key_separator = (*sep->list)[1].s;
+         }
+         if (const Value* sk = arg_at(a, 3, "sort_keys")) o.sort_keys = sk->truthy();
+         return Value::string(py_json_dumps(v, o));
        }},
       {"string", [](const Value& v, CallArgs&, int) { return Value::string(py_str(v)); }},
       {"safe", [](const Value& v, CallArgs&, int) { return Value::string(py_str(v)); }},  // Markup(str(v))

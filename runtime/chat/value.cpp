@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <algorithm>
 #include <cstdio>
 
 #include "runtime/chat/template_error.hpp"
@@ -256,34 +257,53 @@ std::string py_str(const Value& v) {
   }
 }
 
-static void json_string(std::string& out, const std::string& s) {
+// Python's json string encoding: with ensure_ascii=False only '"', '\\' and control characters
+// below 0x20 are escaped; with ensure_ascii=True every code point outside ' '..'~' is \uXXXX
+// (UTF-16 surrogate pairs above U+FFFF), as json.encoder's py_encode_basestring(_ascii).
+static void json_string(std::string& out, const std::string& s, bool ensure_ascii) {
   out += '"';
-  for (unsigned char c : s) {
+  for (size_t k = 0; k < s.size(); ++k) {
+    unsigned char c = static_cast<unsigned char>(s[k]);
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      default:
-        if (c < 0x20 || c == 0x7f) {
-          char b[8];
-          std::snprintf(b, sizeof b, "\\u%04x", c);
-          out += b;
-        } else {
-          out += static_cast<char>(c);
-        }
+      case '"': out += "\\\""; continue;
+      case '\\': out += "\\\\"; continue;
+      case '\n': out += "\\n"; continue;
+      case '\r': out += "\\r"; continue;
+      case '\t': out += "\\t"; continue;
+      case '\b': out += "\\b"; continue;
+      case '\f': out += "\\f"; continue;
+      default: break;
+    }
+    char b[16];
+    if (c < 0x20 || (ensure_ascii && c == 0x7f)) {
+      std::snprintf(b, sizeof b, "\\u%04x", c);
+      out += b;
+    } else if (!ensure_ascii || c < 0x80) {
+      out += static_cast<char>(c);
+    } else {
+      size_t n = (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
+      uint32_t cp = n == 2 ? (c & 0x1F) : n == 3 ? (c & 0x0F) : n == 4 ? (c & 0x07) : 0xFFFD;
+      for (size_t j = 1; j < n && k + j < s.size(); ++j) cp = (cp << 6) | (static_cast<unsigned char>(s[k + j]) & 0x3F);
+      k += n - 1;
+      if (cp > 0xFFFF) {
+        cp -= 0x10000;
+        std::snprintf(b, sizeof b, "\\u%04x\\u%04x", 0xD800 + (cp >> 10), 0xDC00 + (cp & 0x3FF));
+      } else {
+        std::snprintf(b, sizeof b, "\\u%04x", cp);
+      }
+      out += b;
     }
   }
   out += '"';
 }
 
-static void dumps(std::string& out, const Value& v, int indent, int depth) {
+static void dumps(std::string& out, const Value& v, const JsonDumpOptions& o, int depth) {
+  const bool pretty = o.indent >= 0;
+  const std::string& item_sep = o.item_separator ? *o.item_separator : (pretty ? std::string(",") : std::string(", "));
+  const std::string& key_sep = o.key_separator ? *o.key_separator : std::string(": ");
   auto newline = [&](int d) {
     out += '\n';
-    out.append(static_cast<size_t>(indent) * d, ' ');
+    out.append(static_cast<size_t>(o.indent) * d, ' ');
   };
   switch (v.type) {
     case Value::Type::none: out += "null"; return;
@@ -294,7 +314,7 @@ static void dumps(std::string& out, const Value& v, int indent, int depth) {
       else if (std::isinf(v.f)) out += v.f > 0 ? "Infinity" : "-Infinity";
       else out += py_float_repr(v.f);
       return;
-    case Value::Type::string: json_string(out, v.s); return;
+    case Value::Type::string: json_string(out, v.s, o.ensure_ascii); return;
     case Value::Type::list: {
       if (v.list->empty()) {
         out += "[]";
@@ -302,11 +322,11 @@ static void dumps(std::string& out, const Value& v, int indent, int depth) {
       }
       out += '[';
       for (size_t k = 0; k < v.list->size(); ++k) {
-        if (k) out += indent >= 0 ? "," : ", ";
-        if (indent >= 0) newline(depth + 1);
-        dumps(out, (*v.list)[k], indent, depth + 1);
+        if (k) out += item_sep;
+        if (pretty) newline(depth + 1);
+        dumps(out, (*v.list)[k], o, depth + 1);
       }
-      if (indent >= 0) newline(depth);
+      if (pretty) newline(depth);
       out += ']';
       return;
     }
@@ -317,17 +337,21 @@ static void dumps(std::string& out, const Value& v, int indent, int depth) {
         out += "{}";
         return;
       }
+      std::vector<const std::pair<std::string, Value>*> items;
+      for (const auto& kv : v.dict->items) items.push_back(&kv);
+      if (o.sort_keys)
+        std::stable_sort(items.begin(), items.end(), [](auto* a, auto* b) { return a->first < b->first; });
       out += '{';
       bool first = true;
-      for (const auto& [k, e] : v.dict->items) {
-        if (!first) out += indent >= 0 ? "," : ", ";
+      for (const auto* kv : items) {
+        if (!first) out += item_sep;
         first = false;
-        if (indent >= 0) newline(depth + 1);
-        json_string(out, k);
-        out += ": ";
-        dumps(out, e, indent, depth + 1);
+        if (pretty) newline(depth + 1);
+        json_string(out, kv->first, o.ensure_ascii);
+        out += key_sep;
+        dumps(out, kv->second, o, depth + 1);
       }
-      if (indent >= 0) newline(depth);
+      if (pretty) newline(depth);
       out += '}';
       return;
     }
@@ -337,9 +361,9 @@ static void dumps(std::string& out, const Value& v, int indent, int depth) {
   }
 }
 
-std::string py_json_dumps(const Value& v, int indent) {
+std::string py_json_dumps(const Value& v, const JsonDumpOptions& opts) {
   std::string out;
-  dumps(out, v, indent, 0);
+  dumps(out, v, opts, 0);
   return out;
 }
 

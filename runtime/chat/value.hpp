@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -74,9 +75,16 @@ nlohmann::ordered_json to_json(const Value& v);
 std::string py_str(const Value& v);
 std::string py_repr(const Value& v);
 std::string py_float_repr(double d);
-// json.dumps(v, ensure_ascii=False, indent=indent) as transformers' tojson: separators ", " and
-// ": " without indent, "," and ": " with one (Python's defaults); keys in insertion order.
-std::string py_json_dumps(const Value& v, int indent /* <0: none */);
+// json.dumps as transformers' tojson calls it (its defaults: ensure_ascii=False, no indent, Python's
+// separators — ", " and ": ", or "," and ": " with an indent — keys in insertion order).
+struct JsonDumpOptions {
+  int indent = -1;  // <0: on one line
+  bool ensure_ascii = false;
+  bool sort_keys = false;
+  std::optional<std::string> item_separator;  // separators=(item, key); unset: Python's default
+  std::optional<std::string> key_separator;
+};
+std::string py_json_dumps(const Value& v, const JsonDumpOptions& opts = {});
 
 bool py_equal(const Value& a, const Value& b);
 // Python's <: numbers with numbers, strings with strings, lists elementwise; else a type error

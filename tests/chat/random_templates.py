@@ -60,7 +60,8 @@ FILTERS = ["length", "first", "last", "join", "join(', ')", "upper", "lower", "t
            "string", "int", "float", "list", "sort", "default('D')", "default('D', true)", "dictsort", "abs",
            "round", "round(1)", "sum", "min", "max", "title", "capitalize", "replace('a', 'X')", "count",
            "wordcount", "indent(2)", "e", "safe", "select('odd') | list", "reject('none') | list",
-           "map('string') | list", "unique | list", "batch(2) | list", "items | list", "reverse | list"]
+           "map('string') | list", "tojson(true)", "tojson(sort_keys=true)",
+           "tojson(separators=(',', ':'))", "unique | list", "batch(2) | list", "items | list", "reverse | list"]
 TESTS = ["defined", "undefined", "none", "string", "number", "integer", "float", "mapping", "iterable", "sequence",
          "true", "false", "boolean", "odd", "even", "divisibleby 2", "equalto 1", "in [1, 'a']", "callable",
          "lower", "upper"]
