@@ -16,10 +16,13 @@ namespace {
   throw TemplateError(TemplateFailure::unsupported, line, "unsupported " + what);
 }
 
-bool is_ascii_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
+bool is_ascii_space(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+}
 
 std::string need_string(const Value& v, const char* what, int line) {
-  if (!v.is_string()) runtime_error(line, fmt::format("{} must be str, not {}", what, type_name(v)));
+  if (!v.is_string())
+    runtime_error(line, fmt::format("{} must be str, not {}", what, type_name(v)));
   return v.s;
 }
 
@@ -99,10 +102,14 @@ std::string case_map(const std::string& s, int mode) {  // 0 lower, 1 upper, 2 t
   for (size_t k = 0; k < out.size(); ++k) {
     unsigned char c = static_cast<unsigned char>(out[k]);
     bool alpha = std::isalpha(c);
-    if (mode == 0) out[k] = static_cast<char>(std::tolower(c));
-    else if (mode == 1) out[k] = static_cast<char>(std::toupper(c));
-    else if (mode == 2) out[k] = static_cast<char>(prev_cased ? std::tolower(c) : std::toupper(c));
-    else out[k] = static_cast<char>(k == 0 ? std::toupper(c) : std::tolower(c));
+    if (mode == 0)
+      out[k] = static_cast<char>(std::tolower(c));
+    else if (mode == 1)
+      out[k] = static_cast<char>(std::toupper(c));
+    else if (mode == 2)
+      out[k] = static_cast<char>(prev_cased ? std::tolower(c) : std::toupper(c));
+    else
+      out[k] = static_cast<char>(k == 0 ? std::toupper(c) : std::tolower(c));
     prev_cased = alpha;
   }
   return out;
@@ -110,17 +117,21 @@ std::string case_map(const std::string& s, int mode) {  // 0 lower, 1 upper, 2 t
 
 const std::set<std::string>& python_str_methods() {
   static const std::set<std::string> m = {
-      "capitalize", "casefold", "center", "count", "encode", "endswith", "expandtabs", "find", "format",
-      "format_map", "index", "isalnum", "isalpha", "isascii", "isdecimal", "isdigit", "isidentifier",
-      "islower", "isnumeric", "isprintable", "isspace", "istitle", "isupper", "join", "ljust", "lower",
-      "lstrip", "maketrans", "partition", "removeprefix", "removesuffix", "replace", "rfind", "rindex",
-      "rjust", "rpartition", "rsplit", "rstrip", "split", "splitlines", "startswith", "strip", "swapcase",
-      "title", "translate", "upper", "zfill"};
+      "capitalize",   "casefold",    "center",    "count",      "encode",       "endswith",
+      "expandtabs",   "find",        "format",    "format_map", "index",        "isalnum",
+      "isalpha",      "isascii",     "isdecimal", "isdigit",    "isidentifier", "islower",
+      "isnumeric",    "isprintable", "isspace",   "istitle",    "isupper",      "join",
+      "ljust",        "lower",       "lstrip",    "maketrans",  "partition",    "removeprefix",
+      "removesuffix", "replace",     "rfind",     "rindex",     "rjust",        "rpartition",
+      "rsplit",       "rstrip",      "split",     "splitlines", "startswith",   "strip",
+      "swapcase",     "title",       "translate", "upper",      "zfill"};
   return m;
 }
 
 Value string_method(const std::string& s, const std::string& name, int line) {
-  auto method = [&](auto body) { return Value::function([s, line, body](CallArgs& a) -> Value { return body(s, a, line); }); };
+  auto method = [&](auto body) {
+    return Value::function([s, line, body](CallArgs& a) -> Value { return body(s, a, line); });
+  };
   if (name == "startswith" || name == "endswith") {
     bool start = name == "startswith";
     return method([start](const std::string& str, CallArgs& a, int ln) {
@@ -129,8 +140,9 @@ Value string_method(const std::string& s, const std::string& name, int line) {
       List options = p->is_list() ? *p->list : List{*p};
       for (const Value& o : options) {
         std::string x = need_string(o, "prefix", ln);
-        bool hit = start ? str.compare(0, x.size(), x) == 0 && str.size() >= x.size()
-                         : str.size() >= x.size() && str.compare(str.size() - x.size(), x.size(), x) == 0;
+        bool hit =
+            start ? str.compare(0, x.size(), x) == 0 && str.size() >= x.size()
+                  : str.size() >= x.size() && str.compare(str.size() - x.size(), x.size(), x) == 0;
         if (hit) return Value::boolean(true);
       }
       return Value::boolean(false);
@@ -146,7 +158,8 @@ Value string_method(const std::string& s, const std::string& name, int line) {
   if (name == "split" || name == "rsplit") {
     bool right = name == "rsplit";
     return method([right](const std::string& str, CallArgs& a, int ln) {
-      return Value::make_list(py_split(str, arg_at(a, 0, "sep"), int_arg(arg_at(a, 1, "maxsplit"), -1, ln), right, ln));
+      return Value::make_list(
+          py_split(str, arg_at(a, 0, "sep"), int_arg(arg_at(a, 1, "maxsplit"), -1, ln), right, ln));
     });
   }
   if (name == "splitlines") {
@@ -177,7 +190,9 @@ Value string_method(const std::string& s, const std::string& name, int line) {
   }
   if (name == "upper" || name == "lower" || name == "title" || name == "capitalize") {
     int mode = name == "lower" ? 0 : name == "upper" ? 1 : name == "title" ? 2 : 3;
-    return method([mode](const std::string& str, CallArgs&, int) { return Value::string(case_map(str, mode)); });
+    return method([mode](const std::string& str, CallArgs&, int) {
+      return Value::string(case_map(str, mode));
+    });
   }
   if (name == "find" || name == "rfind" || name == "count") {
     return method([name](const std::string& str, CallArgs& a, int ln) {
@@ -211,25 +226,33 @@ Value string_method(const std::string& s, const std::string& name, int line) {
       return Value::string(out);
     });
   }
-  if (name == "isdigit" || name == "isalpha" || name == "isalnum" || name == "isspace" || name == "islower" ||
-      name == "isupper") {
+  if (name == "isdigit" || name == "isalpha" || name == "isalnum" || name == "isspace" ||
+      name == "islower" || name == "isupper") {
     return method([name](const std::string& str, CallArgs&, int) {
       if (str.empty()) return Value::boolean(false);
       bool cased = false, ok = true;
       for (unsigned char c : str) {
-        if (name == "isdigit") ok = ok && std::isdigit(c);
-        else if (name == "isalpha") ok = ok && std::isalpha(c);
-        else if (name == "isalnum") ok = ok && std::isalnum(c);
-        else if (name == "isspace") ok = ok && is_ascii_space(static_cast<char>(c));
-        else if (name == "islower") ok = ok && !std::isupper(c), cased = cased || std::islower(c);
-        else ok = ok && !std::islower(c), cased = cased || std::isupper(c);
+        if (name == "isdigit")
+          ok = ok && std::isdigit(c);
+        else if (name == "isalpha")
+          ok = ok && std::isalpha(c);
+        else if (name == "isalnum")
+          ok = ok && std::isalnum(c);
+        else if (name == "isspace")
+          ok = ok && is_ascii_space(static_cast<char>(c));
+        else if (name == "islower")
+          ok = ok && !std::isupper(c), cased = cased || std::islower(c);
+        else
+          ok = ok && !std::islower(c), cased = cased || std::isupper(c);
       }
       if (name == "islower" || name == "isupper") ok = ok && cased;
       return Value::boolean(ok);
     });
   }
   if (python_str_methods().count(name)) {
-    return Value::function([name, line](CallArgs&) -> Value { unsupported(line, fmt::format("method str.{}", name)); });
+    return Value::function([name, line](CallArgs&) -> Value {
+      unsupported(line, fmt::format("method str.{}", name));
+    });
   }
   return Value::undefined(name);
 }
@@ -249,21 +272,28 @@ Value dict_method(const Value& obj, const std::string& name, int line) {
     return Value::function([d, name](CallArgs&) -> Value {
       List out;
       for (const auto& [k, v] : d->items) {
-        if (name == "items") out.push_back(Value::make_list({Value::string(k), v}, true));
-        else out.push_back(name == "keys" ? Value::string(k) : v);
+        if (name == "items")
+          out.push_back(Value::make_list({Value::string(k), v}, true));
+        else
+          out.push_back(name == "keys" ? Value::string(k) : v);
       }
       return Value::make_list(std::move(out));
     });
   }
-  static const std::set<std::string> others = {"clear", "copy", "fromkeys", "pop", "popitem", "setdefault", "update"};
+  static const std::set<std::string> others = {"clear",   "copy",       "fromkeys", "pop",
+                                               "popitem", "setdefault", "update"};
   if (others.count(name)) {
-    return Value::function([name, line](CallArgs&) -> Value { unsupported(line, fmt::format("method dict.{}", name)); });
+    return Value::function([name, line](CallArgs&) -> Value {
+      unsupported(line, fmt::format("method dict.{}", name));
+    });
   }
   return Value{};
 }
 
 // Python index of a code point / list position, negatives counted from the end.
-int64_t norm_index(int64_t i, int64_t n) { return i < 0 ? i + n : i; }
+int64_t norm_index(int64_t i, int64_t n) {
+  return i < 0 ? i + n : i;
+}
 
 }  // namespace
 
@@ -290,7 +320,8 @@ std::string py_strip(const std::string& s, const Value& chars, bool left, bool r
   bool whitespace = chars.is_none() || chars.is_undefined();
   if (!whitespace) set = utf8_chars(chars.s);
   auto strip_it = [&](const std::string& c) {
-    if (whitespace) return c.size() == 1 && (is_ascii_space(c[0]) || (c[0] >= 0x1c && c[0] <= 0x1f));
+    if (whitespace)
+      return c.size() == 1 && (is_ascii_space(c[0]) || (c[0] >= 0x1c && c[0] <= 0x1f));
     return std::find(set.begin(), set.end(), c) != set.end();
   };
   std::vector<std::string> cs = utf8_chars(s);
@@ -306,8 +337,10 @@ std::string py_strip(const std::string& s, const Value& chars, bool left, bool r
 
 List iterate(const Value& v, int line) {
   switch (v.type) {
-    case Value::Type::undefined: return {};
-    case Value::Type::list: return *v.list;
+    case Value::Type::undefined:
+      return {};
+    case Value::Type::list:
+      return *v.list;
     case Value::Type::dict: {
       List keys;
       for (const auto& kv : v.dict->items) keys.push_back(Value::string(kv.first));
@@ -318,25 +351,33 @@ List iterate(const Value& v, int line) {
       for (auto& c : utf8_chars(v.s)) out.push_back(Value::string(std::move(c)));
       return out;
     }
-    default: runtime_error(line, fmt::format("'{}' object is not iterable", type_name(v)));
+    default:
+      runtime_error(line, fmt::format("'{}' object is not iterable", type_name(v)));
   }
 }
 
 int64_t py_len(const Value& v, int line) {
   switch (v.type) {
-    case Value::Type::undefined: return 0;
-    case Value::Type::string: return static_cast<int64_t>(utf8_chars(v.s).size());
-    case Value::Type::list: return static_cast<int64_t>(v.list->size());
-    case Value::Type::dict: return static_cast<int64_t>(v.dict->items.size());
-    default: runtime_error(line, fmt::format("object of type '{}' has no len()", type_name(v)));
+    case Value::Type::undefined:
+      return 0;
+    case Value::Type::string:
+      return static_cast<int64_t>(utf8_chars(v.s).size());
+    case Value::Type::list:
+      return static_cast<int64_t>(v.list->size());
+    case Value::Type::dict:
+      return static_cast<int64_t>(v.dict->items.size());
+    default:
+      runtime_error(line, fmt::format("object of type '{}' has no len()", type_name(v)));
   }
 }
 
 Value get_attribute(const Value& obj, const std::string& name, int line) {
   switch (obj.type) {
     case Value::Type::undefined:
-      runtime_error(line, fmt::format("'{}' is undefined (attribute '{}')", obj.s.empty() ? "value" : obj.s, name));
-    case Value::Type::string: return string_method(obj.s, name, line);
+      runtime_error(line, fmt::format("'{}' is undefined (attribute '{}')",
+                                      obj.s.empty() ? "value" : obj.s, name));
+    case Value::Type::string:
+      return string_method(obj.s, name, line);
     case Value::Type::dict: {
       if (!obj.is_namespace) {
         Value m = dict_method(obj, name, line);
@@ -349,7 +390,8 @@ Value get_attribute(const Value& obj, const std::string& name, int line) {
       if (name == "count" || name == "index") {
         auto items = obj.list;
         return Value::function([items, name, line](CallArgs& a) -> Value {
-          if (a.positional.size() != 1) runtime_error(line, fmt::format("list.{}() takes exactly one argument", name));
+          if (a.positional.size() != 1)
+            runtime_error(line, fmt::format("list.{}() takes exactly one argument", name));
           int64_t n = 0;
           for (size_t k = 0; k < items->size(); ++k) {
             if (!py_equal((*items)[k], a.positional[0])) continue;
@@ -360,20 +402,24 @@ Value get_attribute(const Value& obj, const std::string& name, int line) {
           return Value::integer(n);
         });
       }
-      static const std::set<std::string> methods = {"append", "clear", "copy", "extend", "insert", "pop",
-                                                   "remove", "reverse", "sort"};
+      static const std::set<std::string> methods = {
+          "append", "clear", "copy", "extend", "insert", "pop", "remove", "reverse", "sort"};
       if (methods.count(name))
-        return Value::function([name, line](CallArgs&) -> Value { unsupported(line, fmt::format("method list.{}", name)); });
+        return Value::function([name, line](CallArgs&) -> Value {
+          unsupported(line, fmt::format("method list.{}", name));
+        });
       return Value::undefined(name);
     }
-    default: return Value::undefined(name);
+    default:
+      return Value::undefined(name);
   }
 }
 
 Value get_item(const Value& obj, const Value& key, int line) {
   switch (obj.type) {
     case Value::Type::undefined:
-      runtime_error(line, fmt::format("'{}' is undefined (item {})", obj.s.empty() ? "value" : obj.s, py_repr(key)));
+      runtime_error(line, fmt::format("'{}' is undefined (item {})",
+                                      obj.s.empty() ? "value" : obj.s, py_repr(key)));
     case Value::Type::dict: {
       if (key.is_string()) {
         if (const Value* v = obj.dict->find(key.s)) return *v;
@@ -384,7 +430,8 @@ Value get_item(const Value& obj, const Value& key, int line) {
     case Value::Type::list:
     case Value::Type::string: {
       if (key.is_string()) return get_attribute(obj, key.s, line);
-      if (key.type != Value::Type::integer && key.type != Value::Type::boolean) return Value::undefined();
+      if (key.type != Value::Type::integer && key.type != Value::Type::boolean)
+        return Value::undefined();
       int64_t n = py_len(obj, line);
       int64_t i = norm_index(key.type == Value::Type::boolean ? key.b : key.i, n);
       if (i < 0 || i >= n) return Value::undefined();
@@ -397,14 +444,16 @@ Value get_item(const Value& obj, const Value& key, int line) {
   }
 }
 
-Value get_slice(const Value& obj, const Value& start, const Value& stop, const Value& step, int line) {
+Value get_slice(const Value& obj, const Value& start, const Value& stop, const Value& step,
+                int line) {
   if (!obj.is_list() && !obj.is_string()) {
     if (obj.is_undefined()) runtime_error(line, fmt::format("'{}' is undefined (slice)", obj.s));
     runtime_error(line, fmt::format("'{}' object is not subscriptable", type_name(obj)));
   }
   std::vector<std::string> chars;
   if (obj.is_string()) chars = utf8_chars(obj.s);
-  const int64_t n = obj.is_list() ? static_cast<int64_t>(obj.list->size()) : static_cast<int64_t>(chars.size());
+  const int64_t n =
+      obj.is_list() ? static_cast<int64_t>(obj.list->size()) : static_cast<int64_t>(chars.size());
   const int64_t st = int_arg(&step, 1, line);
   if (st == 0) runtime_error(line, "slice step cannot be zero");
   auto bound = [&](const Value& v, int64_t def) {
@@ -419,35 +468,43 @@ Value get_slice(const Value& obj, const Value& start, const Value& stop, const V
   List items;
   std::string text;
   for (int64_t k = b; st > 0 ? k < e : k > e; k += st) {
-    if (obj.is_list()) items.push_back((*obj.list)[static_cast<size_t>(k)]);
-    else text += chars[static_cast<size_t>(k)];
+    if (obj.is_list())
+      items.push_back((*obj.list)[static_cast<size_t>(k)]);
+    else
+      text += chars[static_cast<size_t>(k)];
   }
-  return obj.is_list() ? Value::make_list(std::move(items), obj.is_tuple) : Value::string(std::move(text));
+  return obj.is_list() ? Value::make_list(std::move(items), obj.is_tuple)
+                       : Value::string(std::move(text));
 }
 
-void install_globals(Dict& globals, std::time_t now, std::shared_ptr<std::vector<std::weak_ptr<Dict>>> namespaces) {
+void install_globals(Dict& globals, std::time_t now,
+                     std::shared_ptr<std::vector<std::weak_ptr<Dict>>> namespaces) {
   globals.set("range", Value::function([](CallArgs& a) -> Value {
-    if (a.positional.empty() || a.positional.size() > 3) runtime_error(0, "range expected 1 to 3 arguments");
-    int64_t b = 0, e = 0, st = 1;
-    if (a.positional.size() == 1) e = int_arg(&a.positional[0], 0, 0);
-    else {
-      b = int_arg(&a.positional[0], 0, 0);
-      e = int_arg(&a.positional[1], 0, 0);
-      if (a.positional.size() == 3) st = int_arg(&a.positional[2], 1, 0);
-    }
-    if (st == 0) runtime_error(0, "range() arg 3 must not be zero");
-    List out;
-    for (int64_t k = b; st > 0 ? k < e : k > e; k += st) {
-      if (out.size() >= 100000) runtime_error(0, "range too big (jinja2's sandbox limit is 100000)");
-      out.push_back(Value::integer(k));
-    }
-    return Value::make_list(std::move(out));
-  }));
+                if (a.positional.empty() || a.positional.size() > 3)
+                  runtime_error(0, "range expected 1 to 3 arguments");
+                int64_t b = 0, e = 0, st = 1;
+                if (a.positional.size() == 1)
+                  e = int_arg(&a.positional[0], 0, 0);
+                else {
+                  b = int_arg(&a.positional[0], 0, 0);
+                  e = int_arg(&a.positional[1], 0, 0);
+                  if (a.positional.size() == 3) st = int_arg(&a.positional[2], 1, 0);
+                }
+                if (st == 0) runtime_error(0, "range() arg 3 must not be zero");
+                List out;
+                for (int64_t k = b; st > 0 ? k < e : k > e; k += st) {
+                  if (out.size() >= 100000)
+                    runtime_error(0, "range too big (jinja2's sandbox limit is 100000)");
+                  out.push_back(Value::integer(k));
+                }
+                return Value::make_list(std::move(out));
+              }));
   auto make_dict = [namespaces](bool ns) {
     return [ns, namespaces](CallArgs& a) -> Value {
       Dict d;
       if (!a.positional.empty()) {
-        if (a.positional.size() > 1 || !a.positional[0].is_dict()) runtime_error(0, "expected one mapping argument");
+        if (a.positional.size() > 1 || !a.positional[0].is_dict())
+          runtime_error(0, "expected one mapping argument");
         d = *a.positional[0].dict;
       }
       for (const auto& [k, v] : a.keyword) d.set(k, v);
@@ -460,16 +517,18 @@ void install_globals(Dict& globals, std::time_t now, std::shared_ptr<std::vector
   globals.set("dict", Value::function(make_dict(false)));
   globals.set("namespace", Value::function(make_dict(true)));
   globals.set("raise_exception", Value::function([](CallArgs& a) -> Value {
-    throw TemplateError(TemplateFailure::raised, 0, a.positional.empty() ? std::string() : py_str(a.positional[0]));
-  }));
+                throw TemplateError(TemplateFailure::raised, 0,
+                                    a.positional.empty() ? std::string() : py_str(a.positional[0]));
+              }));
   globals.set("strftime_now", Value::function([now](CallArgs& a) -> Value {
-    if (a.positional.empty() || !a.positional[0].is_string()) runtime_error(0, "strftime_now(format) takes a string");
-    std::tm tm{};
-    gmtime_r(&now, &tm);
-    char buf[256];
-    size_t n = std::strftime(buf, sizeof buf, a.positional[0].s.c_str(), &tm);
-    return Value::string(std::string(buf, n));
-  }));
+                if (a.positional.empty() || !a.positional[0].is_string())
+                  runtime_error(0, "strftime_now(format) takes a string");
+                std::tm tm{};
+                gmtime_r(&now, &tm);
+                char buf[256];
+                size_t n = std::strftime(buf, sizeof buf, a.positional[0].s.c_str(), &tm);
+                return Value::string(std::string(buf, n));
+              }));
 }
 
 }  // namespace ferry::chat

@@ -25,12 +25,14 @@ Value get_attribute(const Value& obj, const std::string& name, int line);
 // obj[key]: item first, then attribute (jinja2's Environment.getitem).
 Value get_item(const Value& obj, const Value& key, int line);
 // obj[start:stop:step] with Python's rules (None bounds, negatives, reversed steps).
-Value get_slice(const Value& obj, const Value& start, const Value& stop, const Value& step, int line);
+Value get_slice(const Value& obj, const Value& start, const Value& stop, const Value& step,
+                int line);
 
 // range, dict, namespace, raise_exception, strftime_now (formatting `now`, UTC). Every namespace()
 // made is recorded in `namespaces`: a namespace may hold itself (`set ns.me = ns`), a shared_ptr
 // cycle the caller breaks after rendering by clearing them.
-void install_globals(Dict& globals, std::time_t now, std::shared_ptr<std::vector<std::weak_ptr<Dict>>> namespaces);
+void install_globals(Dict& globals, std::time_t now,
+                     std::shared_ptr<std::vector<std::weak_ptr<Dict>>> namespaces);
 
 // Python's iteration of a value: list items, dict keys, string code points; undefined is empty.
 List iterate(const Value& v, int line);

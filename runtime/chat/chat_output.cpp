@@ -23,7 +23,8 @@ ToolChoice parse_tool_choice(const json& value) {
     if (s == "auto") return ToolChoice::auto_;
     if (s == "required") return ToolChoice::required;
   }
-  fail(ErrorKind::invalid_arg, "invalid tool_choice {} (\"none\", \"auto\" or \"required\")", value.dump());
+  fail(ErrorKind::invalid_arg, "invalid tool_choice {} (\"none\", \"auto\" or \"required\")",
+       value.dump());
 }
 
 bool prompt_opens_reasoning(std::string_view prompt) {
@@ -39,7 +40,9 @@ json ChatMessage::to_json() const {
   if (!tool_calls.empty()) {
     json calls = json::array();
     for (const auto& c : tool_calls)
-      calls.push_back({{"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}, {"id", c.id}});
+      calls.push_back({{"type", "function"},
+                       {"function", {{"name", c.name}, {"arguments", c.arguments}}},
+                       {"id", c.id}});
     m["tool_calls"] = std::move(calls);
   }
   return m;
@@ -84,21 +87,25 @@ struct ChatOutputParser::Impl {
   std::vector<ToolCall> calls;
   explicit Impl(ChatParseOptions o)
       : opts(std::move(o)),
-        reasoning(opts.reasoning_format, opts.starts_in_reasoning, opts.tool_call_ends_reasoning && opts.parse_tool_calls),
+        reasoning(opts.reasoning_format, opts.starts_in_reasoning,
+                  opts.tool_call_ends_reasoning && opts.parse_tool_calls),
         tools(opts) {
     if (!opts.make_id) opts.make_id = random_call_id;
   }
 };
 
-ChatOutputParser::ChatOutputParser(ChatParseOptions opts) : impl_(std::make_unique<Impl>(std::move(opts))) {}
+ChatOutputParser::ChatOutputParser(ChatParseOptions opts)
+    : impl_(std::make_unique<Impl>(std::move(opts))) {}
 ChatOutputParser::~ChatOutputParser() = default;
 
 ChatDelta ChatOutputParser::feed(std::string_view piece) {
   ChatDelta d;
   std::string content;
   impl_->reasoning.feed(piece, d.reasoning_content, content);
-  if (impl_->opts.parse_tool_calls) impl_->tools.feed(content, d, impl_->calls);
-  else d.content = std::move(content);
+  if (impl_->opts.parse_tool_calls)
+    impl_->tools.feed(content, d, impl_->calls);
+  else
+    d.content = std::move(content);
   accumulate(d);
   return d;
 }
@@ -121,8 +128,10 @@ void ChatOutputParser::accumulate(const ChatDelta& d) {
   message_.reasoning_content += d.reasoning_content;
   message_.content += d.content;
   for (const auto& c : d.tool_calls) {
-    if (!c.id.empty()) message_.tool_calls.push_back({c.id, c.name, ""});
-    else message_.tool_calls[c.index].arguments += c.arguments;
+    if (!c.id.empty())
+      message_.tool_calls.push_back({c.id, c.name, ""});
+    else
+      message_.tool_calls[c.index].arguments += c.arguments;
   }
 }
 

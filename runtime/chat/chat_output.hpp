@@ -7,17 +7,16 @@
 // Qwen3-Coder parser types them).
 //
 // Streaming: ChatOutputParser takes the text in pieces of any size (a tag may be split across
-// pieces) and returns deltas; the deltas of a stream add up to the one-shot parse of the whole text.
-// Text that could be the start of a tag is held back until it is decided. Malformed output (a
-// <tool_call> block that does not parse, names an unknown tool, lacks a required parameter, or never
-// closes) is returned as content, never an error.
+// pieces) and returns deltas; the deltas of a stream add up to the one-shot parse of the whole
+// text. Text that could be the start of a tag is held back until it is decided. Malformed output (a
+// <tool_call> block that does not parse, names an unknown tool, lacks a required parameter, or
+// never closes) is returned as content, never an error.
 #include <cstddef>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace ferry::chat {
 
@@ -35,7 +34,9 @@ enum class ToolChoice { none, auto_, required };
 // "none" | "auto" | "required"; a missing/null value is auto. Anything else (including the
 // {"type":"function",...} object form) is an ErrorKind::invalid_arg error.
 ToolChoice parse_tool_choice(const nlohmann::ordered_json& value);
-inline bool tool_choice_parses_calls(ToolChoice c) { return c != ToolChoice::none; }
+inline bool tool_choice_parses_calls(ToolChoice c) {
+  return c != ToolChoice::none;
+}
 
 // True when the rendered prompt ends inside an opened <think> block (Qwen3.5 with thinking on,
 // QwQ, DeepSeek-R1: the template's generation prompt ends with "<think>\n"): the output then

@@ -10,10 +10,9 @@
 //   unsupported  tools were given and the template renders the same prompt without them: the
 //                request cannot be rendered faithfully (never a silent drop of the tools)
 #include <ctime>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 #include "runtime/chat/template.hpp"
 
@@ -21,7 +20,7 @@ namespace ferry::chat {
 
 struct ChatTemplateInputs {
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();  // OpenAI messages
-  nlohmann::ordered_json tools;             // OpenAI tools array; null or [] = no tools
+  nlohmann::ordered_json tools;  // OpenAI tools array; null or [] = no tools
   bool add_generation_prompt = true;
   std::string bos_token;
   std::string eos_token;
@@ -30,7 +29,7 @@ struct ChatTemplateInputs {
   // llama-server always passes enable_thinking (true unless --reasoning-budget 0 or the request
   // says otherwise); set here when chat_template_kwargs does not hold it. nullopt: not passed.
   std::optional<bool> enable_thinking;
-  std::optional<std::time_t> now;           // strftime_now's time (UTC); default: the clock
+  std::optional<std::time_t> now;  // strftime_now's time (UTC); default: the clock
 };
 
 // llama-server's request normalisation, before the template sees the messages:
@@ -39,7 +38,8 @@ struct ChatTemplateInputs {
 //   the array when the template takes typed content (keep_text_parts), else the texts joined with
 //   "\n" (llama-server's concat_content_parts for templates that only take strings);
 // - tool_calls[].function.arguments given as a JSON string is parsed to an object.
-nlohmann::ordered_json normalize_messages(const nlohmann::ordered_json& messages, bool keep_text_parts = false);
+nlohmann::ordered_json normalize_messages(const nlohmann::ordered_json& messages,
+                                          bool keep_text_parts = false);
 
 // Whether the template renders content given as text parts (Qwen3.5's render_content does):
 // a probe message whose content is [{"type": "text", "text": MARKER}] renders without error and

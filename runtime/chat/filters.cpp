@@ -28,7 +28,9 @@ Value attr_path(const Value& v, const std::string& path, int line) {
   while (true) {
     size_t e = path.find('.', b);
     std::string part = path.substr(b, e == std::string::npos ? std::string::npos : e - b);
-    bool digits = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+    bool digits = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) {
+      return std::isdigit(static_cast<unsigned char>(c));
+    });
     cur = get_item(cur, digits ? Value::integer(std::stoll(part)) : Value::string(part), line);
     if (e == std::string::npos) return cur;
     b = e + 1;
@@ -68,7 +70,8 @@ void py_sort(List& items, const std::function<Value(const Value&)>& key, bool re
   for (auto& kv : keyed) items.push_back(std::move(kv.second));
 }
 
-std::string replace_all(const std::string& s, const std::string& from, const std::string& to, int64_t count) {
+std::string replace_all(const std::string& s, const std::string& from, const std::string& to,
+                        int64_t count) {
   std::string out;
   if (from.empty()) {  // Python inserts `to` around every code point
     int64_t n = 0;
@@ -95,12 +98,23 @@ std::string html_escape(const std::string& s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -108,30 +122,32 @@ std::string html_escape(const std::string& s) {
 
 using Filter = Value (*)(const Value&, CallArgs&, int);
 
-// An empty argument list that outlives the call it is passed to (builtins take CallArgs&).
-CallArgs& no_args() {
-  thread_local CallArgs none;
-  none = CallArgs{};
-  return none;
+// str(v).name() for the filters that are Python's str methods (upper, lower, capitalize).
+Value str_method(const Value& v, const char* name, int line) {
+  CallArgs none;
+  return (*get_attribute(Value::string(py_str(v)), name, line).fn)(none);
 }
 
 const std::map<std::string, Filter>& filters() {
   static const std::map<std::string, Filter> table = {
       {"length", [](const Value& v, CallArgs&, int l) { return Value::integer(py_len(v, l)); }},
       {"count", [](const Value& v, CallArgs&, int l) { return Value::integer(py_len(v, l)); }},
-      {"default", [](const Value& v, CallArgs& a, int) {
+      {"default",
+       [](const Value& v, CallArgs& a, int) {
          const Value* d = arg_at(a, 0, "default_value");
          bool boolean = flag(a, 1, "boolean", false);
          if (v.is_undefined() || (boolean && !v.truthy())) return d ? *d : Value::string("");
          return v;
        }},
-      {"trim", [](const Value& v, CallArgs& a, int) {
+      {"trim",
+       [](const Value& v, CallArgs& a, int) {
          const Value* chars = arg_at(a, 0, "chars");
          return Value::string(py_strip(py_str(v), chars ? *chars : Value::none(), true, true));
        }},
-      {"upper", [](const Value& v, CallArgs&, int l) { return get_attribute(Value::string(py_str(v)), "upper", l).fn->operator()(no_args()); }},
-      {"lower", [](const Value& v, CallArgs&, int l) { return get_attribute(Value::string(py_str(v)), "lower", l).fn->operator()(no_args()); }},
-      {"title", [](const Value& v, CallArgs&, int) {
+      {"upper", [](const Value& v, CallArgs&, int l) { return str_method(v, "upper", l); }},
+      {"lower", [](const Value& v, CallArgs&, int l) { return str_method(v, "lower", l); }},
+      {"title",
+       [](const Value& v, CallArgs&, int) {
          // jinja2's do_title: words start after whitespace, '-', '(', '{', '[' or '<' (str.title()
          // starts one after any non-letter); the first character up, the rest down.
          std::string s = py_str(v), out;
@@ -144,43 +160,54 @@ const std::map<std::string, Filter>& filters() {
          }
          return Value::string(out);
        }},
-      {"capitalize", [](const Value& v, CallArgs&, int l) { return get_attribute(Value::string(py_str(v)), "capitalize", l).fn->operator()(no_args()); }},
-      {"replace", [](const Value& v, CallArgs& a, int l) {
+      {"capitalize",
+       [](const Value& v, CallArgs&, int l) { return str_method(v, "capitalize", l); }},
+      {"replace",
+       [](const Value& v, CallArgs& a, int l) {
          const Value* from = arg_at(a, 0, "old");
          const Value* to = arg_at(a, 1, "new");
          if (!from || !to) runtime_error(l, "replace takes old and new");
          const Value* c = arg_at(a, 2, "count");
-         return Value::string(replace_all(py_str(v), py_str(*from), py_str(*to), c && !c->is_none() ? c->i : -1));
+         return Value::string(
+             replace_all(py_str(v), py_str(*from), py_str(*to), c && !c->is_none() ? c->i : -1));
        }},
-      {"join", [](const Value& v, CallArgs& a, int l) {
+      {"join",
+       [](const Value& v, CallArgs& a, int l) {
          const Value* sep = arg_at(a, 0, "d");
          const Value* attr = arg_at(a, 1, "attribute");
          std::string out;
          bool first = true;
          for (const Value& item : iterate(v, l)) {
-           out += (first ? "" : (sep ? py_str(*sep) : "")) + py_str(attr ? attr_path(item, py_str(*attr), l) : item);
+           out += (first ? "" : (sep ? py_str(*sep) : "")) +
+                  py_str(attr ? attr_path(item, py_str(*attr), l) : item);
            first = false;
          }
          return Value::string(out);
        }},
-      {"first", [](const Value& v, CallArgs&, int l) {
+      {"first",
+       [](const Value& v, CallArgs&, int l) {
          List items = iterate(v, l);
          return items.empty() ? Value::undefined("first") : items.front();
        }},
-      {"last", [](const Value& v, CallArgs&, int l) {
+      {"last",
+       [](const Value& v, CallArgs&, int l) {
          List items = iterate(v, l);
          return items.empty() ? Value::undefined("last") : items.back();
        }},
       {"list", [](const Value& v, CallArgs&, int l) { return Value::make_list(iterate(v, l)); }},
-      {"reverse", [](const Value& v, CallArgs&, int l) {
-         if (v.is_string()) return get_slice(v, Value::none(), Value::none(), Value::integer(-1), l);
+      {"reverse",
+       [](const Value& v, CallArgs&, int l) {
+         if (v.is_string())
+           return get_slice(v, Value::none(), Value::none(), Value::integer(-1), l);
          List items = iterate(v, l);
          std::reverse(items.begin(), items.end());
          return Value::make_list(std::move(items));
        }},
-      {"map", [](const Value& v, CallArgs& a, int l) {
+      {"map",
+       [](const Value& v, CallArgs& a, int l) {
          List out;
-         if (!v.truthy()) return Value::make_list();  // jinja2 maps `if value`: a falsy input is empty
+         if (!v.truthy())
+           return Value::make_list();  // jinja2 maps `if value`: a falsy input is empty
          const Value* attr = arg_at(a, 99, "attribute");
          for (const Value& item : iterate(v, l)) {
            if (attr) {
@@ -195,17 +222,21 @@ const std::map<std::string, Filter>& filters() {
          }
          return Value::make_list(std::move(out));
        }},
-      {"tojson", [](const Value& v, CallArgs& a, int l) {
-         // transformers' tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False)
+      {"tojson",
+       [](const Value& v, CallArgs& a, int l) {
+         // transformers' tojson(x, ensure_ascii=False, indent=None, separators=None,
+         // sort_keys=False)
          JsonDumpOptions o;
          if (const Value* ea = arg_at(a, 0, "ensure_ascii")) o.ensure_ascii = ea->truthy();
          if (const Value* in = arg_at(a, 1, "indent"); in && !in->is_none()) {
            if (in->type != Value::Type::integer)
-             throw TemplateError(TemplateFailure::unsupported, l, "unsupported tojson indent that is not an integer");
+             throw TemplateError(TemplateFailure::unsupported, l,
+                                 "unsupported tojson indent that is not an integer");
            o.indent = static_cast<int>(std::max<int64_t>(0, in->i));
          }
          if (const Value* sep = arg_at(a, 2, "separators"); sep && !sep->is_none()) {
-           if (!sep->is_list() || sep->list->size() != 2 || !(*sep->list)[0].is_string() || !(*sep->list)[1].is_string())
+           if (!sep->is_list() || sep->list->size() != 2 || !(*sep->list)[0].is_string() ||
+               !(*sep->list)[1].is_string())
              runtime_error(l, "tojson separators must be two strings");
            o.item_separator = (*sep->list)[0].s;
            o.key_separator = (*sep->list)[1].s;
@@ -214,10 +245,13 @@ const std::map<std::string, Filter>& filters() {
          return Value::string(py_json_dumps(v, o));
        }},
       {"string", [](const Value& v, CallArgs&, int) { return Value::string(py_str(v)); }},
-      {"safe", [](const Value& v, CallArgs&, int) { return Value::string(py_str(v)); }},  // Markup(str(v))
+      {"safe",
+       [](const Value& v, CallArgs&, int) { return Value::string(py_str(v)); }},  // Markup(str(v))
       {"e", [](const Value& v, CallArgs&, int) { return Value::string(html_escape(py_str(v))); }},
-      {"escape", [](const Value& v, CallArgs&, int) { return Value::string(html_escape(py_str(v))); }},
-      {"int", [](const Value& v, CallArgs& a, int l) {
+      {"escape",
+       [](const Value& v, CallArgs&, int) { return Value::string(html_escape(py_str(v))); }},
+      {"int",
+       [](const Value& v, CallArgs& a, int l) {
          if (v.is_undefined()) runtime_error(l, fmt::format("'{}' is undefined", v.s));
          const Value* def = arg_at(a, 0, "default");
          Value fallback = def ? *def : Value::integer(0);
@@ -237,7 +271,8 @@ const std::map<std::string, Filter>& filters() {
          }
          return fallback;
        }},
-      {"float", [](const Value& v, CallArgs& a, int l) {
+      {"float",
+       [](const Value& v, CallArgs& a, int l) {
          if (v.is_undefined()) runtime_error(l, fmt::format("'{}' is undefined", v.s));
          const Value* def = arg_at(a, 0, "default");
          if (v.is_number()) return Value::floating(v.as_double());
@@ -252,47 +287,68 @@ const std::map<std::string, Filter>& filters() {
          }
          return def ? *def : Value::floating(0.0);
        }},
-      {"items", [](const Value& v, CallArgs&, int l) {
+      {"items",
+       [](const Value& v, CallArgs&, int l) {
          if (v.is_undefined()) return Value::make_list();
-         if (!v.is_dict()) runtime_error(l, fmt::format("items filter on a '{}', not a mapping", type_name(v)));
+         if (!v.is_dict())
+           runtime_error(l, fmt::format("items filter on a '{}', not a mapping", type_name(v)));
          List out;
-         for (const auto& [k, x] : v.dict->items) out.push_back(Value::make_list({Value::string(k), x}, true));
+         for (const auto& [k, x] : v.dict->items)
+           out.push_back(Value::make_list({Value::string(k), x}, true));
          return Value::make_list(std::move(out));
        }},
-      {"dictsort", [](const Value& v, CallArgs& a, int l) {
+      {"dictsort",
+       [](const Value& v, CallArgs& a, int l) {
          if (!v.is_dict()) runtime_error(l, "dictsort requires a mapping");
          bool cs = flag(a, 0, "case_sensitive", false);
          const Value* by = arg_at(a, 1, "by");
          bool by_value = by && py_str(*by) == "value";
          List out;
-         for (const auto& [k, x] : v.dict->items) out.push_back(Value::make_list({Value::string(k), x}, true));
-         py_sort(out, [&](const Value& kv) { return sort_key((*kv.list)[by_value ? 1 : 0], cs); }, flag(a, 2, "reverse", false), l);
+         for (const auto& [k, x] : v.dict->items)
+           out.push_back(Value::make_list({Value::string(k), x}, true));
+         py_sort(
+             out, [&](const Value& kv) { return sort_key((*kv.list)[by_value ? 1 : 0], cs); },
+             flag(a, 2, "reverse", false), l);
          return Value::make_list(std::move(out));
        }},
-      {"sort", [](const Value& v, CallArgs& a, int l) {
+      {"sort",
+       [](const Value& v, CallArgs& a, int l) {
          List out = iterate(v, l);
          bool cs = flag(a, 1, "case_sensitive", false);
          const Value* attr = arg_at(a, 2, "attribute");
-         py_sort(out, [&](const Value& x) { return sort_key(attr ? attr_path(x, py_str(*attr), l) : x, cs); }, flag(a, 0, "reverse", false), l);
+         py_sort(
+             out,
+             [&](const Value& x) {
+               return sort_key(attr ? attr_path(x, py_str(*attr), l) : x, cs);
+             },
+             flag(a, 0, "reverse", false), l);
          return Value::make_list(std::move(out));
        }},
-      {"unique", [](const Value& v, CallArgs& a, int l) {
+      {"unique",
+       [](const Value& v, CallArgs& a, int l) {
          bool cs = flag(a, 0, "case_sensitive", false);
          const Value* attr = arg_at(a, 1, "attribute");
          List out, seen;
          for (const Value& x : iterate(v, l)) {
            Value key = sort_key(attr ? attr_path(x, py_str(*attr), l) : x, cs);
-           if (std::none_of(seen.begin(), seen.end(), [&](const Value& s) { return py_equal(s, key); })) {
+           if (std::none_of(seen.begin(), seen.end(),
+                            [&](const Value& s) { return py_equal(s, key); })) {
              seen.push_back(key);
              out.push_back(x);
            }
          }
          return Value::make_list(std::move(out));
        }},
-      {"indent", [](const Value& v, CallArgs& a, int l) {
-         if (!v.is_string()) runtime_error(l, fmt::format("indent needs a string, not {}", type_name(v)));
+      {"indent",
+       [](const Value& v, CallArgs& a, int l) {
+         if (!v.is_string())
+           runtime_error(l, fmt::format("indent needs a string, not {}", type_name(v)));
          const Value* w = arg_at(a, 0, "width");
-         std::string pad = w ? (w->is_string() ? w->s : std::string(static_cast<size_t>(std::max<int64_t>(0, w->i)), ' ')) : "    ";
+         std::string pad =
+             w ? (w->is_string()
+                      ? w->s
+                      : std::string(static_cast<size_t>(std::max<int64_t>(0, w->i)), ' '))
+               : "    ";
          bool first = flag(a, 1, "first", false), blank = flag(a, 2, "blank", false);
          std::string s = py_str(v), out;
          size_t b = 0;
@@ -309,7 +365,8 @@ const std::map<std::string, Filter>& filters() {
          }
          return Value::string(out);
        }},
-      {"wordcount", [](const Value& v, CallArgs&, int) {
+      {"wordcount",
+       [](const Value& v, CallArgs&, int) {
          // jinja2 counts matches of \w+: runs of letters, digits and underscores (non-ASCII bytes
          // count as letters here).
          int64_t n = 0;
@@ -321,13 +378,15 @@ const std::map<std::string, Filter>& filters() {
          }
          return Value::integer(n);
        }},
-      {"abs", [](const Value& v, CallArgs&, int l) {
+      {"abs",
+       [](const Value& v, CallArgs&, int l) {
          if (v.type == Value::Type::floating) return Value::floating(std::fabs(v.f));
          if (v.type == Value::Type::integer) return Value::integer(v.i < 0 ? -v.i : v.i);
          if (v.type == Value::Type::boolean) return Value::integer(v.b);
          runtime_error(l, fmt::format("bad operand type for abs(): '{}'", type_name(v)));
        }},
-      {"round", [](const Value& v, CallArgs& a, int l) {
+      {"round",
+       [](const Value& v, CallArgs& a, int l) {
          if (!v.is_number()) runtime_error(l, "round requires a number");
          const Value* p = arg_at(a, 0, "precision");
          const Value* m = arg_at(a, 1, "method");
@@ -335,12 +394,16 @@ const std::map<std::string, Filter>& filters() {
          double scale = std::pow(10.0, p ? p->as_double() : 0.0);
          double x = v.as_double() * scale;
          // Python's round() rounds halves to even, as nearbyint in the default rounding mode.
-         double r = method == "ceil" ? std::ceil(x) : method == "floor" ? std::floor(x) : std::nearbyint(x);
+         double r = method == "ceil"    ? std::ceil(x)
+                    : method == "floor" ? std::floor(x)
+                                        : std::nearbyint(x);
          if (method == "common" && v.type != Value::Type::floating)
-           return Value::integer(v.type == Value::Type::boolean ? v.b : v.i);  // round(int) is an int
+           return Value::integer(v.type == Value::Type::boolean ? v.b
+                                                                : v.i);  // round(int) is an int
          return Value::floating(r / scale);
        }},
-      {"sum", [](const Value& v, CallArgs& a, int l) {
+      {"sum",
+       [](const Value& v, CallArgs& a, int l) {
          const Value* attr = arg_at(a, 0, "attribute");
          const Value* start = arg_at(a, 1, "start");
          Value acc = start ? *start : Value::integer(0);
@@ -348,34 +411,51 @@ const std::map<std::string, Filter>& filters() {
            Value y = attr ? attr_path(x, py_str(*attr), l) : x;
            if (!y.is_number() || !acc.is_number()) runtime_error(l, "sum of non-numbers");
            bool ints = acc.type != Value::Type::floating && y.type != Value::Type::floating;
-           acc = ints ? Value::integer(static_cast<int64_t>(acc.as_double()) + static_cast<int64_t>(y.as_double()))
+           acc = ints ? Value::integer(static_cast<int64_t>(acc.as_double()) +
+                                       static_cast<int64_t>(y.as_double()))
                       : Value::floating(acc.as_double() + y.as_double());
          }
          return acc;
        }},
-      {"min", [](const Value& v, CallArgs& a, int l) {
+      {"min",
+       [](const Value& v, CallArgs& a, int l) {
          List items = iterate(v, l);
          if (items.empty()) return Value::undefined("min");
          const Value* attr = arg_at(a, 1, "attribute");
-         py_sort(items, [&](const Value& x) { return sort_key(attr ? attr_path(x, py_str(*attr), l) : x, flag(a, 0, "case_sensitive", false)); }, false, l);
+         py_sort(
+             items,
+             [&](const Value& x) {
+               return sort_key(attr ? attr_path(x, py_str(*attr), l) : x,
+                               flag(a, 0, "case_sensitive", false));
+             },
+             false, l);
          return items.front();
        }},
-      {"max", [](const Value& v, CallArgs& a, int l) {
+      {"max",
+       [](const Value& v, CallArgs& a, int l) {
          List items = iterate(v, l);
          if (items.empty()) return Value::undefined("max");
          const Value* attr = arg_at(a, 1, "attribute");
          // Python's max keeps the first of equal maxima: sort descending (stable), take the front.
-         py_sort(items, [&](const Value& x) { return sort_key(attr ? attr_path(x, py_str(*attr), l) : x, flag(a, 0, "case_sensitive", false)); }, true, l);
+         py_sort(
+             items,
+             [&](const Value& x) {
+               return sort_key(attr ? attr_path(x, py_str(*attr), l) : x,
+                               flag(a, 0, "case_sensitive", false));
+             },
+             true, l);
          return items.front();
        }},
-      {"batch", [](const Value& v, CallArgs& a, int l) {
+      {"batch",
+       [](const Value& v, CallArgs& a, int l) {
          const Value* n = arg_at(a, 0, "linecount");
          if (!n || n->i <= 0) runtime_error(l, "batch requires a positive line count");
          const Value* fill = arg_at(a, 1, "fill_with");
          List out, cur;
          for (const Value& x : iterate(v, l)) {
            cur.push_back(x);
-           if (static_cast<int64_t>(cur.size()) == n->i) out.push_back(Value::make_list(std::move(cur))), cur.clear();
+           if (static_cast<int64_t>(cur.size()) == n->i)
+             out.push_back(Value::make_list(std::move(cur))), cur.clear();
          }
          if (!cur.empty()) {
            while (fill && static_cast<int64_t>(cur.size()) < n->i) cur.push_back(*fill);
@@ -392,7 +472,8 @@ Value select_impl(const Value& v, CallArgs& a, int l, bool with_attr, bool keep)
   if (!v.truthy()) return Value::make_list();  // jinja2 iterates `if seq`: a falsy input is empty
   size_t test_at = with_attr ? 1 : 0;
   for (const Value& item : iterate(v, l)) {
-    Value subject = with_attr ? attr_path(item, a.positional.empty() ? "" : py_str(a.positional[0]), l) : item;
+    Value subject =
+        with_attr ? attr_path(item, a.positional.empty() ? "" : py_str(a.positional[0]), l) : item;
     bool ok;
     if (a.positional.size() <= test_at) {
       ok = subject.truthy();
@@ -410,91 +491,18 @@ Value select_impl(const Value& v, CallArgs& a, int l, bool with_attr, bool keep)
 Value apply_filter(const std::string& name, const Value& input, CallArgs& args, int line) {
   std::string n = name == "d" ? "default" : name;
   if (n == "select" || n == "reject") return select_impl(input, args, line, false, n == "select");
-  if (n == "selectattr" || n == "rejectattr") return select_impl(input, args, line, true, n == "selectattr");
+  if (n == "selectattr" || n == "rejectattr")
+    return select_impl(input, args, line, true, n == "selectattr");
   auto it = filters().find(n);
   if (it == filters().end())
-    throw TemplateError(TemplateFailure::unsupported, line, fmt::format("unsupported filter '{}'", name));
+    throw TemplateError(TemplateFailure::unsupported, line,
+                        fmt::format("unsupported filter '{}'", name));
   return it->second(input, args, line);
 }
 
 bool is_known_filter(const std::string& name) {
-  return name == "d" || name == "select" || name == "reject" || name == "selectattr" || name == "rejectattr" ||
-         filters().count(name) > 0;
-}
-
-bool is_known_test(const std::string& name) {
-  static const std::set<std::string> tests = {
-      "defined", "undefined", "none", "string", "number", "integer", "float", "boolean", "true", "false",
-      "mapping", "iterable", "sequence", "callable", "equalto", "eq", "==", "sameas", "ne", "!=", "lt", "<",
-      "gt", ">", "le", "<=", "ge", ">=", "in", "odd", "even", "divisibleby", "lower", "upper", "filter", "test"};
-  return tests.count(name) > 0;
-}
-
-bool apply_test(const std::string& name, const Value& v, CallArgs& args, int line) {
-  const Value* arg = arg_at(args, 0, "value");
-  auto need = [&]() -> const Value& {
-    if (!arg) runtime_error(line, fmt::format("test '{}' takes an argument", name));
-    return *arg;
-  };
-  using T = Value::Type;
-  if (name == "defined") return !v.is_undefined();
-  if (name == "undefined") return v.is_undefined();
-  if (name == "none") return v.is_none();
-  if (name == "string") return v.is_string();
-  if (name == "number") return v.is_number();
-  if (name == "integer") return v.type == T::integer;
-  if (name == "float") return v.type == T::floating;
-  if (name == "boolean") return v.type == T::boolean;
-  if (name == "true") return v.type == T::boolean && v.b;
-  if (name == "false") return v.type == T::boolean && !v.b;
-  if (name == "mapping") return v.is_dict() && !v.is_namespace;
-  if (name == "iterable") return v.is_list() || v.is_dict() || v.is_string() || v.is_undefined();
-  if (name == "sequence") return v.is_list() || (v.is_dict() && !v.is_namespace) || v.is_string() || v.is_undefined();
-  if (name == "callable") return v.type == T::callable || v.is_undefined();  // Undefined has __call__
-  if (name == "equalto" || name == "eq" || name == "==" || name == "sameas") return py_equal(v, need());
-  if (name == "ne" || name == "!=") return !py_equal(v, need());
-  if (name == "lt" || name == "<" || name == "gt" || name == ">" || name == "le" || name == "<=" || name == "ge" ||
-      name == ">=") {
-    bool ok = true;
-    const Value& o = need();
-    bool r = (name == "lt" || name == "<")   ? py_less(v, o, &ok)
-             : (name == "gt" || name == ">") ? py_less(o, v, &ok)
-             : (name == "le" || name == "<=") ? !py_less(o, v, &ok)
-                                               : !py_less(v, o, &ok);
-    if (!ok) runtime_error(line, "comparison between unorderable types");
-    return r;
-  }
-  if (name == "in") {
-    const Value& c = need();
-    if (c.is_string()) return v.is_string() && c.s.find(v.s) != std::string::npos;
-    if (c.is_dict()) return v.is_string() && c.dict->find(v.s);
-    for (const Value& x : iterate(c, line))
-      if (py_equal(x, v)) return true;
-    return false;
-  }
-  if (name == "odd" || name == "even" || name == "divisibleby") {
-    // Python's `value % n`: ints, bools and floats alike.
-    if (!v.is_number()) runtime_error(line, fmt::format("test '{}' needs a number, not {}", name, type_name(v)));
-    const Value two = Value::integer(2);
-    const Value& d = name == "divisibleby" ? need() : two;
-    if (!d.is_number()) runtime_error(line, "divisibleby needs a number");
-    if (d.as_double() == 0.0) runtime_error(line, "division by zero");
-    if (v.type != T::floating && d.type != T::floating) {
-      int64_t x = v.type == T::boolean ? v.b : v.i, n = d.type == T::boolean ? d.b : d.i;
-      int64_t m = x % n;
-      if (name == "odd") return m != 0;
-      return m == 0;
-    }
-    double m = std::fmod(v.as_double(), d.as_double());
-    return name == "odd" ? (m != 0.0 && std::fabs(m) == 1.0) : m == 0.0;
-  }
-  if (name == "filter") return v.is_string() && is_known_filter(v.s);  // `'from_json' is filter`
-  if (name == "test") return v.is_string() && is_known_test(v.s);
-  if (name == "lower" || name == "upper") {  // str(v).islower() / isupper()
-    CallArgs none;
-    return (*get_attribute(Value::string(py_str(v)), name == "lower" ? "islower" : "isupper", line).fn)(none).b;
-  }
-  throw TemplateError(TemplateFailure::unsupported, line, fmt::format("unsupported test '{}'", name));
+  return name == "d" || name == "select" || name == "reject" || name == "selectattr" ||
+         name == "rejectattr" || filters().count(name) > 0;
 }
 
 }  // namespace ferry::chat

@@ -8,7 +8,9 @@
 namespace ferry::chat {
 namespace {
 
-bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
+bool is_space(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+}
 
 // jinja2 reads the source through str.splitlines() and joins with "\n": line ends become "\n" and
 // one trailing newline disappears (keep_trailing_newline=False).
@@ -63,30 +65,60 @@ std::string unescape(const std::string& body, int line) {
         char h = body[k + 1 + d];
         if (!std::isxdigit(static_cast<unsigned char>(h)))
           throw TemplateError(TemplateFailure::syntax, line, "bad escape in string literal");
-        cp = cp * 16 + static_cast<uint32_t>(std::isdigit(static_cast<unsigned char>(h)) ? h - '0' : (std::tolower(h) - 'a' + 10));
+        cp = cp * 16 + static_cast<uint32_t>(std::isdigit(static_cast<unsigned char>(h))
+                                                 ? h - '0'
+                                                 : (std::tolower(h) - 'a' + 10));
       }
       k += n;
       append_utf8(out, cp);
     };
     switch (e) {
-      case 'n': out += '\n'; break;
-      case 't': out += '\t'; break;
-      case 'r': out += '\r'; break;
-      case '\\': out += '\\'; break;
-      case '\'': out += '\''; break;
-      case '"': out += '"'; break;
-      case 'a': out += '\a'; break;
-      case 'b': out += '\b'; break;
-      case 'f': out += '\f'; break;
-      case 'v': out += '\v'; break;
-      case '\n': break;  // a backslash-newline continues the line
-      case 'x': hex(2); break;
-      case 'u': hex(4); break;
-      case 'U': hex(8); break;
+      case 'n':
+        out += '\n';
+        break;
+      case 't':
+        out += '\t';
+        break;
+      case 'r':
+        out += '\r';
+        break;
+      case '\\':
+        out += '\\';
+        break;
+      case '\'':
+        out += '\'';
+        break;
+      case '"':
+        out += '"';
+        break;
+      case 'a':
+        out += '\a';
+        break;
+      case 'b':
+        out += '\b';
+        break;
+      case 'f':
+        out += '\f';
+        break;
+      case 'v':
+        out += '\v';
+        break;
+      case '\n':
+        break;  // a backslash-newline continues the line
+      case 'x':
+        hex(2);
+        break;
+      case 'u':
+        hex(4);
+        break;
+      case 'U':
+        hex(8);
+        break;
       default:
         if (e >= '0' && e <= '7') {
           uint32_t cp = static_cast<uint32_t>(e - '0');
-          for (int d = 0; d < 2 && k + 1 < body.size() && body[k + 1] >= '0' && body[k + 1] <= '7'; ++d)
+          for (int d = 0; d < 2 && k + 1 < body.size() && body[k + 1] >= '0' && body[k + 1] <= '7';
+               ++d)
             cp = cp * 8 + static_cast<uint32_t>(body[++k] - '0');
           append_utf8(out, cp);
         } else {
@@ -153,7 +185,8 @@ class Lexer {
 
   size_t find_tag(size_t pos) const {
     for (size_t k = pos; k + 1 < src_.size(); ++k)
-      if (src_[k] == '{' && (src_[k + 1] == '{' || src_[k + 1] == '%' || src_[k + 1] == '#')) return k;
+      if (src_[k] == '{' && (src_[k + 1] == '{' || src_[k + 1] == '%' || src_[k + 1] == '#'))
+        return k;
     return src_.size();
   }
 
@@ -181,7 +214,8 @@ class Lexer {
 
   size_t end_comment(size_t pos) {
     size_t e = src_.find("#}", pos);
-    if (e == std::string::npos) throw TemplateError(TemplateFailure::syntax, line_, "unclosed comment");
+    if (e == std::string::npos)
+      throw TemplateError(TemplateFailure::syntax, line_, "unclosed comment");
     bool minus = e > pos && src_[e - 1] == '-';
     count_lines(pos, e + 2);
     return after_end(e + 2, minus, true);
@@ -235,7 +269,9 @@ class Lexer {
         if (src_[p] == '\n') ++line_;
         ++p;
       }
-      if (p >= src_.size()) throw TemplateError(TemplateFailure::syntax, line_, block ? "unclosed {% tag" : "unclosed {{ tag");
+      if (p >= src_.size())
+        throw TemplateError(TemplateFailure::syntax, line_,
+                            block ? "unclosed {% tag" : "unclosed {{ tag");
       const char* close = block ? "%}" : "}}";
       bool minus = src_[p] == '-' && src_.compare(p + 1, 2, close) == 0;
       if (depth == 0 && (minus || src_.compare(p, 2, close) == 0)) {
@@ -246,14 +282,17 @@ class Lexer {
       char c = src_[p];
       if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
         size_t s = p;
-        while (p < src_.size() && (std::isalnum(static_cast<unsigned char>(src_[p])) || src_[p] == '_')) ++p;
+        while (p < src_.size() &&
+               (std::isalnum(static_cast<unsigned char>(src_[p])) || src_[p] == '_'))
+          ++p;
         out_.push_back({Tok::name, src_.substr(s, p - s), line_});
       } else if (std::isdigit(static_cast<unsigned char>(c))) {
         p = number(p);
       } else if (c == '\'' || c == '"') {
         size_t s = ++p;
         while (p < src_.size() && src_[p] != c) p += src_[p] == '\\' ? 2 : 1;
-        if (p >= src_.size()) throw TemplateError(TemplateFailure::syntax, line_, "unclosed string literal");
+        if (p >= src_.size())
+          throw TemplateError(TemplateFailure::syntax, line_, "unclosed string literal");
         int at = line_;
         count_lines(s, p);
         out_.push_back({Tok::string, unescape(src_.substr(s, p - s), at), at});
@@ -264,7 +303,8 @@ class Lexer {
         for (const char* t : two)
           if (src_.compare(p, 2, t) == 0) op = t;
         if (op.size() == 1 && !std::strchr("+-*/%~<>=()[]{},.:|", c))
-          throw TemplateError(TemplateFailure::syntax, line_, fmt::format("unexpected character '{}'", c));
+          throw TemplateError(TemplateFailure::syntax, line_,
+                              fmt::format("unexpected character '{}'", c));
         if (c == '(' || c == '[' || c == '{') ++depth;
         if ((c == ')' || c == ']' || c == '}') && depth > 0) --depth;
         out_.push_back({Tok::op, op, line_});
@@ -277,10 +317,13 @@ class Lexer {
     size_t s = p;
     bool is_float = false;
     auto digits = [&] {
-      while (p < src_.size() && (std::isdigit(static_cast<unsigned char>(src_[p])) || src_[p] == '_')) ++p;
+      while (p < src_.size() &&
+             (std::isdigit(static_cast<unsigned char>(src_[p])) || src_[p] == '_'))
+        ++p;
     };
     digits();
-    if (p + 1 < src_.size() && src_[p] == '.' && std::isdigit(static_cast<unsigned char>(src_[p + 1]))) {
+    if (p + 1 < src_.size() && src_[p] == '.' &&
+        std::isdigit(static_cast<unsigned char>(src_[p + 1]))) {
       is_float = true;
       ++p;
       digits();
@@ -308,6 +351,8 @@ class Lexer {
 
 }  // namespace
 
-std::vector<Token> lex_template(const std::string& source) { return Lexer(source).run(); }
+std::vector<Token> lex_template(const std::string& source) {
+  return Lexer(source).run();
+}
 
 }  // namespace ferry::chat

@@ -15,10 +15,10 @@ enum class Tok {
   block_begin,  // {%
   block_end,    // %}
   name,
-  string,       // value: the unescaped text
+  string,  // value: the unescaped text
   integer,
   floating,
-  op,           // value: the operator: + - * / // % ** ~ == != < <= > >= = ( ) [ ] { } , . : |
+  op,  // value: the operator: + - * / // % ** ~ == != < <= > >= = ( ) [ ] { } , . : |
   eof,
 };
 

@@ -60,7 +60,7 @@ class ToolCallSplitter {
 
 // Parses the body of one <tool_call> block (between the tags) into a call, or returns false.
 // arg_pieces: the arguments text in the pieces it is streamed as (they concatenate to arguments).
-bool parse_tool_call_body(std::string_view body, const nlohmann::ordered_json& tools, ToolCall& call,
-                          std::vector<std::string>& arg_pieces);
+bool parse_tool_call_body(std::string_view body, const nlohmann::ordered_json& tools,
+                          ToolCall& call, std::vector<std::string>& arg_pieces);
 
 }  // namespace ferry::chat

@@ -55,7 +55,8 @@ class Parser {
     return next().value;
   }
   void expect_block_end() {
-    if (peek().kind != Tok::block_end) syntax(fmt::format("expected end of statement, got '{}'", peek().value));
+    if (peek().kind != Tok::block_end)
+      syntax(fmt::format("expected end of statement, got '{}'", peek().value));
     ++pos_;
   }
 
@@ -81,7 +82,8 @@ class Parser {
         s->kind = Stmt::Kind::output;
         s->line = tok.line;
         s->expr = parse_tuple(true);
-        if (peek().kind != Tok::var_end) syntax(fmt::format("expected '}}}}', got '{}'", peek().value));
+        if (peek().kind != Tok::var_end)
+          syntax(fmt::format("expected '}}}}', got '{}'", peek().value));
         ++pos_;
         body.push_back(s);
       } else if (tok.kind == Tok::block_begin) {
@@ -142,7 +144,8 @@ class Parser {
         s->cond = parse_expression(true);
       }
       if (is_name("recursive"))
-        throw TemplateError(TemplateFailure::unsupported, peek().line, "unsupported recursive for loop");
+        throw TemplateError(TemplateFailure::unsupported, peek().line,
+                            "unsupported recursive for loop");
       expect_block_end();
       s->body = parse_body({"else", "endfor"}, &end);
       if (end == "else") {
@@ -170,7 +173,8 @@ class Parser {
         return s;
       }
       if (is_op("|"))
-        throw TemplateError(TemplateFailure::unsupported, peek().line, "unsupported filter on a block set");
+        throw TemplateError(TemplateFailure::unsupported, peek().line,
+                            "unsupported filter on a block set");
       if (s->targets.size() != 1 || !s->attr.empty()) syntax("a block set takes one name");
       s->kind = Stmt::Kind::set_block;
       expect_block_end();
@@ -205,7 +209,8 @@ class Parser {
       expect_block_end();
       return s;
     }
-    throw TemplateError(TemplateFailure::unsupported, tok.line, fmt::format("unsupported statement '{}'", w));
+    throw TemplateError(TemplateFailure::unsupported, tok.line,
+                        fmt::format("unsupported statement '{}'", w));
   }
 
   // Comma-separated expressions: one, or a tuple.
@@ -345,8 +350,10 @@ class Parser {
         while (peek().kind == Tok::string) s += next().value;  // adjacent literals join
         return lit(Value::string(s));
       }
-      case Tok::integer: return lit(Value::integer(std::stoll(tok.value)));
-      case Tok::floating: return lit(Value::floating(std::stod(tok.value)));
+      case Tok::integer:
+        return lit(Value::integer(std::stoll(tok.value)));
+      case Tok::floating:
+        return lit(Value::floating(std::stod(tok.value)));
       case Tok::op:
         if (tok.value == "(") {
           if (is_op(")")) {
@@ -380,9 +387,11 @@ class Parser {
           return n;
         }
         break;
-      default: break;
+      default:
+        break;
     }
-    throw TemplateError(TemplateFailure::syntax, tok.line, fmt::format("unexpected '{}'", tok.value));
+    throw TemplateError(TemplateFailure::syntax, tok.line,
+                        fmt::format("unexpected '{}'", tok.value));
   }
 
   void parse_call_args(MutExpr& n) {
@@ -393,7 +402,9 @@ class Parser {
         ++pos_;
         n->kwargs.emplace_back(key, parse_expression(true));
       } else {
-        if (is_op("*")) throw TemplateError(TemplateFailure::unsupported, peek().line, "unsupported *args in a call");
+        if (is_op("*"))
+          throw TemplateError(TemplateFailure::unsupported, peek().line,
+                              "unsupported *args in a call");
         n->args.push_back(parse_expression(true));
       }
       if (!is_op(",")) break;
@@ -432,8 +443,10 @@ class Parser {
         expect_op("]");
         auto n = node(colons ? Expr::Kind::slice : Expr::Kind::subscript, line);
         n->args = {e, parts[0]};
-        if (colons) n->args.insert(n->args.end(), {parts[1], parts[2]});
-        else if (!parts[0]) syntax("empty subscript");
+        if (colons)
+          n->args.insert(n->args.end(), {parts[1], parts[2]});
+        else if (!parts[0])
+          syntax("empty subscript");
         e = n;
       } else if (is_op("(")) {
         auto n = node(Expr::Kind::call, peek().line);
@@ -470,9 +483,11 @@ class Parser {
         n->args = {e};
         if (is_op("(")) {
           parse_call_args(n);
-        } else if (peek().kind == Tok::string || peek().kind == Tok::integer || peek().kind == Tok::floating ||
-                   (peek().kind == Tok::name && !is_name("else") && !is_name("or") && !is_name("and") &&
-                    !is_name("if") && !is_name("is") && !is_name("in") && !is_name("not")) ||
+        } else if (peek().kind == Tok::string || peek().kind == Tok::integer ||
+                   peek().kind == Tok::floating ||
+                   (peek().kind == Tok::name && !is_name("else") && !is_name("or") &&
+                    !is_name("and") && !is_name("if") && !is_name("is") && !is_name("in") &&
+                    !is_name("not")) ||
                    is_op("[") || is_op("{") || is_op("-")) {
           n->args.push_back(parse_postfix(parse_primary()));  // `x is divisibleby 3`
         }
@@ -504,9 +519,11 @@ void check_expr(const Expr* e, bool soft) {
   if (!e) return;
   soft = soft || e->kind == Expr::Kind::cond;
   if (!soft && e->kind == Expr::Kind::filter && !is_known_filter(e->name))
-    throw TemplateError(TemplateFailure::unsupported, e->line, fmt::format("unsupported filter '{}'", e->name));
+    throw TemplateError(TemplateFailure::unsupported, e->line,
+                        fmt::format("unsupported filter '{}'", e->name));
   if (!soft && e->kind == Expr::Kind::test && !is_known_test(e->name))
-    throw TemplateError(TemplateFailure::unsupported, e->line, fmt::format("unsupported test '{}'", e->name));
+    throw TemplateError(TemplateFailure::unsupported, e->line,
+                        fmt::format("unsupported test '{}'", e->name));
   for (const auto& a : e->args) check_expr(a.get(), soft);
   for (const auto& kw : e->kwargs) check_expr(kw.second.get(), soft);
 }
@@ -515,7 +532,9 @@ void check_body(const Body& body, bool soft) {
   for (const auto& s : body) {
     switch (s->kind) {
       case Stmt::Kind::output:
-      case Stmt::Kind::set: check_expr(s->expr.get(), soft); break;
+      case Stmt::Kind::set:
+        check_expr(s->expr.get(), soft);
+        break;
       case Stmt::Kind::if_:
         for (const auto& [cond, b] : s->branches) {
           check_expr(cond.get(), true);
@@ -533,8 +552,11 @@ void check_body(const Body& body, bool soft) {
         for (const auto& p : s->params) check_expr(p.second.get(), false);
         check_body(s->body, false);
         break;
-      case Stmt::Kind::set_block: check_body(s->body, false); break;
-      default: break;
+      case Stmt::Kind::set_block:
+        check_body(s->body, false);
+        break;
+      default:
+        break;
     }
   }
 }

@@ -11,7 +11,9 @@ const std::string kClose = "</think>";
 const std::string kToolCall = "<tool_call>";
 }  // namespace
 
-bool is_json_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+bool is_json_space(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
 
 size_t partial_tag_suffix(std::string_view buf, const std::vector<std::string>& tags) {
   size_t best = 0;
@@ -38,8 +40,11 @@ void HeldSpace::emit(std::string_view s, std::string& out) {
   held.assign(s.substr(last));
 }
 
-ReasoningSplitter::ReasoningSplitter(ReasoningFormat fmt, bool starts_in_reasoning, bool tool_call_ends_reasoning)
-    : fmt_(fmt), state_(starts_in_reasoning ? State::reasoning : State::start), skip_space_(starts_in_reasoning) {
+ReasoningSplitter::ReasoningSplitter(ReasoningFormat fmt, bool starts_in_reasoning,
+                                     bool tool_call_ends_reasoning)
+    : fmt_(fmt),
+      state_(starts_in_reasoning ? State::reasoning : State::start),
+      skip_space_(starts_in_reasoning) {
   end_tags_.push_back(kClose);
   if (tool_call_ends_reasoning) end_tags_.push_back(kToolCall);
 }
@@ -66,7 +71,8 @@ void ReasoningSplitter::step(std::string& reasoning, std::string& content) {
       size_t k = 0;
       while (k < buf_.size() && is_json_space(buf_[k])) ++k;
       std::string_view rest = std::string_view(buf_).substr(k);
-      if (rest.size() < kOpen.size() && kOpen.compare(0, rest.size(), rest) == 0) return;  // undecided
+      if (rest.size() < kOpen.size() && kOpen.compare(0, rest.size(), rest) == 0)
+        return;  // undecided
       if (rest.substr(0, kOpen.size()) == kOpen) {
         buf_.erase(0, k + kOpen.size());
         state_ = State::reasoning;
@@ -90,7 +96,8 @@ void ReasoningSplitter::step(std::string& reasoning, std::string& content) {
     if (tag) {
       reasoning_space_.emit(std::string_view(buf_).substr(0, at), reasoning);
       reasoning_space_.drop();
-      buf_.erase(0, at + (*tag == kClose ? kClose.size() : 0));  // a <tool_call> stays for the tool parser
+      buf_.erase(
+          0, at + (*tag == kClose ? kClose.size() : 0));  // a <tool_call> stays for the tool parser
       state_ = State::content;
       skip_space_ = true;
       continue;

@@ -57,13 +57,18 @@ class Interp {
  private:
   Flow exec(const Stmt& s, Scope& scope, std::string& out) {
     switch (s.kind) {
-      case Stmt::Kind::text: out += s.text; return Flow::normal;
-      case Stmt::Kind::output: out += py_str(eval(*s.expr, scope)); return Flow::normal;
+      case Stmt::Kind::text:
+        out += s.text;
+        return Flow::normal;
+      case Stmt::Kind::output:
+        out += py_str(eval(*s.expr, scope));
+        return Flow::normal;
       case Stmt::Kind::if_:
         for (const auto& [cond, body] : s.branches)
           if (eval(*cond, scope).truthy()) return exec(body, scope, out);
         return exec(s.else_body, scope, out);
-      case Stmt::Kind::for_: return exec_for(s, scope, out);
+      case Stmt::Kind::for_:
+        return exec_for(s, scope, out);
       case Stmt::Kind::set: {
         Value v = eval(*s.expr, scope);
         if (!s.attr.empty()) {
@@ -82,9 +87,13 @@ class Interp {
         scope.vars.set(s.targets[0], Value::string(std::move(captured)));
         return Flow::normal;
       }
-      case Stmt::Kind::macro: scope.vars.set(s.name, make_macro(s, scope)); return Flow::normal;
-      case Stmt::Kind::break_: return Flow::break_;
-      case Stmt::Kind::continue_: return Flow::continue_;
+      case Stmt::Kind::macro:
+        scope.vars.set(s.name, make_macro(s, scope));
+        return Flow::normal;
+      case Stmt::Kind::break_:
+        return Flow::break_;
+      case Stmt::Kind::continue_:
+        return Flow::continue_;
     }
     return Flow::normal;
   }
@@ -96,7 +105,8 @@ class Interp {
     }
     List items = iterate(v, line);
     if (items.size() != targets.size())
-      runtime_error(line, fmt::format("cannot unpack {} values into {} names", items.size(), targets.size()));
+      runtime_error(
+          line, fmt::format("cannot unpack {} values into {} names", items.size(), targets.size()));
     for (size_t k = 0; k < targets.size(); ++k) scope.vars.set(targets[k], items[k]);
   }
 
@@ -130,9 +140,9 @@ class Interp {
       loop.set("previtem", k > 0 ? items[k - 1] : Value::undefined("previtem"));
       loop.set("nextitem", k + 1 < n ? items[k + 1] : Value::undefined("nextitem"));
       loop.set("cycle", Value::function([k](CallArgs& a) -> Value {
-        if (a.positional.empty()) runtime_error(0, "no items for cycling given");
-        return a.positional[static_cast<size_t>(k) % a.positional.size()];
-      }));
+                 if (a.positional.empty()) runtime_error(0, "no items for cycling given");
+                 return a.positional[static_cast<size_t>(k) % a.positional.size()];
+               }));
       iter.vars.set("loop", Value::make_dict(std::move(loop)));
       assign(s.targets, items[k], iter, s.line);
       Flow f = exec(s.body, iter, out);
@@ -152,24 +162,31 @@ class Interp {
         explicit Depth(int& depth) : d(depth) { ++d; }
         ~Depth() { --d; }
       } depth(macro_depth_);
-      if (macro_depth_ > 100) runtime_error(m->line, fmt::format("macro '{}' nested more than 100 calls deep", m->name));
+      if (macro_depth_ > 100)
+        runtime_error(m->line, fmt::format("macro '{}' nested more than 100 calls deep", m->name));
       Scope local{{}, parent};
       if (a.positional.size() > m->params.size())
-        runtime_error(m->line, fmt::format("macro '{}' takes not more than {} argument(s)", m->name, m->params.size()));
+        runtime_error(m->line, fmt::format("macro '{}' takes not more than {} argument(s)", m->name,
+                                           m->params.size()));
       for (size_t k = 0; k < m->params.size(); ++k) {
         const auto& [pname, def] = m->params[k];
         const Value* kw = nullptr;
         for (const auto& [key, v] : a.keyword)
           if (key == pname) kw = &v;
-        if (k < a.positional.size()) local.vars.set(pname, a.positional[k]);
-        else if (kw) local.vars.set(pname, *kw);
-        else if (def) local.vars.set(pname, eval(*def, local));
-        else local.vars.set(pname, Value::undefined(pname));
+        if (k < a.positional.size())
+          local.vars.set(pname, a.positional[k]);
+        else if (kw)
+          local.vars.set(pname, *kw);
+        else if (def)
+          local.vars.set(pname, eval(*def, local));
+        else
+          local.vars.set(pname, Value::undefined(pname));
       }
       for (const auto& [key, v] : a.keyword) {
         bool known = false;
         for (const auto& p : m->params) known = known || p.first == key;
-        if (!known) runtime_error(m->line, fmt::format("macro '{}' has no argument '{}'", m->name, key));
+        if (!known)
+          runtime_error(m->line, fmt::format("macro '{}' has no argument '{}'", m->name, key));
       }
       std::string out;
       exec(m->body, local, out);
@@ -186,7 +203,8 @@ class Interp {
 
   Value eval_inner(const Expr& e, Scope& scope) {
     switch (e.kind) {
-      case Expr::Kind::literal: return e.value;
+      case Expr::Kind::literal:
+        return e.value;
       case Expr::Kind::name: {
         const Value* v = scope.lookup(e.name);
         return v ? *v : Value::undefined(e.name);
@@ -202,13 +220,16 @@ class Interp {
         for (size_t k = 0; k + 1 < e.args.size(); k += 2) {
           Value key = eval(*e.args[k], scope);
           if (!key.is_string())
-            throw TemplateError(TemplateFailure::unsupported, e.line, "unsupported dict key that is not a string");
+            throw TemplateError(TemplateFailure::unsupported, e.line,
+                                "unsupported dict key that is not a string");
           d.set(key.s, eval(*e.args[k + 1], scope));
         }
         return Value::make_dict(std::move(d));
       }
-      case Expr::Kind::attr: return get_attribute(eval(*e.args[0], scope), e.name, e.line);
-      case Expr::Kind::subscript: return get_item(eval(*e.args[0], scope), eval(*e.args[1], scope), e.line);
+      case Expr::Kind::attr:
+        return get_attribute(eval(*e.args[0], scope), e.name, e.line);
+      case Expr::Kind::subscript:
+        return get_item(eval(*e.args[0], scope), eval(*e.args[1], scope), e.line);
       case Expr::Kind::slice: {
         auto part = [&](size_t k) { return e.args[k] ? eval(*e.args[k], scope) : Value::none(); };
         return get_slice(eval(*e.args[0], scope), part(1), part(2), part(3), e.line);
@@ -218,7 +239,8 @@ class Interp {
         CallArgs a = eval_args(e, scope, 1);
         if (callee.type != Value::Type::callable) {
           if (callee.is_undefined())
-            runtime_error(e.line, fmt::format("'{}' is undefined", callee.s.empty() ? "value" : callee.s));
+            runtime_error(e.line,
+                          fmt::format("'{}' is undefined", callee.s.empty() ? "value" : callee.s));
           runtime_error(e.line, fmt::format("'{}' object is not callable", type_name(callee)));
         }
         return (*callee.fn)(a);
@@ -229,16 +251,16 @@ class Interp {
         return apply_filter(e.name, in, a, e.line);
       }
       case Expr::Kind::test: {
-        Value in;
-        // `x is defined` must not fail on an undefined attribute chain's last step.
-        in = eval(*e.args[0], scope);
+        Value in = eval(*e.args[0], scope);
         CallArgs a = eval_args(e, scope, 1);
         return Value::boolean(apply_test(e.name, in, a, e.line) != e.negated);
       }
       case Expr::Kind::unary: {
         Value v = eval(*e.args[0], scope);
         if (e.name == "not") return Value::boolean(!v.truthy());
-        if (!v.is_number()) runtime_error(e.line, fmt::format("bad operand type for unary {}: '{}'", e.name, type_name(v)));
+        if (!v.is_number())
+          runtime_error(e.line,
+                        fmt::format("bad operand type for unary {}: '{}'", e.name, type_name(v)));
         if (e.name == "+") return v.type == Value::Type::boolean ? Value::integer(v.b) : v;
         if (v.type == Value::Type::floating) return Value::floating(-v.f);
         return Value::integer(-(v.type == Value::Type::boolean ? int64_t{v.b} : v.i));
@@ -251,7 +273,8 @@ class Interp {
       case Expr::Kind::cond:
         if (eval(*e.args[0], scope).truthy()) return eval(*e.args[1], scope);
         return e.args[2] ? eval(*e.args[2], scope) : Value::undefined();
-      case Expr::Kind::binary: return binary(e, eval(*e.args[0], scope), eval(*e.args[1], scope));
+      case Expr::Kind::binary:
+        return binary(e, eval(*e.args[0], scope), eval(*e.args[1], scope));
     }
     return Value::undefined();
   }
@@ -265,15 +288,22 @@ class Interp {
     if (op == "<" || op == ">" || op == "<=" || op == ">=") {
       bool ok = true;
       bool r = false;
-      if (op == "<") r = py_less(a, b, &ok);
-      else if (op == ">") r = py_less(b, a, &ok);
-      else if (op == "<=") r = !py_less(b, a, &ok);
-      else r = !py_less(a, b, &ok);
-      if (!ok) runtime_error(e.line, fmt::format("'{}' not supported between instances of '{}' and '{}'", op, type_name(a), type_name(b)));
+      if (op == "<")
+        r = py_less(a, b, &ok);
+      else if (op == ">")
+        r = py_less(b, a, &ok);
+      else if (op == "<=")
+        r = !py_less(b, a, &ok);
+      else
+        r = !py_less(a, b, &ok);
+      if (!ok)
+        runtime_error(e.line, fmt::format("'{}' not supported between instances of '{}' and '{}'",
+                                          op, type_name(a), type_name(b)));
       return Value::boolean(r);
     }
     if (op == "%" && a.is_string())
-      throw TemplateError(TemplateFailure::unsupported, e.line, "unsupported operator: printf-style string formatting");
+      throw TemplateError(TemplateFailure::unsupported, e.line,
+                          "unsupported operator: printf-style string formatting");
     if (a.is_undefined() || b.is_undefined())
       runtime_error(e.line, fmt::format("'{}' is undefined", a.is_undefined() ? a.s : b.s));
     if (op == "+") {
@@ -300,14 +330,17 @@ class Interp {
       return Value::make_list(std::move(out), seq.is_tuple);
     }
     if (!a.is_number() || !b.is_number())
-      runtime_error(e.line, fmt::format("unsupported operand type(s) for {}: '{}' and '{}'", op, type_name(a), type_name(b)));
+      runtime_error(e.line, fmt::format("unsupported operand type(s) for {}: '{}' and '{}'", op,
+                                        type_name(a), type_name(b)));
     bool ints = a.type != Value::Type::floating && b.type != Value::Type::floating;
-    int64_t x = a.type == Value::Type::boolean ? a.b : a.i, y = b.type == Value::Type::boolean ? b.b : b.i;
+    int64_t x = a.type == Value::Type::boolean ? a.b : a.i,
+            y = b.type == Value::Type::boolean ? b.b : b.i;
     double fx = a.as_double(), fy = b.as_double();
     if (op == "+") return ints ? Value::integer(x + y) : Value::floating(fx + fy);
     if (op == "-") return ints ? Value::integer(x - y) : Value::floating(fx - fy);
     if (op == "*") return ints ? Value::integer(x * y) : Value::floating(fx * fy);
-    if ((op == "/" || op == "//" || op == "%") && fy == 0.0) runtime_error(e.line, "division by zero");
+    if ((op == "/" || op == "//" || op == "%") && fy == 0.0)
+      runtime_error(e.line, "division by zero");
     if (op == "/") return Value::floating(fx / fy);
     if (op == "//" || op == "%") {
       if (ints) return Value::integer(op == "//" ? floor_div(x, y) : x - floor_div(x, y) * y);
@@ -340,7 +373,8 @@ class Interp {
       }
       return Value::floating(std::pow(fx, fy));
     }
-    throw TemplateError(TemplateFailure::unsupported, e.line, fmt::format("unsupported operator '{}'", op));
+    throw TemplateError(TemplateFailure::unsupported, e.line,
+                        fmt::format("unsupported operator '{}'", op));
   }
 
   int macro_depth_ = 0;
@@ -348,7 +382,9 @@ class Interp {
   bool contains(const Value& container, const Value& item, int line) {
     switch (container.type) {
       case Value::Type::string:
-        if (!item.is_string()) runtime_error(line, fmt::format("'in <string>' requires string as left operand, not {}", type_name(item)));
+        if (!item.is_string())
+          runtime_error(line, fmt::format("'in <string>' requires string as left operand, not {}",
+                                          type_name(item)));
         return container.s.find(item.s) != std::string::npos;
       case Value::Type::list:
         for (const Value& v : *container.list)
@@ -358,8 +394,11 @@ class Interp {
         if ((item.is_list() && !item.is_tuple) || item.is_dict())  // Python hashes the key first
           runtime_error(line, fmt::format("unhashable type: '{}'", type_name(item)));
         return item.is_string() && container.dict->find(item.s) != nullptr;
-      case Value::Type::undefined: return false;
-      default: runtime_error(line, fmt::format("argument of type '{}' is not iterable", type_name(container)));
+      case Value::Type::undefined:
+        return false;
+      default:
+        runtime_error(line,
+                      fmt::format("argument of type '{}' is not iterable", type_name(container)));
     }
   }
 };
@@ -370,7 +409,8 @@ Template::Template(const std::string& source)
     : body_(std::make_shared<const Body>(parse_template(source))) {}
 
 std::string Template::render(const nlohmann::ordered_json& context, std::time_t now) const {
-  if (!context.is_object()) throw TemplateError(TemplateFailure::runtime, 0, "the template context must be a JSON object");
+  if (!context.is_object())
+    throw TemplateError(TemplateFailure::runtime, 0, "the template context must be a JSON object");
   Scope globals;
   auto namespaces = std::make_shared<std::vector<std::weak_ptr<Dict>>>();
   struct BreakCycles {
@@ -381,7 +421,8 @@ std::string Template::render(const nlohmann::ordered_json& context, std::time_t 
     }
   } break_cycles{namespaces};
   install_globals(globals.vars, now, namespaces);
-  for (auto it = context.begin(); it != context.end(); ++it) globals.vars.set(it.key(), from_json(it.value()));
+  for (auto it = context.begin(); it != context.end(); ++it)
+    globals.vars.set(it.key(), from_json(it.value()));
   Scope top{{}, &globals};
   Interp interp;
   std::string out;

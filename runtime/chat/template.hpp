@@ -5,9 +5,8 @@
 // tojson, raise_exception and strftime_now). docs/chat-templates.md lists what is supported.
 #include <ctime>
 #include <memory>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "runtime/chat/template_error.hpp"
 
@@ -23,7 +22,9 @@ class Template {
   // Renders with the variables of `context` (a JSON object: messages, tools, add_generation_prompt,
   // bos_token, ...). `now` is what strftime_now formats (UTC); tests pin it. Throws TemplateError.
   std::string render(const nlohmann::ordered_json& context, std::time_t now) const;
-  std::string render(const nlohmann::ordered_json& context) const { return render(context, std::time(nullptr)); }
+  std::string render(const nlohmann::ordered_json& context) const {
+    return render(context, std::time(nullptr));
+  }
 
  private:
   std::shared_ptr<const std::vector<std::shared_ptr<const Stmt>>> body_;

@@ -19,18 +19,24 @@ enum class TemplateFailure { syntax, unsupported, raised, runtime };
 class TemplateError : public ferry::Error {
  public:
   TemplateError(TemplateFailure failure, int line, const std::string& what)
-      : ferry::Error(kind_of(failure), line > 0 ? fmt::format("template line {}: {}", line, what) : what),
-        failure_(failure), line_(line), detail_(what) {}
+      : ferry::Error(kind_of(failure),
+                     line > 0 ? fmt::format("template line {}: {}", line, what) : what),
+        failure_(failure),
+        line_(line),
+        detail_(what) {}
   TemplateFailure failure() const { return failure_; }
-  int line() const { return line_; }        // 1-based line of the template source; 0 if unknown
+  int line() const { return line_; }  // 1-based line of the template source; 0 if unknown
   const std::string& detail() const { return detail_; }  // the message without the line prefix
 
  private:
   static ErrorKind kind_of(TemplateFailure f) {
     switch (f) {
-      case TemplateFailure::syntax: return ErrorKind::format;
-      case TemplateFailure::unsupported: return ErrorKind::unsupported;
-      default: return ErrorKind::invalid_arg;
+      case TemplateFailure::syntax:
+        return ErrorKind::format;
+      case TemplateFailure::unsupported:
+        return ErrorKind::unsupported;
+      default:
+        return ErrorKind::invalid_arg;
     }
   }
   TemplateFailure failure_;

@@ -1,7 +1,7 @@
 // Tool calls in the content stream: <tool_call>BODY</tool_call> blocks, BODY either Hermes JSON
 // ({"name": ..., "arguments": {...}}, Qwen3/Qwen2.5/QwQ) or the XML form of Qwen3.5/Qwen3-Coder.
-// A block is decided when it closes: a call (deltas: id+name, then the arguments in pieces) or, when
-// it does not parse, its raw text as content.
+// A block is decided when it closes: a call (deltas: id+name, then the arguments in pieces) or,
+// when it does not parse, its raw text as content.
 #include <set>
 
 #include "runtime/chat/output_split.hpp"
@@ -33,7 +33,8 @@ const json* find_tool(const json& tools, const std::string& name) {
 // The JSON types a schema admits, as llama.cpp's common_chat_schema::value_types: "type" (a name or
 // a list), enum/const values' types, the union over anyOf/oneOf; no constraint admits all.
 std::set<std::string> value_types(const json& schema) {
-  static const std::set<std::string> all = {"string", "number", "integer", "boolean", "object", "array", "null"};
+  static const std::set<std::string> all = {"string", "number", "integer", "boolean",
+                                            "object", "array",  "null"};
   if (!schema.is_object()) return all;
   std::set<std::string> out;
   auto of_value = [](const json& v) -> std::string {
@@ -47,7 +48,8 @@ std::set<std::string> value_types(const json& schema) {
   };
   if (schema.contains("type")) {
     const json& t = schema["type"];
-    if (t.is_string()) out.insert(t.get<std::string>());
+    if (t.is_string())
+      out.insert(t.get<std::string>());
     else if (t.is_array())
       for (const auto& x : t)
         if (x.is_string()) out.insert(x.get<std::string>());
@@ -75,7 +77,8 @@ bool json_type_admitted(const json& v, const std::set<std::string>& types) {
   if (v.is_array()) return types.count("array");
   if (v.is_boolean()) return types.count("boolean");
   if (v.is_null()) return types.count("null");
-  if (v.is_number_integer() || v.is_number_unsigned()) return types.count("integer") || types.count("number");
+  if (v.is_number_integer() || v.is_number_unsigned())
+    return types.count("integer") || types.count("number");
   if (v.is_number()) return types.count("number");
   return false;
 }
@@ -101,7 +104,8 @@ bool typed_value(const std::string& raw, const json& schema, json& out) {
   return true;
 }
 
-bool parse_xml_call(std::string_view body, const json& tools, ToolCall& call, std::vector<std::string>& pieces) {
+bool parse_xml_call(std::string_view body, const json& tools, ToolCall& call,
+                    std::vector<std::string>& pieces) {
   body = trim(body);
   const std::string_view fopen = "<function=";
   if (body.substr(0, fopen.size()) != fopen) return false;
@@ -124,7 +128,8 @@ bool parse_xml_call(std::string_view body, const json& tools, ToolCall& call, st
     size_t pgt = rest.find('>');
     if (pgt == std::string_view::npos) return false;
     std::string pname(rest.substr(popen.size(), pgt - popen.size()));
-    if (pname.empty() || pname.find_first_of("<\n") != std::string::npos || seen.count(pname)) return false;
+    if (pname.empty() || pname.find_first_of("<\n") != std::string::npos || seen.count(pname))
+      return false;
     size_t pend = rest.find("</parameter>", pgt);
     if (pend == std::string_view::npos) return false;
     std::string_view value = rest.substr(pgt + 1, pend - pgt - 1);
@@ -146,7 +151,8 @@ bool parse_xml_call(std::string_view body, const json& tools, ToolCall& call, st
     const json req = (*fn)["parameters"].value("required", json::array());
     if (req.is_array())
       for (const auto& r : req)
-        if (r.is_string() && !seen.count(r.get<std::string>())) return false;  // a required one missing
+        if (r.is_string() && !seen.count(r.get<std::string>()))
+          return false;  // a required one missing
   }
   if (seen.empty()) pieces.push_back("{");
   pieces.push_back("}");
@@ -155,9 +161,11 @@ bool parse_xml_call(std::string_view body, const json& tools, ToolCall& call, st
   return true;
 }
 
-bool parse_hermes_call(std::string_view body, const json& tools, ToolCall& call, std::vector<std::string>& pieces) {
+bool parse_hermes_call(std::string_view body, const json& tools, ToolCall& call,
+                       std::vector<std::string>& pieces) {
   json j = json::parse(trim(body), nullptr, false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("name") || !j["name"].is_string()) return false;
+  if (j.is_discarded() || !j.is_object() || !j.contains("name") || !j["name"].is_string())
+    return false;
   call.name = j["name"].get<std::string>();
   if (tools.is_array() && !tools.empty() && !find_tool(tools, call.name)) return false;
   json args = j.contains("arguments") ? j["arguments"] : json::object();
@@ -170,7 +178,8 @@ bool parse_hermes_call(std::string_view body, const json& tools, ToolCall& call,
 
 }  // namespace
 
-bool parse_tool_call_body(std::string_view body, const json& tools, ToolCall& call, std::vector<std::string>& pieces) {
+bool parse_tool_call_body(std::string_view body, const json& tools, ToolCall& call,
+                          std::vector<std::string>& pieces) {
   pieces.clear();
   std::string_view t = trim(body);
   if (!t.empty() && t.front() == '{') return parse_hermes_call(t, tools, call, pieces);
@@ -228,7 +237,8 @@ void ToolCallSplitter::step(ChatDelta& out, std::vector<ToolCall>& calls) {
 }
 
 void ToolCallSplitter::finish(ChatDelta& out, std::vector<ToolCall>&) {
-  if (!skip_space_ || in_call_) content_space_.emit(buf_, out.content);  // an unclosed block is content
+  if (!skip_space_ || in_call_)
+    content_space_.emit(buf_, out.content);  // an unclosed block is content
   buf_.clear();
   content_space_.flush(out.content);
 }

@@ -1,8 +1,8 @@
 #include "runtime/chat/value.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <algorithm>
 #include <cstdio>
 
 #include "runtime/chat/template_error.hpp"
@@ -85,37 +85,54 @@ Value Value::function(Callable c) {
 
 double Value::as_double() const {
   switch (type) {
-    case Type::boolean: return b ? 1.0 : 0.0;
-    case Type::integer: return static_cast<double>(i);
-    case Type::floating: return f;
-    default: return 0.0;
+    case Type::boolean:
+      return b ? 1.0 : 0.0;
+    case Type::integer:
+      return static_cast<double>(i);
+    case Type::floating:
+      return f;
+    default:
+      return 0.0;
   }
 }
 
 bool Value::truthy() const {
   switch (type) {
     case Type::undefined:
-    case Type::none: return false;
-    case Type::boolean: return b;
-    case Type::integer: return i != 0;
-    case Type::floating: return f != 0.0;
-    case Type::string: return !s.empty();
-    case Type::list: return !list->empty();
-    case Type::dict: return is_namespace || !dict->items.empty();
-    case Type::callable: return true;
+    case Type::none:
+      return false;
+    case Type::boolean:
+      return b;
+    case Type::integer:
+      return i != 0;
+    case Type::floating:
+      return f != 0.0;
+    case Type::string:
+      return !s.empty();
+    case Type::list:
+      return !list->empty();
+    case Type::dict:
+      return is_namespace || !dict->items.empty();
+    case Type::callable:
+      return true;
   }
   return false;
 }
 
 Value from_json(const nlohmann::ordered_json& j) {
   switch (j.type()) {
-    case nlohmann::ordered_json::value_t::null: return Value::none();
-    case nlohmann::ordered_json::value_t::boolean: return Value::boolean(j.get<bool>());
-    case nlohmann::ordered_json::value_t::number_integer: return Value::integer(j.get<int64_t>());
+    case nlohmann::ordered_json::value_t::null:
+      return Value::none();
+    case nlohmann::ordered_json::value_t::boolean:
+      return Value::boolean(j.get<bool>());
+    case nlohmann::ordered_json::value_t::number_integer:
+      return Value::integer(j.get<int64_t>());
     case nlohmann::ordered_json::value_t::number_unsigned:
       return Value::integer(static_cast<int64_t>(j.get<uint64_t>()));
-    case nlohmann::ordered_json::value_t::number_float: return Value::floating(j.get<double>());
-    case nlohmann::ordered_json::value_t::string: return Value::string(j.get<std::string>());
+    case nlohmann::ordered_json::value_t::number_float:
+      return Value::floating(j.get<double>());
+    case nlohmann::ordered_json::value_t::string:
+      return Value::string(j.get<std::string>());
     case nlohmann::ordered_json::value_t::array: {
       List out;
       out.reserve(j.size());
@@ -127,17 +144,23 @@ Value from_json(const nlohmann::ordered_json& j) {
       for (auto it = j.begin(); it != j.end(); ++it) d.set(it.key(), from_json(it.value()));
       return Value::make_dict(std::move(d));
     }
-    default: return Value::none();
+    default:
+      return Value::none();
   }
 }
 
 nlohmann::ordered_json to_json(const Value& v) {
   switch (v.type) {
-    case Value::Type::none: return nullptr;
-    case Value::Type::boolean: return v.b;
-    case Value::Type::integer: return v.i;
-    case Value::Type::floating: return v.f;
-    case Value::Type::string: return v.s;
+    case Value::Type::none:
+      return nullptr;
+    case Value::Type::boolean:
+      return v.b;
+    case Value::Type::integer:
+      return v.i;
+    case Value::Type::floating:
+      return v.f;
+    case Value::Type::string:
+      return v.s;
     case Value::Type::list: {
       auto a = nlohmann::ordered_json::array();
       for (const auto& e : *v.list) a.push_back(to_json(e));
@@ -145,12 +168,15 @@ nlohmann::ordered_json to_json(const Value& v) {
     }
     case Value::Type::dict: {
       if (v.is_namespace)
-        throw TemplateError(TemplateFailure::runtime, 0, "Object of type Namespace is not JSON serializable");
+        throw TemplateError(TemplateFailure::runtime, 0,
+                            "Object of type Namespace is not JSON serializable");
       auto o = nlohmann::ordered_json::object();
       for (const auto& [k, e] : v.dict->items) o[k] = to_json(e);
       return o;
     }
-    default: throw TemplateError(TemplateFailure::runtime, 0, fmt::format("Object of type {} is not JSON serializable", type_name(v)));
+    default:
+      throw TemplateError(TemplateFailure::runtime, 0,
+                          fmt::format("Object of type {} is not JSON serializable", type_name(v)));
   }
 }
 
@@ -203,23 +229,30 @@ static std::string repr_string(const std::string& s) {
   char q = (s.find('\'') != std::string::npos && s.find('"') == std::string::npos) ? '"' : '\'';
   std::string out(1, q);
   for (unsigned char c : s) {
-    if (c == '\\') out += "\\\\";
-    else if (c == static_cast<unsigned char>(q)) out += std::string("\\") + q;
-    else if (c == '\n') out += "\\n";
-    else if (c == '\r') out += "\\r";
-    else if (c == '\t') out += "\\t";
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == static_cast<unsigned char>(q))
+      out += std::string("\\") + q;
+    else if (c == '\n')
+      out += "\\n";
+    else if (c == '\r')
+      out += "\\r";
+    else if (c == '\t')
+      out += "\\t";
     else if (c < 0x20 || c == 0x7f) {
       char b[8];
       std::snprintf(b, sizeof b, "\\x%02x", c);
       out += b;
-    } else out += static_cast<char>(c);
+    } else
+      out += static_cast<char>(c);
   }
   return out + q;
 }
 
 std::string py_repr(const Value& v) {
   switch (v.type) {
-    case Value::Type::string: return repr_string(v.s);
+    case Value::Type::string:
+      return repr_string(v.s);
     case Value::Type::list: {
       std::string out = v.is_tuple ? "(" : "[";
       for (size_t k = 0; k < v.list->size(); ++k) out += (k ? ", " : "") + py_repr((*v.list)[k]);
@@ -240,20 +273,29 @@ std::string py_repr(const Value& v) {
       out += '}';
       return v.is_namespace ? "<Namespace " + out + ">" : out;
     }
-    default: return py_str(v);
+    default:
+      return py_str(v);
   }
 }
 
 std::string py_str(const Value& v) {
   switch (v.type) {
-    case Value::Type::undefined: return "";
-    case Value::Type::none: return "None";
-    case Value::Type::boolean: return v.b ? "True" : "False";
-    case Value::Type::integer: return std::to_string(v.i);
-    case Value::Type::floating: return py_float_repr(v.f);
-    case Value::Type::string: return v.s;
-    case Value::Type::callable: return "<function>";
-    default: return py_repr(v);
+    case Value::Type::undefined:
+      return "";
+    case Value::Type::none:
+      return "None";
+    case Value::Type::boolean:
+      return v.b ? "True" : "False";
+    case Value::Type::integer:
+      return std::to_string(v.i);
+    case Value::Type::floating:
+      return py_float_repr(v.f);
+    case Value::Type::string:
+      return v.s;
+    case Value::Type::callable:
+      return "<function>";
+    default:
+      return py_repr(v);
   }
 }
 
@@ -265,14 +307,29 @@ static void json_string(std::string& out, const std::string& s, bool ensure_asci
   for (size_t k = 0; k < s.size(); ++k) {
     unsigned char c = static_cast<unsigned char>(s[k]);
     switch (c) {
-      case '"': out += "\\\""; continue;
-      case '\\': out += "\\\\"; continue;
-      case '\n': out += "\\n"; continue;
-      case '\r': out += "\\r"; continue;
-      case '\t': out += "\\t"; continue;
-      case '\b': out += "\\b"; continue;
-      case '\f': out += "\\f"; continue;
-      default: break;
+      case '"':
+        out += "\\\"";
+        continue;
+      case '\\':
+        out += "\\\\";
+        continue;
+      case '\n':
+        out += "\\n";
+        continue;
+      case '\r':
+        out += "\\r";
+        continue;
+      case '\t':
+        out += "\\t";
+        continue;
+      case '\b':
+        out += "\\b";
+        continue;
+      case '\f':
+        out += "\\f";
+        continue;
+      default:
+        break;
     }
     char b[16];
     if (c < 0x20 || (ensure_ascii && c == 0x7f)) {
@@ -283,7 +340,8 @@ static void json_string(std::string& out, const std::string& s, bool ensure_asci
     } else {
       size_t n = (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
       uint32_t cp = n == 2 ? (c & 0x1F) : n == 3 ? (c & 0x0F) : n == 4 ? (c & 0x07) : 0xFFFD;
-      for (size_t j = 1; j < n && k + j < s.size(); ++j) cp = (cp << 6) | (static_cast<unsigned char>(s[k + j]) & 0x3F);
+      for (size_t j = 1; j < n && k + j < s.size(); ++j)
+        cp = (cp << 6) | (static_cast<unsigned char>(s[k + j]) & 0x3F);
       k += n - 1;
       if (cp > 0xFFFF) {
         cp -= 0x10000;
@@ -299,22 +357,34 @@ static void json_string(std::string& out, const std::string& s, bool ensure_asci
 
 static void dumps(std::string& out, const Value& v, const JsonDumpOptions& o, int depth) {
   const bool pretty = o.indent >= 0;
-  const std::string& item_sep = o.item_separator ? *o.item_separator : (pretty ? std::string(",") : std::string(", "));
+  const std::string& item_sep =
+      o.item_separator ? *o.item_separator : (pretty ? std::string(",") : std::string(", "));
   const std::string& key_sep = o.key_separator ? *o.key_separator : std::string(": ");
   auto newline = [&](int d) {
     out += '\n';
     out.append(static_cast<size_t>(o.indent) * d, ' ');
   };
   switch (v.type) {
-    case Value::Type::none: out += "null"; return;
-    case Value::Type::boolean: out += v.b ? "true" : "false"; return;
-    case Value::Type::integer: out += std::to_string(v.i); return;
-    case Value::Type::floating:
-      if (std::isnan(v.f)) out += "NaN";
-      else if (std::isinf(v.f)) out += v.f > 0 ? "Infinity" : "-Infinity";
-      else out += py_float_repr(v.f);
+    case Value::Type::none:
+      out += "null";
       return;
-    case Value::Type::string: json_string(out, v.s, o.ensure_ascii); return;
+    case Value::Type::boolean:
+      out += v.b ? "true" : "false";
+      return;
+    case Value::Type::integer:
+      out += std::to_string(v.i);
+      return;
+    case Value::Type::floating:
+      if (std::isnan(v.f))
+        out += "NaN";
+      else if (std::isinf(v.f))
+        out += v.f > 0 ? "Infinity" : "-Infinity";
+      else
+        out += py_float_repr(v.f);
+      return;
+    case Value::Type::string:
+      json_string(out, v.s, o.ensure_ascii);
+      return;
     case Value::Type::list: {
       if (v.list->empty()) {
         out += "[]";
@@ -332,7 +402,8 @@ static void dumps(std::string& out, const Value& v, const JsonDumpOptions& o, in
     }
     case Value::Type::dict: {
       if (v.is_namespace)
-        throw TemplateError(TemplateFailure::runtime, 0, "Object of type Namespace is not JSON serializable");
+        throw TemplateError(TemplateFailure::runtime, 0,
+                            "Object of type Namespace is not JSON serializable");
       if (v.dict->items.empty()) {
         out += "{}";
         return;
@@ -340,7 +411,8 @@ static void dumps(std::string& out, const Value& v, const JsonDumpOptions& o, in
       std::vector<const std::pair<std::string, Value>*> items;
       for (const auto& kv : v.dict->items) items.push_back(&kv);
       if (o.sort_keys)
-        std::stable_sort(items.begin(), items.end(), [](auto* a, auto* b) { return a->first < b->first; });
+        std::stable_sort(items.begin(), items.end(),
+                         [](auto* a, auto* b) { return a->first < b->first; });
       out += '{';
       bool first = true;
       for (const auto* kv : items) {
@@ -379,8 +451,10 @@ bool py_equal(const Value& a, const Value& b) {
   if (a.type != b.type) return false;
   switch (a.type) {
     case Value::Type::undefined:
-    case Value::Type::none: return true;
-    case Value::Type::string: return a.s == b.s;
+    case Value::Type::none:
+      return true;
+    case Value::Type::string:
+      return a.s == b.s;
     case Value::Type::list:
       if (a.is_tuple != b.is_tuple || a.list->size() != b.list->size()) return false;
       for (size_t k = 0; k < a.list->size(); ++k)
@@ -396,8 +470,10 @@ bool py_equal(const Value& a, const Value& b) {
       }
       return true;
     }
-    case Value::Type::callable: return a.fn == b.fn;
-    default: return false;
+    case Value::Type::callable:
+      return a.fn == b.fn;
+    default:
+      return false;
   }
 }
 
@@ -419,15 +495,24 @@ bool py_less(const Value& a, const Value& b, bool* ok) {
 
 const char* type_name(const Value& v) {
   switch (v.type) {
-    case Value::Type::undefined: return "Undefined";
-    case Value::Type::none: return "NoneType";
-    case Value::Type::boolean: return "bool";
-    case Value::Type::integer: return "int";
-    case Value::Type::floating: return "float";
-    case Value::Type::string: return "str";
-    case Value::Type::list: return v.is_tuple ? "tuple" : "list";
-    case Value::Type::dict: return v.is_namespace ? "Namespace" : "dict";
-    case Value::Type::callable: return "function";
+    case Value::Type::undefined:
+      return "Undefined";
+    case Value::Type::none:
+      return "NoneType";
+    case Value::Type::boolean:
+      return "bool";
+    case Value::Type::integer:
+      return "int";
+    case Value::Type::floating:
+      return "float";
+    case Value::Type::string:
+      return "str";
+    case Value::Type::list:
+      return v.is_tuple ? "tuple" : "list";
+    case Value::Type::dict:
+      return v.is_namespace ? "Namespace" : "dict";
+    case Value::Type::callable:
+      return "function";
   }
   return "?";
 }

@@ -5,12 +5,11 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace ferry::chat {
 
@@ -59,7 +58,9 @@ struct Value {
   bool is_undefined() const { return type == Type::undefined; }
   bool is_none() const { return type == Type::none; }
   bool is_string() const { return type == Type::string; }
-  bool is_number() const { return type == Type::integer || type == Type::floating || type == Type::boolean; }
+  bool is_number() const {
+    return type == Type::integer || type == Type::floating || type == Type::boolean;
+  }
   bool is_list() const { return type == Type::list; }
   bool is_dict() const { return type == Type::dict; }
   double as_double() const;
@@ -75,8 +76,8 @@ nlohmann::ordered_json to_json(const Value& v);
 std::string py_str(const Value& v);
 std::string py_repr(const Value& v);
 std::string py_float_repr(double d);
-// json.dumps as transformers' tojson calls it (its defaults: ensure_ascii=False, no indent, Python's
-// separators — ", " and ": ", or "," and ": " with an indent — keys in insertion order).
+// json.dumps as transformers' tojson calls it (its defaults: ensure_ascii=False, no indent,
+// Python's separators — ", " and ": ", or "," and ": " with an indent — keys in insertion order).
 struct JsonDumpOptions {
   int indent = -1;  // <0: on one line
   bool ensure_ascii = false;

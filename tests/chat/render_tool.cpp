@@ -3,7 +3,8 @@
 //   {"template": "<path to a .jinja file>" (or "source": "<the template text>"),
 //    "mode": "template" | "chat", "now": <unix seconds>,
 //    "context": {...}}            mode template: the context is given to the template as is
-//    "request": {...}}            mode chat: messages/tools/add_generation_prompt/bos_token/eos_token/
+//    "request": {...}}            mode chat:
+//    messages/tools/add_generation_prompt/bos_token/eos_token/
 //                                 chat_template_kwargs through ferry::chat::render_chat
 // A result is {"ok": true, "text": "..."} or {"ok": false, "failure": "syntax|unsupported|raised|
 // runtime|request", "message": "..."}.

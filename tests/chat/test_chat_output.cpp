@@ -36,7 +36,8 @@ ChatParseOptions opts(bool tools_on = true, bool in_reasoning = false) {
 
 // Feeds `text` in random pieces; checks the accumulated deltas equal the one-shot parse and that
 // each call's deltas come as llama-server sends them (id and name first, then arguments).
-void expect_streaming_matches(const std::string& text, const ChatParseOptions& o, std::mt19937& rng) {
+void expect_streaming_matches(const std::string& text, const ChatParseOptions& o,
+                              std::mt19937& rng) {
   ChatMessage one = parse_chat_output(text, o);
   ChatOutputParser p(o);
   ChatMessage acc;
@@ -100,9 +101,10 @@ TEST(ChatOutput, StartsInsideReasoningWhenThePromptOpenedIt) {
   EXPECT_EQ(m.reasoning_content, "The user asks.");
   EXPECT_EQ(m.content, "It is sunny.");
   // Qwen3.5 may open a call without closing the reasoning: the call ends it.
-  m = parse_chat_output("Need the tool.\n<tool_call>\n<function=get_weather>\n<parameter=location>\nParis\n"
-                        "</parameter>\n</function>\n</tool_call>",
-                        opts(true, true));
+  m = parse_chat_output(
+      "Need the tool.\n<tool_call>\n<function=get_weather>\n<parameter=location>\nParis\n"
+      "</parameter>\n</function>\n</tool_call>",
+      opts(true, true));
   EXPECT_EQ(m.reasoning_content, "Need the tool.");
   EXPECT_EQ(m.content, "");
   ASSERT_EQ(m.tool_calls.size(), 1u);
@@ -111,8 +113,10 @@ TEST(ChatOutput, StartsInsideReasoningWhenThePromptOpenedIt) {
 
 TEST(ChatOutput, HermesCalls) {
   ChatMessage m = parse_chat_output(
-      "Let me check.\n\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"location\": \"Zürich\", \"days\": 2}}\n"
-      "</tool_call>\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"location\": \"東京\"}}\n</tool_call>",
+      "Let me check.\n\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"location\": "
+      "\"Zürich\", \"days\": 2}}\n"
+      "</tool_call>\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"location\": "
+      "\"東京\"}}\n</tool_call>",
       opts());
   EXPECT_EQ(m.content, "Let me check.");
   ASSERT_EQ(m.tool_calls.size(), 2u);
@@ -158,15 +162,20 @@ TEST(ChatOutput, XmlValuesTypedBySchema) {
 
 TEST(ChatOutput, MalformedOutputIsContent) {
   const std::vector<std::string> bad = {
-      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"location\": }\n</tool_call>",    // bad JSON
-      "<tool_call>\n{\"name\": \"launch_rockets\", \"arguments\": {}}\n</tool_call>",             // unknown tool
-      "<tool_call>\n<function=get_weather>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>",  // required missing
-      "<tool_call>\n<function=get_weather>\n<parameter=location>\nx\n</parameter>\n<parameter=days>\nthree\n"
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"location\": }\n</tool_call>",  // bad JSON
+      "<tool_call>\n{\"name\": \"launch_rockets\", \"arguments\": {}}\n</tool_call>",  // unknown
+                                                                                       // tool
+      "<tool_call>\n<function=get_weather>\n<parameter=days>\n3\n</parameter>\n</function>\n</"
+      "tool_call>",  // required missing
+      "<tool_call>\n<function=get_weather>\n<parameter=location>\nx\n</"
+      "parameter>\n<parameter=days>\nthree\n"
       "</parameter>\n</function>\n</tool_call>",  // an integer that is not JSON
-      "<tool_call>\n<function=get_weather>\n<parameter=location>\nx\n</parameter>\n<parameter=color>\nred\n"
+      "<tool_call>\n<function=get_weather>\n<parameter=location>\nx\n</"
+      "parameter>\n<parameter=color>\nred\n"
       "</parameter>\n</function>\n</tool_call>",  // a parameter outside the schema
-      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"location\": \"x\"}}",           // never closed
-      "<tool_call><function=get_weather>",                                                    // truncated
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"location\": \"x\"}}",  // never
+                                                                                         // closed
+      "<tool_call><function=get_weather>",  // truncated
   };
   for (const auto& text : bad) {
     ChatMessage m = parse_chat_output("Before. " + text, opts());
@@ -175,36 +184,44 @@ TEST(ChatOutput, MalformedOutputIsContent) {
   }
   // A bad block between good ones is content; the good ones are calls.
   ChatMessage m = parse_chat_output(
-      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"location\": \"a\"}}\n</tool_call>\n"
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"location\": "
+      "\"a\"}}\n</tool_call>\n"
       "<tool_call>\nnot a call\n</tool_call>\n"
-      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"location\": \"b\"}}\n</tool_call>",
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"location\": "
+      "\"b\"}}\n</tool_call>",
       opts());
   EXPECT_EQ(m.tool_calls.size(), 2u);
   EXPECT_EQ(m.content, "<tool_call>\nnot a call\n</tool_call>");
   // Tools off (tool_choice none): the text stays content.
-  m = parse_chat_output("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {}}\n</tool_call>", opts(false));
+  m = parse_chat_output("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {}}\n</tool_call>",
+                        opts(false));
   EXPECT_TRUE(m.tool_calls.empty());
 }
 
 TEST(ChatOutput, StreamingInRandomPiecesEqualsOneShot) {
   std::mt19937 rng(27);
   const std::vector<std::string> outputs = {
-      "<think>\nPlan: call the tool.\n</think>\n\nChecking.\n\n<tool_call>\n{\"name\": \"get_weather\", "
+      "<think>\nPlan: call the tool.\n</think>\n\nChecking.\n\n<tool_call>\n{\"name\": "
+      "\"get_weather\", "
       "\"arguments\": {\"location\": \"Paris\"}}\n</tool_call>",
       "<think>\n\n</think>\n\nNo tools <needed> here </tool_call> <tool_call partial",
       "Text with < and <t and <th and </thi, then end <",
-      "<tool_call>\n<function=configure>\n<parameter=code>\nx < y && z\n</parameter>\n<parameter=ratio>\n2\n"
-      "</parameter>\n</function>\n</tool_call>\n<tool_call>\n<function=get_weather>\n<parameter=location>\n"
+      "<tool_call>\n<function=configure>\n<parameter=code>\nx < y && "
+      "z\n</parameter>\n<parameter=ratio>\n2\n"
+      "</parameter>\n</function>\n</"
+      "tool_call>\n<tool_call>\n<function=get_weather>\n<parameter=location>\n"
       "Zürich 🌧\n</parameter>\n</function>\n</tool_call>",
       "  <think>  spaced  </think>  after  \n\n",
-      "<tool_call>\n{\"name\": \"get_weather\"\n</tool_call> broken then fine <tool_call>{\"name\": \"get_weather\", "
+      "<tool_call>\n{\"name\": \"get_weather\"\n</tool_call> broken then fine "
+      "<tool_call>{\"name\": \"get_weather\", "
       "\"arguments\": {\"location\": \"q\"}}</tool_call>",
       "",
   };
   for (const auto& text : outputs) {
     for (bool in_reasoning : {false, true}) {
       for (bool tools_on : {false, true}) {
-        for (int rep = 0; rep < 20; ++rep) expect_streaming_matches(text, opts(tools_on, in_reasoning), rng);
+        for (int rep = 0; rep < 20; ++rep)
+          expect_streaming_matches(text, opts(tools_on, in_reasoning), rng);
       }
     }
   }
@@ -217,7 +234,10 @@ TEST(ChatOutput, DeltaJsonHasLlamaServerShape) {
   json j = delta_to_json(d);
   EXPECT_EQ(j["content"], "x");
   EXPECT_FALSE(j.contains("reasoning_content"));
-  EXPECT_EQ(j["tool_calls"][0], json::parse(R"({"index":0,"id":"call_0","type":"function","function":{"name":"get_weather","arguments":""}})"));
+  EXPECT_EQ(
+      j["tool_calls"][0],
+      json::parse(
+          R"({"index":0,"id":"call_0","type":"function","function":{"name":"get_weather","arguments":""}})"));
   EXPECT_EQ(j["tool_calls"][1], json::parse(R"({"index":0,"function":{"arguments":"{\"a\":1}"}})"));
 }
 
@@ -228,7 +248,8 @@ TEST(ChatOutput, ChoicesAndFormats) {
   EXPECT_EQ(parse_tool_choice(json("required")), ToolChoice::required);
   EXPECT_FALSE(tool_choice_parses_calls(ToolChoice::none));
   EXPECT_TRUE(tool_choice_parses_calls(ToolChoice::required));
-  EXPECT_THROW(parse_tool_choice(json::parse(R"({"type":"function","function":{"name":"f"}})")), ferry::Error);
+  EXPECT_THROW(parse_tool_choice(json::parse(R"({"type":"function","function":{"name":"f"}})")),
+               ferry::Error);
   EXPECT_THROW(parse_tool_choice(json("sometimes")), ferry::Error);
   EXPECT_EQ(parse_reasoning_format("none"), ReasoningFormat::none);
   EXPECT_EQ(parse_reasoning_format("deepseek"), ReasoningFormat::deepseek);

@@ -48,7 +48,8 @@ TEST(ChatRender, NormalisesLikeLlamaServer) {
   json out = normalize_messages(msgs);
   EXPECT_EQ(out[0]["role"], "system");
   EXPECT_EQ(out[1]["content"], "one\ntwo");
-  EXPECT_EQ(out[2]["tool_calls"][0]["function"]["arguments"], json::parse(R"({"location": "Oslo"})"));
+  EXPECT_EQ(out[2]["tool_calls"][0]["function"]["arguments"],
+            json::parse(R"({"location": "Oslo"})"));
   EXPECT_TRUE(normalize_messages(msgs, true)[1]["content"].is_array());
 
   auto bad = [](const char* text) {
@@ -61,9 +62,11 @@ TEST(ChatRender, NormalisesLikeLlamaServer) {
   };
   EXPECT_EQ(bad(R"({"role": "user"})"), ferry::ErrorKind::invalid_arg);
   EXPECT_EQ(bad(R"([{"content": "no role"}])"), ferry::ErrorKind::invalid_arg);
-  EXPECT_EQ(bad(R"([{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}])"), ferry::ErrorKind::invalid_arg);
-  EXPECT_EQ(bad(R"([{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{bad"}}]}])"),
+  EXPECT_EQ(bad(R"([{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}])"),
             ferry::ErrorKind::invalid_arg);
+  EXPECT_EQ(
+      bad(R"([{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{bad"}}]}])"),
+      ferry::ErrorKind::invalid_arg);
 }
 
 TEST(ChatRender, Qwen35ThinkingOnAndOff) {
@@ -82,7 +85,8 @@ TEST(ChatRender, Qwen35ThinkingOnAndOff) {
 }
 
 TEST(ChatRender, TypedContentWhereTheTemplateTakesIt) {
-  json msgs = json::parse(R"([{"role": "user", "content": [{"type": "text", "text": "one"}, {"type": "text", "text": "two"}]}])");
+  json msgs = json::parse(
+      R"([{"role": "user", "content": [{"type": "text", "text": "one"}, {"type": "text", "text": "two"}]}])");
   ChatTemplateInputs in;
   in.messages = msgs;
   in.add_generation_prompt = false;
@@ -99,9 +103,11 @@ TEST(ChatRender, UnfaithfulRequestsAreErrors) {
   ChatTemplateInputs in;
   in.messages = json::parse(R"([{"role": "user", "content": "Hi"}])");
   in.tools = kTools;
-  Template chatml("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}");
+  Template chatml(
+      "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}");
   EXPECT_EQ(kind_of(chatml, in), ferry::ErrorKind::unsupported);  // tools would be dropped silently
-  EXPECT_NE(render_chat(load("Qwen-Qwen3-0.6B.jinja"), in).find("\"name\": \"get_weather\""), std::string::npos);
+  EXPECT_NE(render_chat(load("Qwen-Qwen3-0.6B.jinja"), in).find("\"name\": \"get_weather\""),
+            std::string::npos);
   // The template itself refuses: no user message.
   in.messages = json::parse(R"([{"role": "system", "content": "s"}])");
   try {
@@ -115,8 +121,10 @@ TEST(ChatRender, UnfaithfulRequestsAreErrors) {
 
 // A call rendered by the template into the assistant turn, read back by the parser, is the call.
 TEST(ChatRender, ToolCallsRoundTripThroughTemplateAndParser) {
-  const json args = json::parse(R"({"location": "007", "days": 3, "opts": {"metric": true}, "tags": ["a", 1]})");
-  for (const char* name : {"Qwen3.5-4B.jinja", "Qwen3-Coder.jinja", "Qwen-Qwen3-0.6B.jinja", "Qwen-Qwen2.5-7B-Instruct.jinja"}) {
+  const json args =
+      json::parse(R"({"location": "007", "days": 3, "opts": {"metric": true}, "tags": ["a", 1]})");
+  for (const char* name : {"Qwen3.5-4B.jinja", "Qwen3-Coder.jinja", "Qwen-Qwen3-0.6B.jinja",
+                           "Qwen-Qwen2.5-7B-Instruct.jinja"}) {
     SCOPED_TRACE(name);
     Template t = load(name);
     ChatTemplateInputs in;
@@ -124,10 +132,13 @@ TEST(ChatRender, ToolCallsRoundTripThroughTemplateAndParser) {
     in.add_generation_prompt = false;
     in.messages = json::array();
     in.messages.push_back({{"role", "user"}, {"content", "Weather?"}});
-    json call = {{"id", "c1"}, {"type", "function"}, {"function", {{"name", "get_weather"}, {"arguments", args.dump()}}}};
+    json call = {{"id", "c1"},
+                 {"type", "function"},
+                 {"function", {{"name", "get_weather"}, {"arguments", args.dump()}}}};
     json second = call;
     second["function"]["arguments"] = R"({"location": "Zürich\nnorth"})";
-    in.messages.push_back({{"role", "assistant"}, {"content", "Checking."}, {"tool_calls", {call, second}}});
+    in.messages.push_back(
+        {{"role", "assistant"}, {"content", "Checking."}, {"tool_calls", {call, second}}});
     std::string prompt = render_chat(t, in);
     const std::string head = "<|im_start|>assistant\n";
     size_t at = prompt.rfind(head);
@@ -143,6 +154,7 @@ TEST(ChatRender, ToolCallsRoundTripThroughTemplateAndParser) {
     ASSERT_EQ(m.tool_calls.size(), 2u) << turn;
     EXPECT_EQ(m.tool_calls[0].name, "get_weather");
     EXPECT_EQ(json::parse(m.tool_calls[0].arguments), args);
-    EXPECT_EQ(json::parse(m.tool_calls[1].arguments), json::parse(R"({"location": "Zürich\nnorth"})"));
+    EXPECT_EQ(json::parse(m.tool_calls[1].arguments),
+              json::parse(R"({"location": "Zürich\nnorth"})"));
   }
 }

@@ -39,7 +39,9 @@ TEST(ChatRequest, AgentRoundTripThroughTheLibrary) {
   o.make_id = [](size_t i) { return "call_" + std::to_string(i); };
 
   const std::string output =
-      "The user wants Oslo.\n</think>\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n"
+      "The user wants "
+      "Oslo.\n</think>\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</"
+      "parameter>\n"
       "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>";
   ChatOutputParser parser(o);
   json deltas = json::array();
@@ -61,13 +63,16 @@ TEST(ChatRequest, AgentRoundTripThroughTheLibrary) {
   // Next turn: the assistant message and the tool's result go back in.
   json body = json::parse(kBody);
   body["messages"].push_back(msg);
-  body["messages"].push_back({{"role", "tool"}, {"tool_call_id", "call_0"}, {"content", "{\"temp\": -3}"}});
+  body["messages"].push_back(
+      {{"role", "tool"}, {"tool_call_id", "call_0"}, {"content", "{\"temp\": -3}"}});
   std::string next = render_chat(t, parse_chat_request(body, ChatServerDefaults{}).inputs);
-  EXPECT_NE(next.find("<|im_start|>assistant\n<think>\nThe user wants Oslo.\n</think>\n\n<tool_call>\n"
-                      "<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n<parameter=days>\n3\n"
-                      "</parameter>\n</function>\n</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\n"
-                      "{\"temp\": -3}\n</tool_response><|im_end|>\n<|im_start|>assistant\n<think>\n"),
-            std::string::npos)
+  EXPECT_NE(
+      next.find(
+          "<|im_start|>assistant\n<think>\nThe user wants Oslo.\n</think>\n\n<tool_call>\n"
+          "<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n<parameter=days>\n3\n"
+          "</parameter>\n</function>\n</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\n"
+          "{\"temp\": -3}\n</tool_response><|im_end|>\n<|im_start|>assistant\n<think>\n"),
+      std::string::npos)
       << next;
 }
 
@@ -76,7 +81,8 @@ TEST(ChatRequest, OptionsAndErrors) {
   defaults.reasoning_budget = 0;
   defaults.chat_template_kwargs = {{"custom", 1}};
   ChatRequest r = parse_chat_request(json::parse(R"({"messages": [{"role": "user", "content": "x"}],
-      "chat_template_kwargs": {"custom": 2}, "reasoning_format": "none", "tool_choice": "none"})"), defaults);
+      "chat_template_kwargs": {"custom": 2}, "reasoning_format": "none", "tool_choice": "none"})"),
+                                     defaults);
   EXPECT_EQ(r.inputs.enable_thinking, false);
   EXPECT_EQ(r.inputs.chat_template_kwargs["custom"], 2);
   EXPECT_EQ(r.reasoning_format, ReasoningFormat::none);

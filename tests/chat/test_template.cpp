@@ -59,8 +59,10 @@ TEST(ChatTemplate, UnsupportedConstructsNameTheLine) {
   };
   const Case cases[] = {
       {"a\n{% include 'x' %}", 2, "unsupported statement 'include'"},
-      {"{% for x in y %}\n\n{{ x | frobnicate }}{% endfor %}", 3, "unsupported filter 'frobnicate'"},
-      {"{% if true %}\n{{ 1 | from_json }}{% endif %}", 2, "unsupported filter 'from_json'"},  // checked when run
+      {"{% for x in y %}\n\n{{ x | frobnicate }}{% endfor %}", 3,
+       "unsupported filter 'frobnicate'"},
+      {"{% if true %}\n{{ 1 | from_json }}{% endif %}", 2,
+       "unsupported filter 'from_json'"},  // checked when run
       {"{{ x is prime }}", 1, "unsupported test 'prime'"},
       {"\n\n\n{{ 'x'.zfill(3) }}", 4, "unsupported method str.zfill"},
       {"{{ '%s' % 1 }}", 1, "unsupported operator: printf-style string formatting"},
@@ -90,7 +92,8 @@ TEST(ChatTemplate, ErrorsAreTyped) {
   EXPECT_EQ(failure_of("{{ a.b }}"), TemplateFailure::runtime);
   EXPECT_EQ(failure_of("{{ 1 < 'a' }}"), TemplateFailure::runtime);
   try {
-    Template("line one\n{{ raise_exception('System message must be first.') }}").render(json::object(), 0);
+    Template("line one\n{{ raise_exception('System message must be first.') }}")
+        .render(json::object(), 0);
     FAIL();
   } catch (const TemplateError& e) {
     EXPECT_EQ(e.detail(), "System message must be first.");
@@ -137,8 +140,10 @@ TEST(ChatTemplate, ValuesPrintAsPython) {
 // Hostile templates: random edits of the committed templates, and deep nesting, either render or
 // fail with a TemplateError; nothing else escapes (and under ASan, nothing reads out of bounds).
 TEST(ChatTemplate, MutatedTemplatesFailCleanly) {
-  const char* names[] = {"Qwen3.5-4B.jinja", "Qwen3-Coder.jinja", "meta-llama-Llama-3.1-8B-Instruct.jinja"};
-  const json ctx = json::parse(R"({"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "u"},
+  const char* names[] = {"Qwen3.5-4B.jinja", "Qwen3-Coder.jinja",
+                         "meta-llama-Llama-3.1-8B-Instruct.jinja"};
+  const json ctx = json::parse(
+      R"({"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "u"},
     {"role": "assistant", "content": "a", "tool_calls": [{"function": {"name": "f", "arguments": {"x": 1}}}]}],
     "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}],
     "add_generation_prompt": true})");
@@ -154,9 +159,14 @@ TEST(ChatTemplate, MutatedTemplatesFailCleanly) {
       for (int e = 1 + static_cast<int>(rng() % 4); e > 0; --e) {
         size_t at = rng() % s.size();
         switch (rng() % 3) {
-          case 0: s.erase(at, 1 + rng() % 8); break;
-          case 1: s.insert(at, 1, alphabet[rng() % alphabet.size()]); break;
-          default: s[at] = alphabet[rng() % alphabet.size()];
+          case 0:
+            s.erase(at, 1 + rng() % 8);
+            break;
+          case 1:
+            s.insert(at, 1, alphabet[rng() % alphabet.size()]);
+            break;
+          default:
+            s[at] = alphabet[rng() % alphabet.size()];
         }
       }
       try {
@@ -169,13 +179,17 @@ TEST(ChatTemplate, MutatedTemplatesFailCleanly) {
   }
   EXPECT_GT(rendered, 0);
   EXPECT_GT(failed, 0);
-  EXPECT_EQ(failure_of("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}"), TemplateFailure::syntax);
+  EXPECT_EQ(failure_of("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}"),
+            TemplateFailure::syntax);
   EXPECT_EQ(failure_of("{{ " + std::string(5000, '-') + "1 }}"), TemplateFailure::syntax);
   std::string nested;
   for (int k = 0; k < 1000; ++k) nested += "{% if true %}";
   EXPECT_EQ(failure_of(nested), TemplateFailure::syntax);
-  EXPECT_EQ(failure_of("{% macro m(n) %}{{ m(n + 1) }}{% endmacro %}{{ m(0) }}"), TemplateFailure::runtime);
-  EXPECT_EQ(failure_of("{% set ns = namespace(a=1) %}{% set ns.me = ns %}{{ ns | tojson }}"), TemplateFailure::runtime);
-  EXPECT_EQ(Template("{% set ns = namespace(a=1) %}{% set ns.me = ns %}{{ ns }}").render(json::object(), 0),
+  EXPECT_EQ(failure_of("{% macro m(n) %}{{ m(n + 1) }}{% endmacro %}{{ m(0) }}"),
+            TemplateFailure::runtime);
+  EXPECT_EQ(failure_of("{% set ns = namespace(a=1) %}{% set ns.me = ns %}{{ ns | tojson }}"),
+            TemplateFailure::runtime);
+  EXPECT_EQ(Template("{% set ns = namespace(a=1) %}{% set ns.me = ns %}{{ ns }}")
+                .render(json::object(), 0),
             "<Namespace {'a': 1, 'me': <Namespace {...}>}>");
 }
