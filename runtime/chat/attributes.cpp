@@ -201,7 +201,7 @@ Value string_method(const std::string& s, const std::string& name, int line) {
       std::string x = need_string(*sub, "substring", ln);
       if (arg_at(a, 1, "start")) unsupported(ln, fmt::format("str.{} with start/end", name));
       auto to_cp = [&](size_t byte) {  // Python indexes code points
-        return static_cast<int64_t>(utf8_chars(std::string_view(str).substr(0, byte)).size());
+        return utf8_length(std::string_view(str).substr(0, byte));
       };
       if (name == "count") {
         if (x.empty()) return Value::integer(py_len(Value::string(str), ln) + 1);
@@ -316,23 +316,42 @@ std::vector<std::string> utf8_chars(std::string_view s) {
 }
 
 std::string py_strip(const std::string& s, const Value& chars, bool left, bool right) {
-  std::vector<std::string> set;
-  bool whitespace = chars.is_none() || chars.is_undefined();
-  if (!whitespace) set = utf8_chars(chars.s);
-  auto strip_it = [&](const std::string& c) {
-    if (whitespace)
-      return c.size() == 1 && (is_ascii_space(c[0]) || (c[0] >= 0x1c && c[0] <= 0x1f));
+  // Works on bytes: no allocation per code point (templates trim whole messages).
+  size_t b = 0, e = s.size();
+  if (chars.is_none() || chars.is_undefined()) {
+    auto space = [](char c) { return is_ascii_space(c) || (c >= 0x1c && c <= 0x1f); };
+    if (left)
+      while (b < e && space(s[b])) ++b;
+    if (right)
+      while (e > b && space(s[e - 1])) --e;
+    return s.substr(b, e - b);
+  }
+  const std::vector<std::string> set = utf8_chars(chars.s);
+  auto in_set = [&](std::string_view c) {
     return std::find(set.begin(), set.end(), c) != set.end();
   };
-  std::vector<std::string> cs = utf8_chars(s);
-  size_t b = 0, e = cs.size();
+  auto cp_len = [&](size_t at) {
+    unsigned char c = static_cast<unsigned char>(s[at]);
+    size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
+    return std::min(n, e - at);
+  };
   if (left)
-    while (b < e && strip_it(cs[b])) ++b;
-  if (right)
-    while (e > b && strip_it(cs[e - 1])) --e;
-  std::string out;
-  for (size_t k = b; k < e; ++k) out += cs[k];
-  return out;
+    while (b < e && in_set(std::string_view(s).substr(b, cp_len(b)))) b += cp_len(b);
+  if (right) {
+    while (e > b) {
+      size_t start = e - 1;
+      while (start > b && (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80) --start;
+      if (!in_set(std::string_view(s).substr(start, e - start))) break;
+      e = start;
+    }
+  }
+  return s.substr(b, e - b);
+}
+
+int64_t utf8_length(std::string_view s) {
+  int64_t n = 0;  // code points: the bytes that do not continue a UTF-8 sequence
+  for (char c : s) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  return n;
 }
 
 List iterate(const Value& v, int line) {
@@ -361,7 +380,7 @@ int64_t py_len(const Value& v, int line) {
     case Value::Type::undefined:
       return 0;
     case Value::Type::string:
-      return static_cast<int64_t>(utf8_chars(v.s).size());
+      return utf8_length(v.s);
     case Value::Type::list:
       return static_cast<int64_t>(v.list->size());
     case Value::Type::dict:

@@ -41,6 +41,7 @@ int64_t py_len(const Value& v, int line);
 
 // UTF-8 helpers shared by the builtins.
 std::vector<std::string> utf8_chars(std::string_view s);
+int64_t utf8_length(std::string_view s);  // code points
 std::string py_strip(const std::string& s, const Value& chars, bool left, bool right);
 
 // A keyword or positional argument of a builtin call: keyword `name` wins, else positional `index`.

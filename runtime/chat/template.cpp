@@ -128,21 +128,21 @@ class Interp {
     for (int64_t k = 0; k < n; ++k) {
       Scope iter{{}, &scope};
       Dict loop;
-      loop.set("index", Value::integer(k + 1));
-      loop.set("index0", Value::integer(k));
-      loop.set("revindex", Value::integer(n - k));
-      loop.set("revindex0", Value::integer(n - k - 1));
-      loop.set("first", Value::boolean(k == 0));
-      loop.set("last", Value::boolean(k == n - 1));
-      loop.set("length", Value::integer(n));
-      loop.set("depth", Value::integer(1));
-      loop.set("depth0", Value::integer(0));
-      loop.set("previtem", k > 0 ? items[k - 1] : Value::undefined("previtem"));
-      loop.set("nextitem", k + 1 < n ? items[k + 1] : Value::undefined("nextitem"));
-      loop.set("cycle", Value::function([k](CallArgs& a) -> Value {
-                 if (a.positional.empty()) runtime_error(0, "no items for cycling given");
-                 return a.positional[static_cast<size_t>(k) % a.positional.size()];
-               }));
+      loop.add_unique("index", Value::integer(k + 1));
+      loop.add_unique("index0", Value::integer(k));
+      loop.add_unique("revindex", Value::integer(n - k));
+      loop.add_unique("revindex0", Value::integer(n - k - 1));
+      loop.add_unique("first", Value::boolean(k == 0));
+      loop.add_unique("last", Value::boolean(k == n - 1));
+      loop.add_unique("length", Value::integer(n));
+      loop.add_unique("depth", Value::integer(1));
+      loop.add_unique("depth0", Value::integer(0));
+      loop.add_unique("previtem", k > 0 ? items[k - 1] : Value::undefined("previtem"));
+      loop.add_unique("nextitem", k + 1 < n ? items[k + 1] : Value::undefined("nextitem"));
+      loop.add_unique("cycle", Value::function([k](CallArgs& a) -> Value {
+                        if (a.positional.empty()) runtime_error(0, "no items for cycling given");
+                        return a.positional[static_cast<size_t>(k) % a.positional.size()];
+                      }));
       iter.vars.set("loop", Value::make_dict(std::move(loop)));
       assign(s.targets, items[k], iter, s.line);
       Flow f = exec(s.body, iter, out);

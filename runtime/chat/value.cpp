@@ -29,6 +29,10 @@ void Dict::set(const std::string& key, Value v) {
   items.emplace_back(key, std::move(v));
 }
 
+void Dict::add_unique(std::string key, Value v) {
+  items.emplace_back(std::move(key), std::move(v));
+}
+
 Value Value::undefined(std::string name) {
   Value v;
   v.s = std::move(name);
@@ -141,7 +145,7 @@ Value from_json(const nlohmann::ordered_json& j) {
     }
     case nlohmann::ordered_json::value_t::object: {
       Dict d;
-      for (auto it = j.begin(); it != j.end(); ++it) d.set(it.key(), from_json(it.value()));
+      for (auto it = j.begin(); it != j.end(); ++it) d.add_unique(it.key(), from_json(it.value()));
       return Value::make_dict(std::move(d));
     }
     default:

@@ -23,6 +23,8 @@ struct Dict {
   const Value* find(const std::string& key) const;
   Value* find(const std::string& key);
   void set(const std::string& key, Value v);
+  // Appends a key the caller knows is new (JSON objects, the loop variable): no lookup.
+  void add_unique(std::string key, Value v);
 };
 
 struct CallArgs {
