@@ -130,7 +130,10 @@ bool parse_xml_call(std::string_view body, const json& tools, ToolCall& call,
     std::string pname(rest.substr(popen.size(), pgt - popen.size()));
     if (pname.empty() || pname.find_first_of("<\n") != std::string::npos || seen.count(pname))
       return false;
-    size_t pend = rest.find("</parameter>", pgt);
+    // The value ends where llama.cpp's parser ends it, at the first "\n</parameter>" (a value may
+    // itself contain "</parameter>" mid-line, e.g. code); else at the first "</parameter>".
+    size_t pend = rest.find("\n</parameter>", pgt);
+    pend = pend == std::string_view::npos ? rest.find("</parameter>", pgt) : pend + 1;
     if (pend == std::string_view::npos) return false;
     std::string_view value = rest.substr(pgt + 1, pend - pgt - 1);
     if (!value.empty() && value.front() == '\n') value.remove_prefix(1);  // the template's layout

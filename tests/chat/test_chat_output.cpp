@@ -140,7 +140,7 @@ TEST(ChatOutput, XmlValuesTypedBySchema) {
       "<parameter=maybe>\nnull\n</parameter>\n"
       "<parameter=either>\n12\n</parameter>\n"
       "<parameter=mode>\nfast\n</parameter>\n"
-      "<parameter=free>\nline one\nline two\n</parameter>\n"
+      "<parameter=free>\nline one\nx = \"</parameter>\"\n</parameter>\n"
       "</function>\n</tool_call>";
   ChatMessage m = parse_chat_output(out, opts());
   ASSERT_EQ(m.tool_calls.size(), 1u) << m.content;
@@ -153,7 +153,7 @@ TEST(ChatOutput, XmlValuesTypedBySchema) {
   EXPECT_TRUE(args["maybe"].is_null());
   EXPECT_EQ(args["either"], 12);  // integer or string: JSON of an admitted type wins
   EXPECT_EQ(args["mode"], "fast");
-  EXPECT_EQ(args["free"], "line one\nline two");  // no schema constraint, not JSON: the text
+  EXPECT_EQ(args["free"], "line one\nx = \"</parameter>\"");  // no constraint, not JSON: the text
   std::vector<std::string> keys;
   for (auto it = args.begin(); it != args.end(); ++it) keys.push_back(it.key());
   EXPECT_EQ(keys.front(), "code");  // the order the model wrote them
