@@ -22,6 +22,8 @@ bool is_known_test(const std::string& name);
 // obj.name as jinja2's sandbox resolves it: Python attributes (methods) first, then obj[name];
 // a miss is undefined; any attribute of undefined is an error.
 Value get_attribute(const Value& obj, const std::string& name, int line);
+// A bound str method (s.startswith, s.split, ...); undefined for a name str does not have.
+Value string_method(const std::string& s, const std::string& name, int line);
 // obj[key]: item first, then attribute (jinja2's Environment.getitem).
 Value get_item(const Value& obj, const Value& key, int line);
 // obj[start:stop:step] with Python's rules (None bounds, negatives, reversed steps).

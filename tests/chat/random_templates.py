@@ -67,7 +67,7 @@ TESTS = ["defined", "undefined", "none", "string", "number", "integer", "float",
          "lower", "upper"]
 METHODS = ["startswith('a')", "endswith(('b', 'c'))", "strip()", "strip('a')", "split()", "split(',')",
            "split(',', 1)", "rsplit(',', 1)", "replace('a', 'b')", "upper()", "lower()", "title()", "find('b')",
-           "count('a')", "splitlines()", "lstrip()", "rstrip(' x')", "get('k')", "get('z', 0)", "capitalize()"]
+           "count('a')", "splitlines()", "lstrip()", "rstrip(' x')", "get('k')", "get('z', 0)", "capitalize()", "format(1, 'a')"]
 
 
 def _expr(rng, depth=0):

@@ -70,6 +70,7 @@ TEST(ChatTemplate, UnsupportedConstructsNameTheLine) {
       {"x\n{% extends 'base' %}", 2, "unsupported statement 'extends'"},
       {"{{ d.update({}) }}", 1, "unsupported method dict.update"},
       {"{% call m() %}{% endcall %}", 1, "unsupported statement 'call'"},
+      {"{{ '{:>4}'.format(1) }}", 1, "unsupported str.format field '{:>4}'"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.src);
