@@ -97,6 +97,8 @@ struct ChatOutputParser::Impl {
 ChatOutputParser::ChatOutputParser(ChatParseOptions opts)
     : impl_(std::make_unique<Impl>(std::move(opts))) {}
 ChatOutputParser::~ChatOutputParser() = default;
+ChatOutputParser::ChatOutputParser(ChatOutputParser&&) noexcept = default;
+ChatOutputParser& ChatOutputParser::operator=(ChatOutputParser&&) noexcept = default;
 
 ChatDelta ChatOutputParser::feed(std::string_view piece) {
   ChatDelta d;

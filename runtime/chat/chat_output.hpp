@@ -97,8 +97,8 @@ class ChatOutputParser {
  public:
   explicit ChatOutputParser(ChatParseOptions opts);
   ~ChatOutputParser();
-  ChatOutputParser(const ChatOutputParser&) = delete;
-  ChatOutputParser& operator=(const ChatOutputParser&) = delete;
+  ChatOutputParser(ChatOutputParser&&) noexcept;
+  ChatOutputParser& operator=(ChatOutputParser&&) noexcept;
 
   ChatDelta feed(std::string_view piece);
   ChatDelta finish();  // end of generation: held-back text is decided (unclosed tags are content)
