@@ -41,6 +41,9 @@ List iterate(const Value& v, int line);
 // len(): code points of a string, items of a list or dict; undefined is 0.
 int64_t py_len(const Value& v, int line);
 
+// markupsafe's escape (the `e` filter): Markup unchanged, else the escaped str() as Markup.
+Value escape(const Value& v);
+
 // UTF-8 helpers shared by the builtins.
 std::vector<std::string> utf8_chars(std::string_view s);
 int64_t utf8_length(std::string_view s);  // code points

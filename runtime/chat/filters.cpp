@@ -120,6 +120,13 @@ std::string html_escape(const std::string& s) {
   return out;
 }
 
+// Markup(str(v)): the `safe` filter.
+Value markup(const Value& v) {
+  Value out = Value::string(py_str(v));
+  out.is_safe = true;
+  return out;
+}
+
 using Filter = Value (*)(const Value&, CallArgs&, int);
 
 // str(v).name() for the filters that are Python's str methods (upper, lower, capitalize).
@@ -244,12 +251,11 @@ const std::map<std::string, Filter>& filters() {
          if (const Value* sk = arg_at(a, 3, "sort_keys")) o.sort_keys = sk->truthy();
          return Value::string(py_json_dumps(v, o));
        }},
-      {"string", [](const Value& v, CallArgs&, int) { return Value::string(py_str(v)); }},
-      {"safe",
-       [](const Value& v, CallArgs&, int) { return Value::string(py_str(v)); }},  // Markup(str(v))
-      {"e", [](const Value& v, CallArgs&, int) { return Value::string(html_escape(py_str(v))); }},
-      {"escape",
-       [](const Value& v, CallArgs&, int) { return Value::string(html_escape(py_str(v))); }},
+      {"string",  // soft_str: a string (Markup included) stays as it is
+       [](const Value& v, CallArgs&, int) { return v.is_string() ? v : Value::string(py_str(v)); }},
+      {"safe", [](const Value& v, CallArgs&, int) { return markup(v); }},
+      {"e", [](const Value& v, CallArgs&, int) { return escape(v); }},
+      {"escape", [](const Value& v, CallArgs&, int) { return escape(v); }},
       {"int",
        [](const Value& v, CallArgs& a, int l) {
          if (v.is_undefined()) runtime_error(l, fmt::format("'{}' is undefined", v.s));
@@ -487,6 +493,14 @@ Value select_impl(const Value& v, CallArgs& a, int l, bool with_attr, bool keep)
 }
 
 }  // namespace
+
+// markupsafe.escape: Markup stays as it is, anything else is str()'d, escaped and made Markup.
+Value escape(const Value& v) {
+  if (v.is_string() && v.is_safe) return v;
+  Value out = Value::string(html_escape(py_str(v)));
+  out.is_safe = true;
+  return out;
+}
 
 Value apply_filter(const std::string& name, const Value& input, CallArgs& args, int line) {
   std::string n = name == "d" ? "default" : name;

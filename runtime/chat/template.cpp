@@ -307,7 +307,12 @@ class Interp {
     if (a.is_undefined() || b.is_undefined())
       runtime_error(e.line, fmt::format("'{}' is undefined", a.is_undefined() ? a.s : b.s));
     if (op == "+") {
-      if (a.is_string() && b.is_string()) return Value::string(a.s + b.s);
+      if (a.is_string() && b.is_string()) {
+        if (!a.is_safe && !b.is_safe) return Value::string(a.s + b.s);
+        Value out = Value::string(escape(a).s + escape(b).s);  // Markup + str escapes the str
+        out.is_safe = true;
+        return out;
+      }
       if (a.is_list() && b.is_list() && a.is_tuple == b.is_tuple) {
         List out = *a.list;
         out.insert(out.end(), b.list->begin(), b.list->end());

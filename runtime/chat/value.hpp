@@ -46,6 +46,9 @@ struct Value {
   std::shared_ptr<Callable> fn;
   bool is_namespace = false;  // a dict made by namespace(): attribute assignment allowed
   bool is_tuple = false;      // a list made from a tuple literal or items(): prints with ()
+  // A string that is markupsafe's Markup (made by `safe`, `e`/`escape`): escaping leaves it as it
+  // is, and `+` with a plain string escapes the plain one (Markup.__add__/__radd__).
+  bool is_safe = false;
 
   static Value undefined(std::string name = {});
   static Value none();
