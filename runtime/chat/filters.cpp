@@ -28,9 +28,9 @@ Value attr_path(const Value& v, const std::string& path, int line) {
   while (true) {
     size_t e = path.find('.', b);
     std::string part = path.substr(b, e == std::string::npos ? std::string::npos : e - b);
-    bool digits = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) {
-      return std::isdigit(static_cast<unsigned char>(c));
-    });
+    bool digits = !part.empty() && part.size() < 18 &&
+                  std::all_of(part.begin(), part.end(),
+                              [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
     cur = get_item(cur, digits ? Value::integer(std::stoll(part)) : Value::string(part), line);
     if (e == std::string::npos) return cur;
     b = e + 1;

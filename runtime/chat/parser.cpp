@@ -1,7 +1,9 @@
 // Recursive descent over lex_template's tokens, following jinja2's grammar and operator
 // precedence (jinja2/parser.py): condexpr < or < and < not < compare < + - < ~ < * / // % < ** <
 // unary - + < postfix (. [] ()) and filters/tests.
+#include <cstdlib>
 #include <set>
+#include <stdexcept>
 
 #include "runtime/chat/ast.hpp"
 #include "runtime/chat/builtins.hpp"
@@ -23,6 +25,15 @@ MutExpr node(Expr::Kind kind, int line) {
 // Hostile templates must not overflow the stack: nesting (brackets, unary operators, blocks) is
 // bounded far above what any chat template uses.
 constexpr int kMaxNesting = 200;
+
+int64_t int_literal(const Token& tok) {
+  try {
+    return std::stoll(tok.value);
+  } catch (const std::out_of_range&) {
+    throw TemplateError(TemplateFailure::unsupported, tok.line,
+                        "unsupported integer beyond 64 bits");
+  }
+}
 
 class Parser {
  public:
@@ -351,9 +362,9 @@ class Parser {
         return lit(Value::string(s));
       }
       case Tok::integer:
-        return lit(Value::integer(std::stoll(tok.value)));
+        return lit(Value::integer(int_literal(tok)));
       case Tok::floating:
-        return lit(Value::floating(std::stod(tok.value)));
+        return lit(Value::floating(std::strtod(tok.value.c_str(), nullptr)));  // 1e999 is inf
       case Tok::op:
         if (tok.value == "(") {
           if (is_op(")")) {
@@ -421,7 +432,7 @@ class Parser {
         if (peek().kind == Tok::integer) {  // x.0 is x[0]
           n->kind = Expr::Kind::subscript;
           auto idx = node(Expr::Kind::literal, line);
-          idx->value = Value::integer(std::stoll(next().value));
+          idx->value = Value::integer(int_literal(next()));
           n->args = {e, idx};
         } else {
           n->name = expect_name();

@@ -280,7 +280,9 @@ Value string_method(const std::string& s, const std::string& name, int line) {
         if (field.empty() || std::all_of(field.begin(), field.end(), [](char d) {
               return std::isdigit(static_cast<unsigned char>(d));
             })) {
-          size_t index = field.empty() ? next_auto++ : std::stoul(field);
+          size_t index = field.empty()      ? next_auto++
+                         : field.size() < 9 ? std::stoul(field)
+                                            : SIZE_MAX;
           if (index >= a.positional.size())
             runtime_error(ln, "Replacement index out of range for positional args tuple");
           v = &a.positional[index];

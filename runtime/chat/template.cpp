@@ -25,6 +25,13 @@ struct Scope {
 
 enum class Flow { normal, break_, continue_ };
 
+// A template is untrusted input (a GGUF's metadata, a --chat-template-file): nested range() loops
+// or a repeated string could run for hours or exhaust memory. These bounds sit far above any chat
+// template (a 62-message Qwen3.5 render takes some ten thousand steps and 30 KB) and turn a runaway
+// render into an error.
+constexpr int64_t kMaxSteps = 5'000'000;
+constexpr double kMaxOutputBytes = 64.0 * 1024 * 1024;
+
 [[noreturn]] void runtime_error(int line, const std::string& what) {
   throw TemplateError(TemplateFailure::runtime, line, what);
 }
@@ -46,6 +53,8 @@ class Interp {
   }
 
   Value eval(const Expr& e, Scope& scope) {
+    if (++steps_ > kMaxSteps)
+      runtime_error(e.line, fmt::format("the template ran more than {} steps", kMaxSteps));
     try {
       return eval_inner(e, scope);
     } catch (const TemplateError& err) {
@@ -56,6 +65,9 @@ class Interp {
 
  private:
   Flow exec(const Stmt& s, Scope& scope, std::string& out) {
+    if (++steps_ > kMaxSteps)
+      runtime_error(s.line, fmt::format("the template ran more than {} steps", kMaxSteps));
+    if (out.size() > kMaxOutputBytes) runtime_error(s.line, "the template's output passed 64 MiB");
     switch (s.kind) {
       case Stmt::Kind::text:
         out += s.text;
@@ -115,6 +127,10 @@ class Interp {
     if (seq.is_none() || seq.is_number() || seq.type == Value::Type::callable)
       runtime_error(s.line, fmt::format("'{}' object is not iterable", type_name(seq)));
     List items = iterate(seq, s.line);
+    // Every item costs a step, looped over or filtered out, even with an empty body.
+    steps_ += static_cast<int64_t>(items.size());
+    if (steps_ > kMaxSteps)
+      runtime_error(s.line, fmt::format("the template ran more than {} steps", kMaxSteps));
     if (s.cond) {  // `for x in xs if cond`: loop.* counts only the kept items
       List kept;
       for (const Value& it : items) {
@@ -125,6 +141,12 @@ class Interp {
       items = std::move(kept);
     }
     const int64_t n = static_cast<int64_t>(items.size());
+    // loop.cycle(...) is one callable per loop reading the current position (not one per item).
+    auto position = std::make_shared<int64_t>(0);
+    const Value cycle = Value::function([position](CallArgs& a) -> Value {
+      if (a.positional.empty()) runtime_error(0, "no items for cycling given");
+      return a.positional[static_cast<size_t>(*position) % a.positional.size()];
+    });
     for (int64_t k = 0; k < n; ++k) {
       Scope iter{{}, &scope};
       Dict loop;
@@ -139,10 +161,8 @@ class Interp {
       loop.add_unique("depth0", Value::integer(0));
       loop.add_unique("previtem", k > 0 ? items[k - 1] : Value::undefined("previtem"));
       loop.add_unique("nextitem", k + 1 < n ? items[k + 1] : Value::undefined("nextitem"));
-      loop.add_unique("cycle", Value::function([k](CallArgs& a) -> Value {
-                        if (a.positional.empty()) runtime_error(0, "no items for cycling given");
-                        return a.positional[static_cast<size_t>(k) % a.positional.size()];
-                      }));
+      *position = k;
+      loop.add_unique("cycle", cycle);
       iter.vars.set("loop", Value::make_dict(std::move(loop)));
       assign(s.targets, items[k], iter, s.line);
       Flow f = exec(s.body, iter, out);
@@ -325,6 +345,9 @@ class Interp {
       if (count.type != Value::Type::integer && count.type != Value::Type::boolean)
         runtime_error(e.line, "can't multiply sequence by non-int");
       int64_t n = count.type == Value::Type::boolean ? count.b : count.i;
+      const double size = static_cast<double>(seq.is_string() ? seq.s.size() : seq.list->size()) *
+                          static_cast<double>(std::max<int64_t>(n, 0));
+      if (size > kMaxOutputBytes) runtime_error(e.line, "repeated sequence too long");
       if (seq.is_string()) {
         std::string out;
         for (int64_t k = 0; k < n; ++k) out += seq.s;
@@ -341,9 +364,21 @@ class Interp {
     int64_t x = a.type == Value::Type::boolean ? a.b : a.i,
             y = b.type == Value::Type::boolean ? b.b : b.i;
     double fx = a.as_double(), fy = b.as_double();
-    if (op == "+") return ints ? Value::integer(x + y) : Value::floating(fx + fy);
-    if (op == "-") return ints ? Value::integer(x - y) : Value::floating(fx - fy);
-    if (op == "*") return ints ? Value::integer(x * y) : Value::floating(fx * fy);
+    // Python's ints are unbounded; one past 64 bits is refused rather than wrapped.
+    auto checked = [&](bool overflow, int64_t r) {
+      if (overflow)
+        throw TemplateError(TemplateFailure::unsupported, e.line,
+                            "unsupported integer beyond 64 bits");
+      return Value::integer(r);
+    };
+    if (op == "+" || op == "-" || op == "*") {
+      if (!ints) return Value::floating(op == "+" ? fx + fy : op == "-" ? fx - fy : fx * fy);
+      int64_t r = 0;
+      bool overflow = op == "+"   ? __builtin_add_overflow(x, y, &r)
+                      : op == "-" ? __builtin_sub_overflow(x, y, &r)
+                                  : __builtin_mul_overflow(x, y, &r);
+      return checked(overflow, r);
+    }
     if ((op == "/" || op == "//" || op == "%") && fy == 0.0)
       runtime_error(e.line, "division by zero");
     if (op == "/") return Value::floating(fx / fy);
@@ -371,18 +406,26 @@ class Interp {
       return Value::floating(op == "//" ? floordiv : mod);
     }
     if (op == "**") {
-      if (ints && y >= 0) {
-        int64_t r = 1;
-        for (int64_t k = 0; k < y; ++k) r *= x;
-        return Value::integer(r);
+      if (ints && y >= 0) {  // square and multiply, refusing what leaves 64 bits
+        int64_t p = 1, base = x;
+        for (int64_t n = y; n > 0; n >>= 1) {
+          if ((n & 1) && __builtin_mul_overflow(p, base, &p)) checked(true, 0);
+          if (n > 1 && __builtin_mul_overflow(base, base, &base)) checked(true, 0);
+        }
+        return Value::integer(p);
       }
-      return Value::floating(std::pow(fx, fy));
+      if (fx == 0.0 && fy < 0) runtime_error(e.line, "0.0 cannot be raised to a negative power");
+      double p = std::pow(fx, fy);
+      if (std::isinf(p) && std::isfinite(fx) && std::isfinite(fy))
+        runtime_error(e.line, "OverflowError: (34, 'Numerical result out of range')");
+      return Value::floating(p);
     }
     throw TemplateError(TemplateFailure::unsupported, e.line,
                         fmt::format("unsupported operator '{}'", op));
   }
 
   int macro_depth_ = 0;
+  int64_t steps_ = 0;
 
   bool contains(const Value& container, const Value& item, int line) {
     switch (container.type) {

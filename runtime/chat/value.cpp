@@ -131,8 +131,12 @@ Value from_json(const nlohmann::ordered_json& j) {
       return Value::boolean(j.get<bool>());
     case nlohmann::ordered_json::value_t::number_integer:
       return Value::integer(j.get<int64_t>());
-    case nlohmann::ordered_json::value_t::number_unsigned:
-      return Value::integer(static_cast<int64_t>(j.get<uint64_t>()));
+    case nlohmann::ordered_json::value_t::number_unsigned: {
+      // Above INT64_MAX (Python would keep an exact big int): the nearest float, not a wrap.
+      uint64_t u = j.get<uint64_t>();
+      if (u > static_cast<uint64_t>(INT64_MAX)) return Value::floating(static_cast<double>(u));
+      return Value::integer(static_cast<int64_t>(u));
+    }
     case nlohmann::ordered_json::value_t::number_float:
       return Value::floating(j.get<double>());
     case nlohmann::ordered_json::value_t::string:

@@ -71,6 +71,7 @@ TEST(ChatTemplate, UnsupportedConstructsNameTheLine) {
       {"{{ d.update({}) }}", 1, "unsupported method dict.update"},
       {"{% call m() %}{% endcall %}", 1, "unsupported statement 'call'"},
       {"{{ '{:>4}'.format(1) }}", 1, "unsupported str.format field '{:>4}'"},
+      {"{{ 2 ** 64 }}", 1, "unsupported integer beyond 64 bits"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.src);
@@ -186,6 +187,14 @@ TEST(ChatTemplate, MutatedTemplatesFailCleanly) {
   std::string nested;
   for (int k = 0; k < 1000; ++k) nested += "{% if true %}";
   EXPECT_EQ(failure_of(nested), TemplateFailure::syntax);
+  EXPECT_EQ(failure_of("{{ 99999999999999999999 }}"), TemplateFailure::unsupported);
+  EXPECT_EQ(failure_of("{{ 'x' * 9223372036854775807 }}"), TemplateFailure::runtime);
+  EXPECT_EQ(failure_of(
+                "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"),
+            TemplateFailure::runtime);
+  EXPECT_EQ(
+      failure_of("{% set s = 'x' * 1000000 %}{% for i in range(100000) %}{{ s }}{% endfor %}"),
+      TemplateFailure::runtime);
   EXPECT_EQ(failure_of("{% macro m(n) %}{{ m(n + 1) }}{% endmacro %}{{ m(0) }}"),
             TemplateFailure::runtime);
   EXPECT_EQ(failure_of("{% set ns = namespace(a=1) %}{% set ns.me = ns %}{{ ns | tojson }}"),
