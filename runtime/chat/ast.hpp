@@ -68,9 +68,23 @@ struct Stmt {
   std::vector<std::pair<std::string, ExprPtr>> params;  // macro parameters with defaults (or null)
   Body body;
   Body else_body;
+  // for_ (its body), macro, set_block: the names jinja2 starts as undefined in that frame
+  // (analyze_symbols; filled once after parsing).
+  mutable std::vector<std::string> undefined_at_entry;
+  mutable std::vector<std::string> else_undefined_at_entry;  // for_: its else
 };
 
-// Parses the token list of lex_template into the statements of the template.
+// Parses the token list of lex_template into the statements of the template, then checks them
+// as jinja2's compiler does (validate_template). Throws TemplateError.
 Body parse_template(const std::string& source);
+void validate_template(const Body& body);
+
+// jinja2's symbol tracking (idtracking.py), for the one place where it differs from looking names
+// up scope by scope: a name whose first reference in a frame (the template, a loop body, a macro,
+// a block set) is an assignment outside any `if`, and which no enclosing frame references, starts
+// that frame undefined — not as the context's value — so `{% for %}{{ b }}{% endfor %}{% set b = 1
+// %}` prints nothing even when the context has b. Fills each nested frame's undefined_at_entry and
+// returns the template frame's list.
+std::vector<std::string> analyze_symbols(const Body& body);
 
 }  // namespace ferry::chat

@@ -95,7 +95,9 @@ class Interp {
       }
       case Stmt::Kind::set_block: {
         std::string captured;
-        exec(s.body, scope, captured);
+        Scope block{{}, &scope};  // jinja2 renders a block set's body in a frame of its own
+        declare_undefined(block, s.undefined_at_entry);
+        exec(s.body, block, captured);
         scope.vars.set(s.targets[0], Value::string(std::move(captured)));
         return Flow::normal;
       }
@@ -147,6 +149,7 @@ class Interp {
       if (a.positional.empty()) runtime_error(0, "no items for cycling given");
       return a.positional[static_cast<size_t>(*position) % a.positional.size()];
     });
+    bool completed = false;
     for (int64_t k = 0; k < n; ++k) {
       Scope iter{{}, &scope};
       Dict loop;
@@ -164,11 +167,19 @@ class Interp {
       *position = k;
       loop.add_unique("cycle", cycle);
       iter.vars.set("loop", Value::make_dict(std::move(loop)));
+      declare_undefined(iter, s.undefined_at_entry);
       assign(s.targets, items[k], iter, s.line);
       Flow f = exec(s.body, iter, out);
       if (f == Flow::break_) break;
+      // jinja2 clears its "no iteration" flag at the end of a body run to completion, so a loop
+      // whose every iteration breaks or continues still runs its else.
+      if (f == Flow::normal) completed = true;
     }
-    if (n == 0) return exec(s.else_body, scope, out);
+    if (!completed) {
+      Scope otherwise{{}, &scope};
+      declare_undefined(otherwise, s.else_undefined_at_entry);
+      return exec(s.else_body, otherwise, out);
+    }
     return Flow::normal;
   }
 
@@ -185,6 +196,7 @@ class Interp {
       if (macro_depth_ > 100)
         runtime_error(m->line, fmt::format("macro '{}' nested more than 100 calls deep", m->name));
       Scope local{{}, parent};
+      declare_undefined(local, m->undefined_at_entry);
       if (a.positional.size() > m->params.size())
         runtime_error(m->line, fmt::format("macro '{}' takes not more than {} argument(s)", m->name,
                                            m->params.size()));
@@ -425,6 +437,13 @@ class Interp {
   }
 
   int macro_depth_ = 0;
+
+ public:
+  static void declare_undefined(Scope& scope, const std::vector<std::string>& names) {
+    for (const auto& n : names) scope.vars.add_unique(n, Value::undefined(n));
+  }
+
+ private:
   int64_t steps_ = 0;
 
   bool contains(const Value& container, const Value& item, int line) {
@@ -454,7 +473,8 @@ class Interp {
 }  // namespace
 
 Template::Template(const std::string& source)
-    : body_(std::make_shared<const Body>(parse_template(source))) {}
+    : body_(std::make_shared<const Body>(parse_template(source))),
+      undefined_at_entry_(analyze_symbols(*body_)) {}
 
 std::string Template::render(const nlohmann::ordered_json& context, std::time_t now) const {
   if (!context.is_object())
@@ -474,6 +494,7 @@ std::string Template::render(const nlohmann::ordered_json& context, std::time_t 
   Scope top{{}, &globals};
   Interp interp;
   std::string out;
+  Interp::declare_undefined(top, undefined_at_entry_);
   interp.exec(*body_, top, out);
   return out;
 }

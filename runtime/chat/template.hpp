@@ -7,6 +7,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "runtime/chat/template_error.hpp"
 
@@ -28,6 +29,7 @@ class Template {
 
  private:
   std::shared_ptr<const std::vector<std::shared_ptr<const Stmt>>> body_;
+  std::vector<std::string> undefined_at_entry_;  // the template frame's (runtime/chat/ast.hpp)
 };
 
 }  // namespace ferry::chat

@@ -4,6 +4,7 @@ random_templates: text with spaces, tabs and newlines around tags carrying every
 sign (jinja2's trim_blocks, lstrip_blocks, -, +, raw), nested if/for/set/comments.
 random_expressions: expressions over literals, the EXPR_CONTEXT variables, an undefined name,
 operators, filters, tests and str/dict methods, nested three deep.
+random_programs: loops, ifs, sets, namespace attributes, a macro and loop.* over a few variables.
 """
 import random
 
@@ -87,3 +88,45 @@ EXPR_CONTEXT = {"n": None, "s": "a,b", "l": [3, 1, 2], "d": {"k": 1, "a": [2]}}
 def random_expressions(n, seed):
     rng = random.Random(seed)
     return ["{{ " + _expr(rng) + " }}" for _ in range(n)]
+
+# Random programs: loops (targets, filters, else, break/continue), ifs, sets, namespace attributes,
+# a macro and loop.* over a few variables, to hold Ferry's scoping to jinja2's.
+PROGRAM_VARS = ["a", "b", "c"]
+def _pexpr(rng):
+    c = rng.random()
+    if c < 0.2: return str(rng.randint(-2, 5))
+    if c < 0.35: return rng.choice(PROGRAM_VARS)
+    if c < 0.45: return "ns.v"
+    if c < 0.55: return rng.choice(["loop.index", "loop.index0", "loop.first", "loop.last", "loop.length", "loop.revindex", "loop.previtem", "loop.nextitem", "loop.cycle('x', 'y')"])
+    if c < 0.65: return "m(" + _pexpr(rng) + ")"
+    if c < 0.75: return "(" + _pexpr(rng) + " " + rng.choice(["+", "~", "*", "==", "and", "or"]) + " " + _pexpr(rng) + ")"
+    if c < 0.85: return "xs[" + str(rng.randint(-3, 3)) + "]"
+    return rng.choice(["xs | length", "xs | join('-')", "(a is defined)", "(loop is defined)", "caller is defined"])
+def _pblock(rng, depth):
+    out = []
+    for _ in range(rng.randint(1, 4)):
+        c = rng.random()
+        if c < 0.25: out.append("{{ " + _pexpr(rng) + " }}")
+        elif c < 0.4: out.append("{% set " + rng.choice(PROGRAM_VARS) + " = " + _pexpr(rng) + " %}")
+        elif c < 0.5: out.append("{% set ns.v = " + _pexpr(rng) + " %}")
+        elif c < 0.6 and depth > 0: out.append(rng.choice(["{% break %}", "{% continue %}"]))
+        elif c < 0.8 and depth < 3:
+            tgt = rng.choice(["x", "a", "x, y"])
+            it = "pairs" if tgt == "x, y" else rng.choice(["xs", "range(3)", "[]", "xs[::-1]"])
+            cond = rng.choice(["", "", " if x != 2" if tgt == "x" else ""])
+            els = "{% else %}E" if rng.random() < 0.3 else ""
+            out.append("{% for " + tgt + " in " + it + cond + " %}" + _pblock(rng, depth + 1) + els + "{% endfor %}")
+        elif depth < 3:
+            out.append("{% if " + _pexpr(rng) + " %}" + _pblock(rng, depth + 1) + ("{% elif " + _pexpr(rng) + " %}" + _pblock(rng, depth + 1) if rng.random() < 0.3 else "") + ("{% else %}" + _pblock(rng, depth + 1) if rng.random() < 0.5 else "") + "{% endif %}")
+        else:
+            out.append("|")
+    return "".join(out)
+def random_programs(n, seed):
+    rng = random.Random(seed)
+    progs = []
+    for _ in range(n):
+        head = "{% set ns = namespace(v=0) %}{% macro m(p, q=1) %}<{{ p }}:{{ q }}:{{ a }}>{% endmacro %}"
+        if rng.random() < 0.5: head += "{% set a = " + str(rng.randint(0, 3)) + " %}"
+        progs.append(head + _pblock(rng, 0) + "[{{ a }}{{ b }}{{ c }}{{ ns.v }}]")
+    return progs
+PROGRAM_CONTEXT = {"xs": [1, 2, 3], "pairs": [[1, "a"], [2, "b"]], "b": "B"}

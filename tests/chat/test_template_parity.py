@@ -2,7 +2,8 @@
 """Chat-template parity: Ferry's Jinja interpreter (runtime/chat) against jinja2 in the environment
 transformers renders chat templates with, for every template of tests/data/templates and a corpus
 of requests (fixed cases plus seeded random conversations); then seeded random templates (text and
-tags with every whitespace-control sign) and random expressions (tests/chat/random_templates.py).
+tags with every whitespace-control sign), random expressions and random programs (loops, macros,
+sets; tests/chat/random_templates.py).
 
   test_template_parity.py RENDER_TOOL TEMPLATES_DIR
 
@@ -30,7 +31,7 @@ import jinja2
 import jinja2.ext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from random_templates import EXPR_CONTEXT, random_expressions, random_templates
+from random_templates import EXPR_CONTEXT, PROGRAM_CONTEXT, random_expressions, random_programs, random_templates
 
 NOW = 1767225600 + 3 * 86400 + 12 * 3600  # 2026-01-04 12:00 UTC: pinned for strftime_now
 
@@ -290,6 +291,13 @@ def main():
         cases.append({"source": src, "mode": "template", "now": NOW, "context": EXPR_CONTEXT, "name": f"random_expr{k}"})
         try:
             expected.append({"ok": True, "text": env.from_string(src).render(**json.loads(json.dumps(EXPR_CONTEXT)))})
+        except Exception as e:
+            expected.append({"ok": False, "failure": type(e).__name__, "message": str(e)})
+    # Random programs: scoping of loops, macros, sets and namespaces (jinja2's symbol tracking).
+    for k, src in enumerate(random_programs(1500, seed=27)):
+        cases.append({"source": src, "mode": "template", "now": NOW, "context": PROGRAM_CONTEXT, "name": f"random_program{k}"})
+        try:
+            expected.append({"ok": True, "text": env.from_string(src).render(**json.loads(json.dumps(PROGRAM_CONTEXT)))})
         except Exception as e:
             expected.append({"ok": False, "failure": type(e).__name__, "message": str(e)})
     case_file = os.path.join(scratch, "cases.json")
