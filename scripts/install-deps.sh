@@ -30,9 +30,10 @@ if [[ "${FERRY_SKIP_PY:-0}" != 1 ]]; then
   [[ -x "$venv/bin/python" ]] || "$py" -m venv "$venv"
   # numpy + gguf: writers/dequantizers for tests. llama-cpp-python compiles llama.cpp (CPU) from
   # its source distribution: the oracle for logits, tokenizer and quantization.
-  if ! "$venv/bin/python" -c "import numpy, gguf" 2>/dev/null; then
+  # jinja2: the oracle of the chat-template parity test (tests/chat/test_template_parity.py).
+  if ! "$venv/bin/python" -c "import numpy, gguf, jinja2" 2>/dev/null; then
     "$venv/bin/pip" install -q --upgrade pip >/dev/null
-    "$venv/bin/pip" install -q "numpy<3" "gguf>=0.17"
+    "$venv/bin/pip" install -q "numpy<3" "gguf>=0.17" "jinja2>=3.1"
   fi
   # The official OpenAI client: the `ferry serve` tests talk to the server through it; the web
   # page test drives headless Chromium over the DevTools protocol with websocket-client and

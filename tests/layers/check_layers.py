@@ -4,7 +4,7 @@
 Floors, lowest first; a file may include its own floor and any floor below it, never one above:
   0 runtime/core
   1 runtime/gguf, kernels
-  2 runtime/backend, runtime/tokenizer, runtime/sampling
+  2 runtime/backend, runtime/tokenizer, runtime/sampling, runtime/chat
   3 runtime/moe       (the MoE layer: the step, executors, observers, routing override, counters)
   4 offload           (the offload engine alone)
   5 runtime/model
@@ -26,7 +26,7 @@ import sys
 FLOORS = {
     "runtime/core": 0,
     "runtime/gguf": 1, "kernels": 1,
-    "runtime/backend": 2, "runtime/tokenizer": 2, "runtime/sampling": 2,
+    "runtime/backend": 2, "runtime/tokenizer": 2, "runtime/sampling": 2, "runtime/chat": 2,
     "runtime/moe": 3,
     "offload": 4,
     "runtime/model": 5,
