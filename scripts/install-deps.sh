@@ -45,23 +45,24 @@ if [[ "${FERRY_SKIP_PY:-0}" != 1 ]]; then
   # and the oracle tests hold quantized logits to it bit for bit — for the AVX2 build below. A build
   # with other CPU flags (e.g. a native AVX-512 one, which pip's wheel cache may hold from another
   # project: the cache is keyed by the source, not by CMAKE_ARGS) adds in other orders, and the
-  # oracle tests would fail bit-identity with no hint why. So the build skips the wheel cache, and
-  # the installed library's compiled features are checked (scripts/check_oracle_build.py).
+  # oracle tests would fail bit-identity with no hint why. So the installed library's compiled
+  # features are checked (scripts/check_oracle_build.py), and a mismatched one is rebuilt without
+  # pip's wheel cache.
   llama_version=0.3.36
   llama_flags="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF"
   check="$root/scripts/check_oracle_build.py"
-  build_oracle() {
-    echo "[install-deps] building llama-cpp-python $llama_version (compiles llama.cpp, several minutes; $1)"
+  install_oracle() {  # $@: extra pip flags
     CMAKE_ARGS="$llama_flags" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
-      "$venv/bin/pip" install -q --no-cache-dir --force-reinstall --no-deps "llama-cpp-python==$llama_version"
-    # its own dependencies (numpy, typing-extensions, diskcache, jinja2), without rebuilding it
-    "$venv/bin/pip" install -q "llama-cpp-python==$llama_version"
+      "$venv/bin/pip" install -q "$@" "llama-cpp-python==$llama_version"
   }
   if ! "$venv/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('llama_cpp_python') != '$llama_version')" 2>/dev/null; then
-    build_oracle "not installed"
-  elif ! why="$("$venv/bin/python" "$check" 2>&1)"; then
-    echo "[install-deps] the installed llama-cpp-python does not match the oracle build: $why"
-    build_oracle "rebuilding without pip's wheel cache"
+    echo "[install-deps] building llama-cpp-python $llama_version (compiles llama.cpp, several minutes)"
+    install_oracle
+  fi
+  if ! why="$("$venv/bin/python" "$check" 2>&1)"; then
+    echo "[install-deps] the installed llama-cpp-python is not the oracle build: $why"
+    echo "[install-deps] rebuilding it with the oracle's flags, without pip's wheel cache (several minutes)"
+    install_oracle --no-cache-dir --force-reinstall --no-deps
   fi
   if ! why="$("$venv/bin/python" "$check" 2>&1)"; then
     echo "[install-deps] error: llama-cpp-python $llama_version in $venv is not the oracle build the tests need: $why" >&2
