@@ -12,6 +12,8 @@ import re
 import sys
 import tempfile
 
+import checker
+
 TOPS = ("runtime", "offload", "kernels", "tests", "bench", "scripts", "docs", "profiles")
 PATH = re.compile(r"(?<![\w/.-])((?:%s)/[A-Za-z0-9_.*/-]*[A-Za-z0-9_*/])" % "|".join(TOPS))
 OUTSIDE = re.compile(r"(?<![\w/])(?:STYLE\.md|ARCHITECTURE\.md|MODELS\.md|GPU\.md)|\.\./shared/|/work/shared")
@@ -73,24 +75,14 @@ def violations(root):
 
 def self_test():
     with tempfile.TemporaryDirectory() as d:
-        os.makedirs(os.path.join(d, "docs"))
-        os.makedirs(os.path.join(d, "runtime/core"))
-        open(os.path.join(d, "runtime/core/a.hpp"), "w").close()
-        with open(os.path.join(d, "README.md"), "w") as f:
-            f.write("see runtime/core/a.hpp and runtime/core/*.hpp, runtime/core/ and build/ferry.\n")
-        with open(os.path.join(d, "docs/x.md"), "w") as f:
-            f.write("see runtime/server/http.cpp.\nAs STYLE.md says.\n")
+        checker.write_tree(d, {
+            "runtime/core/a.hpp": "",
+            "README.md": "see runtime/core/a.hpp and runtime/core/*.hpp, runtime/core/ and build/ferry.\n",
+            "docs/x.md": "see runtime/server/http.cpp.\nAs STYLE.md says.\n",
+        })
         v = violations(d)
         assert len(v) == 2 and "runtime/server/http.cpp" in v[0] and "outside" in v[1], v
 
 
-def main():
-    self_test()
-    v = violations(sys.argv[1] if len(sys.argv) > 1 else ".")
-    for line in v:
-        print(line)
-    return 1 if v else 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(checker.main(self_test, violations))

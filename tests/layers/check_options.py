@@ -11,6 +11,8 @@ import re
 import sys
 import tempfile
 
+import checker
+
 FOLDERS = ("runtime/engine", "runtime/model", "offload")
 SOURCES = (".cpp", ".hpp", ".cu", ".cuh")
 RULES = [  # the first that matches a line names it
@@ -76,28 +78,16 @@ def violations(root):
 
 def self_test():
     with tempfile.TemporaryDirectory() as d:
-        os.makedirs(os.path.join(d, "runtime/engine"))
-        os.makedirs(os.path.join(d, "offload"))
-        os.makedirs(os.path.join(d, "kernels/cuda"))
-        with open(os.path.join(d, "runtime/engine/a.cpp"), "w") as f:
-            f.write('int x;  // a == "b" in a comment is fine\nif (mode == "table") {}\n'
-                    'if (std::string_view(ops.name()) == "cuda") {}\n')
-        with open(os.path.join(d, "offload/b.hpp"), "w") as f:
-            f.write("struct ExpertPtrs {\n};\n")
-        with open(os.path.join(d, "kernels/cuda/c.cuh"), "w") as f:
-            f.write("struct ExpertPtrs {\n};\n")
+        checker.write_tree(d, {
+            "runtime/engine/a.cpp": 'int x;  // a == "b" in a comment is fine\nif (mode == "table") {}\n'
+                                    'if (std::string_view(ops.name()) == "cuda") {}\n',
+            "offload/b.hpp": "struct ExpertPtrs {\n};\n",
+            "kernels/cuda/c.cuh": "struct ExpertPtrs {\n};\n",
+        })
         v = violations(d)
         assert len(v) == 3, v
         assert "a.cpp:2" in v[0] and "a.cpp:3: dispatches" in v[1] and "ExpertPtrs is defined 2 times" in v[2], v
 
 
-def main():
-    self_test()
-    v = violations(sys.argv[1] if len(sys.argv) > 1 else ".")
-    for line in v:
-        print(line)
-    return 1 if v else 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(checker.main(self_test, violations))
