@@ -3,7 +3,7 @@
 // (routing.hpp) draws them for the same mode and seed — per-layer generators seeded
 // seed · 1000003 + layer, a trace replayed per layer token by token (from the start again when it
 // runs out) — plus `profile:FILE`: ids drawn without replacement from a recorded activation
-// profile's per-layer frequencies (placement_profile.hpp).
+// profile's per-layer frequencies (runtime/moe/placement_profile.hpp).
 #include <cstdint>
 #include <memory>
 #include <optional>

@@ -20,22 +20,6 @@
 namespace ferry::cli {
 namespace {
 
-// "a,b" values given once or repeated (-m a -m b), in order, without duplicates.
-std::vector<std::string> split_list(const std::vector<std::string>& in) {
-  std::vector<std::string> out;
-  for (const std::string& s : in) {
-    size_t start = 0;
-    while (start <= s.size()) {
-      const size_t comma = s.find(',', start);
-      const std::string item = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-      if (std::find(out.begin(), out.end(), item) == out.end()) out.push_back(item);
-      if (comma == std::string::npos) break;
-      start = comma + 1;
-    }
-  }
-  return out;
-}
-
 std::vector<int32_t> int_list(const std::vector<std::string>& in, const char* flag, int32_t min) {
   std::vector<int32_t> out;
   for (const std::string& s : split_list(in)) {

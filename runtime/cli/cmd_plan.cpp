@@ -141,11 +141,8 @@ int run_plan(int argc, char** argv) {
   app.add_option("-n,--n-predict", n_decode, "decoded tokens simulated per estimate")->capture_default_str();
   app.add_option("-p,--n-prompt", n_prompt, "prompt tokens simulated per estimate (pp)")->capture_default_str();
   app.add_flag("--json", as_json, "print the plan as JSON");
-  std::vector<std::string> args = normalize_plan_args(argc, argv);
-  std::vector<char*> av;
-  for (std::string& s : args) av.push_back(s.data());
   bool stop = false;
-  const int rc = parse(app, static_cast<int>(av.size()), av.data(), stop);
+  const int rc = parse_plan_command(app, argc, argv, stop);
   if (stop) return rc;
 
   const gguf::File f = open_plan_model(a);

@@ -55,11 +55,8 @@ int run_simulate(int argc, char** argv) {
                  "(as forks add; LRU, misses on the CPU)");
   app.add_option("--trace", trace, "write a Perfetto trace of Ferry's run in virtual time");
   app.add_option("--strategy", strategies, "all | ferry | llamacpp (fit and best -ncmoe)")->capture_default_str();
-  std::vector<std::string> args = normalize_plan_args(argc, argv);
-  std::vector<char*> av;
-  for (std::string& s : args) av.push_back(s.data());
   bool stop = false;
-  const int rc = parse(app, static_cast<int>(av.size()), av.data(), stop);
+  const int rc = parse_plan_command(app, argc, argv, stop);
   if (stop) return rc;
   if (strategies != "all" && strategies != "ferry" && strategies != "llamacpp")
     fail(ErrorKind::invalid_arg, "--strategy '{}' (all, ferry or llamacpp)", strategies);

@@ -140,4 +140,11 @@ HardwareProfile measure_this_host() {
   return h;
 }
 
+int parse_plan_command(CLI::App& app, int argc, char** argv, bool& stop) {
+  std::vector<std::string> args = normalize_plan_args(argc, argv);
+  std::vector<char*> av;
+  for (std::string& s : args) av.push_back(s.data());
+  return parse(app, static_cast<int>(av.size()), av.data(), stop);
+}
+
 }  // namespace ferry::cli

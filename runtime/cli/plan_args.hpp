@@ -28,6 +28,8 @@ struct PlanArgs {
 void add_plan_args(CLI::App& app, PlanArgs& a, bool gpu_required);
 // -ctk, -ctv and -np rewritten to their long forms (CLI11 takes one-letter short options only).
 std::vector<std::string> normalize_plan_args(int argc, char** argv);
+// parse() (common_args.hpp) over normalize_plan_args: plan's and simulate's command lines.
+int parse_plan_command(CLI::App& app, int argc, char** argv, bool& stop);
 
 // The model as a gguf::File: opened (-m), or described from synth's plan. `label` names it.
 gguf::File open_plan_model(const PlanArgs& a);

@@ -26,6 +26,8 @@ struct Flag {
   Apply apply;
 };
 
+// "auto" is resolved before the table is read (default_device_kind); its entry is there for the
+// list of spellings an error names.
 constexpr std::array<Named<DeviceKind>, 4> kDeviceChoices{
     {{"cpu", DeviceKind::cpu}, {"sim", DeviceKind::sim}, {"cuda", DeviceKind::cuda}, {"auto", DeviceKind::cpu}}};
 
@@ -206,7 +208,9 @@ void checked(const Flag& f, RunOptions& o, const std::string& v) {
   }
 }
 
-std::vector<std::string> split_commas(const std::vector<std::string>& in) {
+}  // namespace
+
+std::vector<std::string> split_list(const std::vector<std::string>& in) {
   std::vector<std::string> out;
   for (const std::string& s : in) {
     size_t start = 0;
@@ -220,8 +224,6 @@ std::vector<std::string> split_commas(const std::vector<std::string>& in) {
   }
   return out;
 }
-
-}  // namespace
 
 void RunArgs::add(CLI::App& app, bool sweep) {
   for (const Flag& f : flags()) {
@@ -243,7 +245,7 @@ void RunArgs::add(CLI::App& app, bool sweep) {
 void RunArgs::add_all(CLI::App& app) { add(app, false); }
 void RunArgs::add_sweep(CLI::App& app) { add(app, true); }
 
-std::vector<std::string> RunArgs::sweep(SweepFlag f) const { return split_commas(sweep_[static_cast<size_t>(f)]); }
+std::vector<std::string> RunArgs::sweep(SweepFlag f) const { return split_list(sweep_[static_cast<size_t>(f)]); }
 
 void RunArgs::apply_sweep(SweepFlag s, const std::string& value, RunOptions& o) {
   for (const Flag& f : flags())

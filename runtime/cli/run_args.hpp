@@ -15,6 +15,9 @@
 
 namespace ferry::cli {
 
+// "a,b" values given once or repeated (-m a -m b), in order, without duplicates.
+std::vector<std::string> split_list(const std::vector<std::string>& in);
+
 enum class SweepFlag { device, vram, routing, decode };
 inline constexpr int kSweepFlags = 4;
 

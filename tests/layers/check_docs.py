@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Docs stand alone and name real files: every repository path that README.md, the folders'
 READMEs and docs/ (decisions included) name exists (a file, a folder, or a glob that matches),
-and no doc or source comment cites a guide outside the repository (STYLE.md, ARCHITECTURE.md,
-MODELS.md, GPU.md, ../shared/).
+and no doc or source comment cites a guide kept outside the repository (the names OUTSIDE
+matches).
 
 usage: check_docs.py SOURCE_DIR     prints each offending FILE:LINE, exits 1 when any exists
 """
@@ -58,18 +58,12 @@ def violations(root):
                         out.append(f"{rel}:{n}: names {m.group(1)}, which is not in the repository")
                 if OUTSIDE.search(line):
                     out.append(f"{rel}:{n}: cites a guide outside the repository: {line.strip()}")
-    for top in ("runtime", "offload", "kernels", "tests", "bench", "scripts"):
-        for dirpath, _, files in os.walk(os.path.join(root, top)):
-            if "/data" in dirpath.replace(os.sep, "/"):
-                continue
-            for name in sorted(files):
-                if not name.endswith(SOURCES) or name == os.path.basename(__file__):
-                    continue
-                full = os.path.join(dirpath, name)
-                with open(full, encoding="utf-8", errors="replace") as f:
-                    for n, line in enumerate(f, 1):
-                        if OUTSIDE.search(line):
-                            out.append(f"{os.path.relpath(full, root)}:{n}: cites a guide outside the repository")
+    tops = ("runtime", "offload", "kernels", "tests", "bench", "scripts")
+    for rel, n, line in checker.source_lines(root, tops, SOURCES):
+        if "/data/" in rel or os.path.basename(rel) == os.path.basename(__file__):
+            continue
+        if OUTSIDE.search(line):
+            out.append(f"{rel}:{n}: cites a guide outside the repository")
     return out
 
 

@@ -42,34 +42,19 @@ def strip_comment(line):
 
 def violations(root):
     out = []
-    for folder in FOLDERS:
-        for dirpath, _, files in os.walk(os.path.join(root, folder)):
-            for name in sorted(files):
-                if not name.endswith(SOURCES):
-                    continue
-                full = os.path.join(dirpath, name)
-                rel = os.path.relpath(full, root).replace(os.sep, "/")
-                with open(full, encoding="utf-8", errors="replace") as f:
-                    for n, line in enumerate(f, 1):
-                        code = strip_comment(line)
-                        if rel in FORMAT_PARSERS and "name()" not in code:
-                            continue
-                        for rx, why in RULES:
-                            if rx.search(code):
-                                out.append(f"{rel}:{n}: {why}: {line.strip()}")
-                                break
+    for rel, n, line in checker.source_lines(root, FOLDERS, SOURCES):
+        code = strip_comment(line)
+        if rel in FORMAT_PARSERS and "name()" not in code:
+            continue
+        for rx, why in RULES:
+            if rx.search(code):
+                out.append(f"{rel}:{n}: {why}: {line.strip()}")
+                break
     defs = {}
-    for top in ("runtime", "offload", "kernels"):
-        for dirpath, _, files in os.walk(os.path.join(root, top)):
-            for name in sorted(files):
-                if not name.endswith(SOURCES):
-                    continue
-                full = os.path.join(dirpath, name)
-                with open(full, encoding="utf-8", errors="replace") as f:
-                    for n, line in enumerate(f, 1):
-                        m = STRUCT_DEF.match(line)
-                        if m and m.group(1) in SHARED_STRUCTS:
-                            defs.setdefault(m.group(1), []).append(f"{os.path.relpath(full, root)}:{n}")
+    for rel, n, line in checker.source_lines(root, ("runtime", "offload", "kernels"), SOURCES):
+        m = STRUCT_DEF.match(line)
+        if m and m.group(1) in SHARED_STRUCTS:
+            defs.setdefault(m.group(1), []).append(f"{rel}:{n}")
     for s, where in sorted(defs.items()):
         if len(where) > 1:
             out.append(f"struct {s} is defined {len(where)} times: {', '.join(where)}")

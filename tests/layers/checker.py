@@ -4,6 +4,21 @@ import os
 import sys
 
 
+def source_lines(root, tops, suffixes):
+    """(repo-relative path, line number, line) of every file below root/top for top in tops whose
+    name ends with one of suffixes, files in name order."""
+    for top in tops:
+        for dirpath, _, files in os.walk(os.path.join(root, top)):
+            for name in sorted(files):
+                if not name.endswith(suffixes):
+                    continue
+                full = os.path.join(dirpath, name)
+                rel = os.path.relpath(full, root).replace(os.sep, "/")
+                with open(full, encoding="utf-8", errors="replace") as f:
+                    for n, line in enumerate(f, 1):
+                        yield rel, n, line
+
+
 def write_tree(root, files):
     """Writes {relative path: text} under root, making the folders."""
     for rel, text in files.items():
