@@ -15,6 +15,10 @@
 
 namespace ferry {
 
+uint64_t cuda_plan_workspace_bytes(const Ops& ops, uint64_t extra_bytes) {
+  return cuda_ops_workspace_bytes(ops) + (32ull << 20) + extra_bytes;
+}
+
 OffloadBuild make_offload_executor(OffloadRequest r) {
   const OffloadSettings& a = r.settings;
   if (r.layers.empty()) fail(ErrorKind::internal, "offload: a model without expert layers");
@@ -34,9 +38,8 @@ OffloadBuild make_offload_executor(OffloadRequest r) {
     // What is really allocated replaces the estimate: the dense weights, and the CudaOps
     // workspaces (counted as workspace, with a margin for the attention scratch, and the chunked
     // DeltaNet prefill's scratch for the largest step when that form is chosen).
-    const uint64_t backend_ws = cuda_ops_workspace_bytes(*r.ops);
-    in.dense_bytes = cuda_dev->memory().used_bytes - backend_ws;
-    in.workspace_bytes += backend_ws + (32ull << 20) + r.cuda_extra_workspace_bytes;
+    in.dense_bytes = cuda_dev->memory().used_bytes - cuda_ops_workspace_bytes(*r.ops);
+    in.workspace_bytes += cuda_plan_workspace_bytes(*r.ops, r.cuda_extra_workspace_bytes);
   }
   std::unique_ptr<ExpertProfile> profile;
   if (!a.profile.empty()) profile = std::make_unique<ExpertProfile>(ExpertProfile::read(a.profile));

@@ -111,6 +111,11 @@ struct OffloadBuild {
   OffloadExecutor* engine = nullptr;      // the same object, for the reports
 };
 
+// cuda: the workspace a plan reserves beyond the session's own: the CudaOps workspaces, a margin for
+// the attention scratch, and extra_bytes of backend scratch (the chunked DeltaNet prefill's). The
+// factory plans with it; the engine's fit to the card (runtime/engine/fit.hpp) counts the same.
+uint64_t cuda_plan_workspace_bytes(const Ops& ops, uint64_t extra_bytes);
+
 // Plans the placement (prints/writes it when asked), fills the host store and builds the engine.
 // ErrorKind::budget when the budget cannot hold the fixed part; ErrorKind::io for files.
 OffloadBuild make_offload_executor(OffloadRequest r);

@@ -1,5 +1,6 @@
 #include "runtime/backend/device.hpp"
 
+#include <cstdlib>
 #include <string>
 
 #include "runtime/backend/cuda_device.hpp"
@@ -27,7 +28,15 @@ DeviceKind parse_device_kind(std::string_view s) {
 
 bool cuda_available() { return cuda_device_count() > 0; }
 
-DeviceKind default_device_kind() { return cuda_available() ? DeviceKind::cuda : DeviceKind::cpu; }
+DeviceKind default_device_kind() {
+#if defined(FERRY_CUDA_EMU)
+  // The CUDA emulator (tests/cuda_emu) is not a GPU: `auto` stays on the CPU, so the CLI and server
+  // tests of an emulator build run where they run on a machine without a GPU, unless the run names
+  // the emulated card's memory (FERRY_CUDA_EMU_MEMORY), as the zero-flag fitting tests do.
+  if (!std::getenv("FERRY_CUDA_EMU_MEMORY")) return DeviceKind::cpu;
+#endif
+  return cuda_available() ? DeviceKind::cuda : DeviceKind::cpu;
+}
 
 DeviceBuffer Device::alloc(size_t bytes, std::string_view tag) {
   const uint64_t charged = (static_cast<uint64_t>(bytes) + 255) / 256 * 256;

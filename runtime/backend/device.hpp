@@ -31,7 +31,8 @@ const char* device_kind_name(DeviceKind k);
 DeviceKind parse_device_kind(std::string_view s);
 // True when Ferry was built with CUDA and a CUDA device is usable here.
 bool cuda_available();
-// cuda when cuda_available(), else cpu.
+// cuda when cuda_available(), else cpu; an emulator build answers cpu unless FERRY_CUDA_EMU_MEMORY
+// is set (device.cpp says why).
 DeviceKind default_device_kind();
 
 struct CopyStats {

@@ -47,6 +47,9 @@ std::vector<std::string> normalize_args(int argc, char** argv) {
     if (a == "-ctk") a = "--cache-type-k";
     else if (a == "-ctv") a = "--cache-type-v";
     else if (a == "-sys") a = "--system-prompt";
+    else if (a == "-fit") a = "--fit";
+    else if (a == "-fitt") a = "--fit-target";
+    else if (a == "-fitc") a = "--fit-ctx";
     out.push_back(std::move(a));
   }
   return out;

@@ -29,7 +29,8 @@ struct ModelArgs {
 void add_model_args(CLI::App& app, ModelArgs& a, bool with_run = true);
 void add_sampling_args(CLI::App& app, SamplingParams& p);
 
-// CLI11 takes only one-letter short options; llama.cpp's -ctk/-ctv (and -sys) are rewritten to
+// CLI11 takes only one-letter short options; llama.cpp's -ctk/-ctv, -fit/-fitt/-fitc (and -sys) are
+// rewritten to
 // their long forms before parsing. Returns storage that argv points into.
 std::vector<std::string> normalize_args(int argc, char** argv);
 // Parses with CLI11; returns an exit code when the command should stop (help or a flag error).

@@ -31,6 +31,8 @@ struct Flag {
 constexpr std::array<Named<DeviceKind>, 4> kDeviceChoices{
     {{"cpu", DeviceKind::cpu}, {"sim", DeviceKind::sim}, {"cuda", DeviceKind::cuda}, {"auto", DeviceKind::cpu}}};
 
+constexpr std::array<Named<bool>, 2> kOnOff{{{"on", true}, {"off", false}}};
+
 enum class CudaGraphs { off, on, segments };
 constexpr std::array<Named<CudaGraphs>, 3> kCudaGraphs{
     {{"off", CudaGraphs::off}, {"on", CudaGraphs::on}, {"segments", CudaGraphs::segments}}};
@@ -78,8 +80,10 @@ int32_t parse_int(const std::string& s, const char* flag, int32_t lo, int32_t hi
 const std::vector<Flag>& flags() {
   static const std::vector<Flag> table = {
       // --- device and budget (the run plan: runtime/engine/run_options.hpp)
-      {"--device", "where routed experts run: cpu, sim (offload engine on the host), cuda, auto (cuda when a GPU exists)",
-       Group::device, false, SweepFlag::device, "cpu",
+      {"--device",
+       "where the model runs: cpu, sim (offload engine on the host), cuda, auto (cuda when a GPU exists; an "
+       "emulator build only when FERRY_CUDA_EMU_MEMORY sets its card)",
+       Group::device, false, SweepFlag::device, "auto",
        [](RunOptions& o, const std::string& v) {
          o.device = v == "auto" ? default_device_kind() : parse_named(kDeviceChoices, v, "--device");
        }},
@@ -89,6 +93,17 @@ const std::vector<Flag>& flags() {
          if (v == "none") o.vram_bytes.reset();  // a sweep's unconstrained point
          else o.vram_bytes = parse_size(v);
        }},
+      {"--fit", "cuda without --vram: fit the budget to the card's free memory, offloading what does not fit "
+       "(off: every expert resident, the budget all free memory)",
+       Group::device, false, {}, "on",
+       [](RunOptions& o, const std::string& v) { o.fit.enabled = parse_named(kOnOff, v, "--fit"); }},
+      {"--fit-target", "MiB the fit leaves free on the card (-fitt)", Group::device, false, {}, "1024",
+       [](RunOptions& o, const std::string& v) {
+         o.fit.target_bytes = static_cast<uint64_t>(parse_int(v, "--fit-target", 0, 1 << 20)) << 20;
+       }},
+      {"--fit-ctx", "the smallest default context the fit may shrink to when the dense part does not fit (-fitc)",
+       Group::device, false, {}, "512",
+       [](RunOptions& o, const std::string& v) { o.fit.min_ctx = parse_int(v, "--fit-ctx", 16, 1 << 30); }},
       // --- the offload engine
       {"--profile", "activation profile (per-layer expert frequencies) for the initial hot set", Group::engine,
        false, {}, "", [](RunOptions& o, const std::string& v) { o.offload.profile = v; }},
@@ -241,6 +256,8 @@ void RunArgs::add(CLI::App& app, bool sweep) {
     if (*f.default_text) opt->default_str(f.default_text);
   }
 }
+
+RunArgs::RunArgs() { options.device = default_device_kind(); }
 
 void RunArgs::add_all(CLI::App& app) { add(app, false); }
 void RunArgs::add_sweep(CLI::App& app) { add(app, true); }

@@ -23,7 +23,9 @@ inline constexpr int kSweepFlags = 4;
 
 class RunArgs {
  public:
-  RunOptions options;  // what the flags set (defaults: RunOptions')
+  // --device defaults to auto: cuda when a GPU exists (default_device_kind), else cpu.
+  RunArgs();
+  RunOptions options;  // what the flags set (defaults: RunOptions', the device resolved)
 
   // Every run flag, each value parsed when CLI11 reads it (bad values fail the parse, naming
   // the flag).

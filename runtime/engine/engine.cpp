@@ -7,6 +7,7 @@
 
 #include "runtime/backend/cpu_ops.hpp"
 #include "runtime/backend/device_size.hpp"
+#include "runtime/backend/cuda_device.hpp"
 #include "runtime/backend/cuda_ops.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/core/host_memory.hpp"
@@ -17,10 +18,14 @@ namespace ferry {
 std::unique_ptr<LoadedModel> LoadedModel::load(const std::string& path,
                                                const LoadProgress& progress, const RunOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
-  const RunPlan plan = plan_run(options);  // bad combinations fail before anything is loaded
-  auto setup = std::make_unique<MoeSetup>(options, plan);
+  RunPlan plan = plan_run(options);  // bad combinations fail before anything is loaded
   std::unique_ptr<LoadedModel> m(new LoadedModel(gguf::File::open(path)));
-  m->moe_ = std::move(setup);
+  uint64_t free_bytes = 0;
+  if (plan.fit) {
+    // Zero flags on a card: the budget is its free memory less the margin, whatever the model.
+    free_bytes = cuda_mem_info().free_bytes;
+    plan.cuda_budget_bytes = fit_budget_bytes(free_bytes, options.fit);
+  }
   const CpuOps* cpu = nullptr;
   if (plan.backend == DeviceKind::cuda) {
     DeviceOptions d;
@@ -42,6 +47,27 @@ std::unique_ptr<LoadedModel> LoadedModel::load(const std::string& path,
     m->ops_ = std::move(cpu_ops);
     m->file_.prefault();  // the CPU computes from the mapping itself
   }
+  RunOptions o = options;
+  if (plan.fit) {
+    // Then whether the whole model fits in it, counting the backend's workspaces as the offload
+    // plan does; what does not fit is offloaded with the same budget.
+    const ModelConfig c = read_config(m->file_);
+    const SizesAt sizes = [&](int64_t n_ctx) {
+      PlacementInput p = placement_input(m->file_, c, n_ctx, o.type_k, o.type_v, o.n_batch, 0);
+      p.workspace_bytes += cuda_plan_workspace_bytes(
+          *m->ops_, cuda_extra_workspace_bytes(*m->ops_, c, std::min<int64_t>(o.n_batch, n_ctx)));
+      return p;
+    };
+    const DeviceFit fit = fit_to_device(sizes, free_bytes, o.fit, o.n_ctx, default_context(c));
+    log::info("{}", fit_summary(fit, m->device_->name()));
+    o.n_ctx = fit.n_ctx;
+    m->default_n_ctx_ = fit.n_ctx;
+    if (fit.offload) o.vram_bytes = fit.budget_bytes;
+    const uint64_t budget = plan.cuda_budget_bytes;
+    plan = plan_run(o);
+    plan.cuda_budget_bytes = budget;
+  }
+  m->moe_ = std::make_unique<MoeSetup>(o, plan);
   // cuda with offloading: the experts stay on the host (the offload engine's store), the rest is
   // uploaded as the model loads.
   const MoeExecutorFactory factory = [&](const std::vector<MoeLayerWeights>& layers) {
@@ -62,6 +88,10 @@ std::unique_ptr<LoadedModel> LoadedModel::load(const std::string& path,
 }
 
 LoadedModel::~LoadedModel() = default;
+
+int64_t LoadedModel::default_n_ctx() const {
+  return default_n_ctx_ > 0 ? default_n_ctx_ : default_context(config());
+}
 
 const Tokenizer& LoadedModel::tokenizer() const {
   if (!tokenizer_)
@@ -103,7 +133,7 @@ void check_state_fits_host(const ModelConfig& c, const StateOptions& so, uint64_
 
 Session::Session(LoadedModel& m, const SessionOptions& o) : model_(m) {
   StateOptions so;
-  so.n_ctx = o.n_ctx > 0 ? o.n_ctx : default_context(m.config());
+  so.n_ctx = o.n_ctx > 0 ? o.n_ctx : m.default_n_ctx();
   so.type_k = o.type_k;
   so.type_v = o.type_v;
   so.n_batch = o.n_batch;

@@ -47,6 +47,9 @@ class LoadedModel {
   // ErrorKind::unsupported / format naming the file when the GGUF carries no usable tokenizer.
   const Tokenizer& tokenizer() const;
   double load_ms() const { return load_ms_; }
+  // The context a session gets without -c: default_context(), or less when fitting the card
+  // shrank it (fit.hpp).
+  int64_t default_n_ctx() const;
 
  private:
   explicit LoadedModel(gguf::File f) : file_(std::move(f)) {}
@@ -58,10 +61,11 @@ class LoadedModel {
   std::optional<Tokenizer> tokenizer_;
   std::string tokenizer_error_;
   double load_ms_ = 0.0;
+  int64_t default_n_ctx_ = 0;  // 0: default_context()
 };
 
 struct SessionOptions {
-  int64_t n_ctx = 0;  // 0: default_context()
+  int64_t n_ctx = 0;  // 0: the model's default_n_ctx()
   GgmlType type_k = GgmlType::F16;
   GgmlType type_v = GgmlType::F16;
   int32_t n_batch = 512;

@@ -142,10 +142,7 @@ std::unique_ptr<MoeExecutor> MoeSetup::build_offload(
   const int64_t n_ctx = o_.n_ctx > 0 ? o_.n_ctx : default_context(c);
   r.max_batch = std::min<int64_t>(o_.n_batch, n_ctx);
   r.placement = placement_input(f, c, n_ctx, o_.type_k, o_.type_v, o_.n_batch, plan_.sim_budget_bytes);
-  // The chunked DeltaNet prefill's scratch for the largest step, when the backend uses that form.
-  if (ops.kind() == BackendKind::cuda && cuda_ops_gdn_prefill(ops) == cpu::GdnPrefill::chunked)
-    r.cuda_extra_workspace_bytes = cuda_gdn_scratch_bytes(c.ssm_group_count, c.ssm_time_step_rank,
-                                                          c.ssm_state_size, r.max_batch);
+  r.cuda_extra_workspace_bytes = cuda_extra_workspace_bytes(ops, c, r.max_batch);
   r.ops = &ops;
   if (o_.offload.prefetch > 0) r.predictor = predictor_.get();
   r.tracer = o_.tracer;
@@ -163,6 +160,13 @@ void MoeSetup::finish() {
   if (executor_) executor_->drain();
   if (profile_) profile_->profile().write(o_.offload.record_profile);
   if (recorder_) recorder_->finish();
+}
+
+uint64_t cuda_extra_workspace_bytes(const Ops& ops, const ModelConfig& c, int64_t max_batch) {
+  // The chunked DeltaNet prefill's scratch for the largest step, when the backend uses that form.
+  if (ops.kind() == BackendKind::cuda && cuda_ops_gdn_prefill(ops) == cpu::GdnPrefill::chunked)
+    return cuda_gdn_scratch_bytes(c.ssm_group_count, c.ssm_time_step_rank, c.ssm_state_size, max_batch);
+  return 0;
 }
 
 PlacementInput placement_input(const gguf::File& f, const ModelConfig& c, int64_t n_ctx,

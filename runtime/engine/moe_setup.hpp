@@ -69,6 +69,10 @@ class MoeSetup {
   bool finished_ = false;
 };
 
+// cuda: the backend scratch a model's shape needs beyond the CudaOps workspaces for steps of up to
+// max_batch tokens (the chunked DeltaNet prefill's, when the ops use that form); 0 otherwise.
+uint64_t cuda_extra_workspace_bytes(const Ops& ops, const ModelConfig& c, int64_t max_batch);
+
 // The placement input of a model: dense bytes from the tensor table; KV cache, recurrent state and
 // workspace for n_ctx / n_batch exactly as the session allocates them (state_footprint).
 PlacementInput placement_input(const gguf::File& f, const ModelConfig& c, int64_t n_ctx,

@@ -23,11 +23,13 @@ RunPlan plan_run(const RunOptions& o) {
   RunPlan p;
   p.backend = o.device == DeviceKind::cuda ? DeviceKind::cuda : DeviceKind::cpu;
   if (p.backend == DeviceKind::cuda) p.cuda_budget_bytes = o.vram_bytes.value_or(0);
+  p.fit = p.backend == DeviceKind::cuda && !o.vram_bytes && o.fit.enabled;
   p.offload = o.device == DeviceKind::sim ||
               (o.device == DeviceKind::cuda && (o.vram_bytes || a.planning()));
   p.offload_device = o.device == DeviceKind::cuda ? DeviceKind::cuda : DeviceKind::sim;
   if (o.device == DeviceKind::sim) p.sim_budget_bytes = o.vram_bytes.value_or(0);
-  if (table && o.device == DeviceKind::cuda && !p.offload)
+  if (o.fit.min_ctx < 16) fail(ErrorKind::invalid_arg, "--fit-ctx {}: expected at least 16", o.fit.min_ctx);
+  if (table && o.device == DeviceKind::cuda && !p.offload && !p.fit)
     log::warn(
         "--offload-decode table applies to offloaded models: without --vram every expert is "
         "resident on the GPU, whose decode needs no host synchronisation anyway");

@@ -12,6 +12,7 @@
 #include "runtime/backend/cpu_ops.hpp"
 #include "runtime/backend/cuda_ops.hpp"
 #include "runtime/backend/device.hpp"
+#include "runtime/engine/fit.hpp"
 #include "runtime/moe/routing.hpp"
 #include "runtime/moe/step.hpp"
 
@@ -35,7 +36,8 @@ struct ObserveSettings {
 
 struct RunOptions {
   DeviceKind device = DeviceKind::cpu;   // --device (auto is resolved by the parser)
-  std::optional<uint64_t> vram_bytes;    // --vram; nullopt: every expert resident
+  std::optional<uint64_t> vram_bytes;    // --vram; nullopt: fit to the card (cuda) or no limit
+  FitSettings fit;                       // --fit, -fitt, -fitc: cuda without --vram (fit.hpp)
   BackendSwitches backend;
   OffloadSettings offload;
   ObserveSettings observe;
@@ -51,13 +53,16 @@ struct RunOptions {
 // engine runs the routed experts on sim (always), or on cuda with a budget or a placement flag.
 struct RunPlan {
   DeviceKind backend = DeviceKind::cpu;  // cpu or cuda: the Ops of the forward
-  uint64_t cuda_budget_bytes = 0;        // cuda: the device budget (0: free memory minus a margin)
+  uint64_t cuda_budget_bytes = 0;        // cuda: the device budget (0: the free memory)
+  bool fit = false;                      // cuda: fit the budget to the card (fit.hpp) at load
   bool offload = false;                  // the offload engine runs the experts
   DeviceKind offload_device = DeviceKind::sim;  // sim or cuda (when offload)
   uint64_t sim_budget_bytes = 0;                // sim: the device budget (0: no limit)
 };
 
-// Checks the combinations (ErrorKind::invalid_arg naming the flags) and derives the plan.
+// Checks the combinations (ErrorKind::invalid_arg naming the flags) and derives the plan. On cuda
+// without --vram (and --fit on) the plan says `fit`: the load measures the card and sets the
+// budget (and whether to offload) with fit_to_device.
 RunPlan plan_run(const RunOptions& o);
 
 }  // namespace ferry

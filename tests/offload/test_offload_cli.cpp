@@ -4,6 +4,7 @@
 // a clear error, and --record-profile writes a profile that --profile accepts.
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -285,6 +286,51 @@ TEST_F(OffloadCli, CudaOffloadIsCloseToCudaResident) {
   // A budget that cannot hold the backend's own workspaces is refused with the budget named.
   logits("--device cuda --vram 8M", "cuda-small", 1);
   EXPECT_NE(last_output_.find("--vram"), std::string::npos) << last_output_;
+}
+
+// Zero flags on a card (runtime/engine/fit.hpp): with no --device, an emulator build whose card
+// (FERRY_CUDA_EMU_MEMORY) is smaller than the model plus the 1 GiB margin picks cuda, fits the
+// budget to free − margin, offloads, and the emulator's real device high-water mark stays within
+// free − margin; the same binary without a card runs on the CPU, byte for byte as --device cpu.
+TEST_F(OffloadCli, CudaAutoFitsTheCard) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+#if !defined(FERRY_CUDA_EMU)
+  GTEST_SKIP() << "sets the emulated card's memory (FERRY_CUDA_EMU_MEMORY)";
+#endif
+  // A card of 1 GiB + what the fixed part and half the expert slots take.
+  const uint64_t half = std::stoull(vram_for("--device cuda ", 64));
+  const uint64_t card_mib = 1024 + (half + (1u << 20) - 1) / (1u << 20);
+  const std::string cmd = ferry_binary() + " logits -t 2 -c 64 -m " + model_ + " --tokens " + tokens_ + " -o ";
+  std::string out;
+  ASSERT_EQ(run("FERRY_CUDA_EMU_MEMORY=" + std::to_string(card_mib) + " FERRY_CUDA_EMU_REPORT=1 " + cmd + dir_ +
+                    "/auto-card.npy --offload-stats --cold copy",
+                out),
+            0)
+      << out;
+  EXPECT_NE(out.find("fit: "), std::string::npos) << out;
+  EXPECT_NE(out.find(": offloading"), std::string::npos) << out;
+  int slots = -1;  // from --offload-stats' "offload: N slots, ..."
+  for (size_t at = out.find("offload: "); at != std::string::npos; at = out.find("offload: ", at + 1))
+    if (std::isdigit(static_cast<unsigned char>(out[at + 9])) && out.find(" slots", at) < out.find('\n', at))
+      slots = std::atoi(out.c_str() + at + 9);
+  EXPECT_GT(slots, 0) << out;
+  EXPECT_LT(slots, 4 * 32) << out;
+  const size_t peak_at = out.find("device memory peak ");
+  ASSERT_NE(peak_at, std::string::npos) << out;
+  const uint64_t peak = std::stoull(out.substr(peak_at + 19));
+  EXPECT_GT(peak, 0u);
+  EXPECT_LE(peak, (card_mib - 1024) << 20) << out;
+  // Copied cold experts run the resident kernels: the resident GPU run's logits (the CPU's cold
+  // experts would differ within rounding, enough to flip a later layer's routing on this model).
+  const std::vector<float> resident = npy_floats(logits("--device cuda", "auto-cuda-ref"));
+  ASSERT_FALSE(resident.empty());
+  EXPECT_LE(test::diff(npy_floats(slurp(dir_ + "/auto-card.npy")), resident).nmse, 1e-9) << out;
+  EXPECT_NE(last_output_.find("every expert resident"), std::string::npos) << last_output_;  // 8 GiB card
+  ASSERT_FALSE(logits("--device cpu", "auto-cpu-ref").empty());
+  // Without a card the emulator build's auto is the CPU: no fit, the CPU's bytes.
+  ASSERT_EQ(run(cmd + dir_ + "/auto-none.npy", out), 0) << out;
+  EXPECT_EQ(out.find("fit: "), std::string::npos) << out;
+  EXPECT_EQ(slurp(dir_ + "/auto-none.npy"), slurp(dir_ + "/auto-cpu-ref.npy"));
 }
 
 // `ferry bench` sweeps the offloaded cuda decode flows: a row each, the table row with its hit
