@@ -102,13 +102,17 @@ SimRates sim_rates(const HardwareProfile& gpu, const HardwareProfile& host,
   r.llama_cpu_gbps =
       std::min(stream * p.number("llamacpp_cpu_fraction_of_stream"), cores * per_thread);
   r.prefill_gflops = p.number("ref_prefill_gflops") * compute_scale;
+  // llama.cpp's prefill kernels are not Ferry's: its own published rate on its reference card.
+  r.llama_prefill_gflops = p.number("llamacpp_ref_prefill_gflops") * sm_ghz /
+                           (p.number("llamacpp_ref_sm_count") * p.number("llamacpp_ref_boost_clock_mhz") / 1e3);
   r.llama_graph_node_us = p.number("llamacpp_graph_node_us");
   r.llama_split_syncs = p.number("llamacpp_split_syncs");
   r.llama_ubatch = static_cast<int64_t>(p.number("llamacpp_ubatch"));
   r.llama_offload_min_batch = static_cast<int64_t>(p.number("llamacpp_offload_min_batch"));
   r.fit_margin_bytes = static_cast<uint64_t>(p.number("fit_target_mib")) << 20;
   r.fit_min_ctx = static_cast<int64_t>(p.number("fit_min_ctx"));
-  if (!(r.mem_gbps > 0 && r.link_gbps > 0 && r.cpu_gbps > 0 && r.prefill_gflops > 0))
+  if (!(r.mem_gbps > 0 && r.link_gbps > 0 && r.cpu_gbps > 0 && r.prefill_gflops > 0 &&
+        r.llama_prefill_gflops > 0))
     fail(ErrorKind::format, "simulator rates for {} + {}: a rate is not positive", gpu.id, host.id);
   return r;
 }

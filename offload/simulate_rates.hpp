@@ -9,7 +9,8 @@
 //   link                  = PCIe spec (gen, lanes) × (H200 measured H2D / PCIe 5.0 x16 spec)
 //   host stream           = measured host bandwidth, or spec × stream fraction (assumed)
 //   CPU experts           = min(host stream × CPU kernel fraction, threads × per-thread rate)
-//   prefill compute       = H200 prefill FLOP rate × (SMs × clock) / (H200 SMs × clock)
+//   prefill compute       = H200 prefill FLOP rate × (SMs × clock) / (H200 SMs × clock); llama.cpp's:
+//                           its published prefill rate × (SMs × clock) / (that card's SMs × clock)
 #include <cstdint>
 #include <map>
 #include <string>
@@ -33,6 +34,7 @@ struct SimRates {
   double cpu_gbps = 0;        // Ferry's CPU experts, all threads
   double llama_cpu_gbps = 0;  // llama.cpp's CPU experts, all threads
   double prefill_gflops = 0;  // GPU prefill, FLOP/s / 1e9 (Ferry's kernels)
+  double llama_prefill_gflops = 0;  // llama.cpp's GPU prefill (its own published reference)
   double llama_graph_node_us = 0;  // llama.cpp: per kernel inside its CUDA graph
   double llama_split_syncs = 0;    // llama.cpp: synchronisations per GPU↔CPU graph split
   int64_t llama_ubatch = 512;

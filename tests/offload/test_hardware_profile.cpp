@@ -131,6 +131,9 @@ TEST(HardwareProfile, DerivedRates) {
   // Q4_K is compute-bound there: the H200's rate scaled by SMs x clock, under the memory roof.
   EXPECT_NEAR(r3060.ferry_kernel_gbps.at(GgmlType::Q4_K), 1333.0 * 28 * 1777 / (132.0 * 1980), 0.01);
   EXPECT_LE(r3060.llama_kernel_gbps.at(GgmlType::Q8_0), r3060.mem_gbps);
+  // Prefill: Ferry's from the H200, llama.cpp's from its own reference card, each by SMs x clock.
+  EXPECT_NEAR(r3060.prefill_gflops, 12180.0 * 28 * 1777 / (132.0 * 1980), 0.01);
+  EXPECT_NEAR(r3060.llama_prefill_gflops, 45217.0 * 28 * 1777 / (188.0 * 2617), 0.01);
   // A spec host bandwidth is scaled to a stream, then to the CPU kernels' share.
   EXPECT_NEAR(r3060.cpu_gbps, 51.2 * 0.80 * 0.73, 0.01);
   EXPECT_THROW(sim_rates(find_hardware_profile(kDir, ProfileKind::host, "ddr4-3200-2ch-6c"),
