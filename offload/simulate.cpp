@@ -88,7 +88,11 @@ class Run {
         router_(o.routing, m.n_layer, m.n_expert, m.top_k),
         tracer_(o.trace_path.empty() ? std::make_unique<Tracer>() : std::make_unique<Tracer>(o.trace_path)) {
     const SimLayer& l0 = m.layers.at(0);
-    cost_ = CostModel(r.cost_rates(l0.expert.gate_type, l0.expert.up_type, l0.expert.down_type));
+    // Durations come from the hardware's rates; decisions from what a run's start-up calibration
+    // of layer 0's expert 0 would measure on it (model revision 6, docs/simulator.md).
+    time_ = CostModel(r.cost_rates(l0.expert.gate_type, l0.expert.up_type, l0.expert.down_type));
+    cost_ = CostModel(r.calibrated_rates(l0.expert.gate_type, l0.expert.up_type,
+                                         l0.expert.down_type, l0.expert.expert_bytes()));
     resident_ = plan_.n_slots >= plan_.total_experts();
     cache_ = std::make_unique<ExpertCache>(plan_.n_slots, m.n_layer, m.n_expert, o.policy,
                                            plan_.slot_partition());
@@ -164,7 +168,7 @@ class Run {
 
   double link_copy(uint64_t bytes, int32_t layer, const char* name) {
     const double start = std::max(link_free_, now());
-    link_free_ = start + cost_.copy_us(bytes);
+    link_free_ = start + time_.copy_us(bytes);
     if (decoding_) tok_.link_us += link_free_ - start;
     span(kTrackLink, name, "h2d", start, link_free_, {{"layer", layer}});
     return link_free_;
@@ -286,7 +290,7 @@ class Run {
     launches(kStepEventOps / 2 + (by_value ? 0 : kTableUpload) + (any_stream ? kStreamStepOps : 0));
     for (const Resolved& x : used) {
       if (x.cpu) {
-        cpu_work += cost_.cpu_us(L.expert.expert_bytes(), x.n_tokens) - cost_.rates().cpu_handoff_us;
+        cpu_work += time_.cpu_us(L.expert.expert_bytes(), x.n_tokens) - time_.rates().cpu_handoff_us;
         any_cpu = true;
       } else {
         gpu_work += gpu_us(r_, expert_weights(L.expert), x.n_tokens);
@@ -299,7 +303,7 @@ class Run {
     if (any_cpu) {
       // CPU experts on the host's threads meanwhile; their rows go up, then the sum.
       const double c0 = now();
-      now() += cpu_work + cost_.rates().cpu_handoff_us;
+      now() += cpu_work + time_.rates().cpu_handoff_us;
       launches(kCpuEventOps + (decode ? 0 : kCpuIndexUpload));
       if (decoding_) tok_.cpu_expert_us += now() - c0;
       span(kTrackCpu, "cpu experts", "cpu", c0, now(), {{"layer", layer}});
@@ -416,7 +420,8 @@ class Run {
   Plan plan_;
   SimRouter router_;
   std::unique_ptr<Tracer> tracer_;
-  CostModel cost_;
+  CostModel time_;  // durations: the simulated hardware's rates
+  CostModel cost_;  // decisions: the engine's calibrated estimate of them
   bool resident_ = false;
   std::unique_ptr<ExpertCache> cache_;
   std::unique_ptr<Prefetcher> prefetcher_;

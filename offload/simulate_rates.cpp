@@ -56,6 +56,22 @@ HardwareRates SimRates::cost_rates(GgmlType gate, GgmlType up, GgmlType down) co
   return h;
 }
 
+HardwareRates SimRates::calibrated_rates(GgmlType gate, GgmlType up, GgmlType down,
+                                        uint64_t expert_bytes) const {
+  const HardwareRates truth = cost_rates(gate, up, down);
+  const auto bytes = static_cast<double>(expert_bytes);
+  const double cpu_best_us = bytes / (cpu_gbps * 1e3);
+  // The three copies start on the link after the first call's launch; the host's synchronise
+  // returns sync − launch after the last lands (as a waited copy in offload/simulate.cpp).
+  const double copy_best_us = launch_us + copy_latency_us + bytes / (link_gbps * 1e3) +
+                              std::max(0.0, sync_us - launch_us);
+  HardwareRates h = rates_from_calibration(HardwareRates{}, expert_bytes, cpu_best_us, copy_best_us);
+  h.device_gbps = truth.device_gbps;
+  h.mapped_gbps = 0.0;
+  h.source = "simulated calibration: " + gpu + " + " + host;
+  return h;
+}
+
 SimRates sim_rates(const HardwareProfile& gpu, const HardwareProfile& host,
                    const HardwareProfile& p) {
   if (gpu.kind != ProfileKind::gpu) fail(ErrorKind::invalid_arg, "{} is not a GPU profile", gpu.id);

@@ -49,6 +49,13 @@ struct SimRates {
   // The cost model's rates on this hardware for experts of this shape (the same fields a
   // profiles/hardware file gives a real run through --hw-profile).
   HardwareRates cost_rates(GgmlType gate, GgmlType up, GgmlType down) const;
+  // The rates a run without --hw-profile decides with: its start-up calibration
+  // (OffloadExecutor::calibrate → calibrate_rates) applied to this hardware's durations, i.e.
+  // rates_from_calibration of the simulated one-expert CPU decode and three-transfer copy (host
+  // wall time: the copy on the link, then the synchronise's return), the engine's default base,
+  // and the kernels' device rate (the executor times its kernels). Durations stay cost_rates'.
+  HardwareRates calibrated_rates(GgmlType gate, GgmlType up, GgmlType down,
+                                 uint64_t expert_bytes) const;
 };
 
 // PCIe bandwidth per direction from the specification (GB/s): gen 3 0.985, 4 1.969, 5 3.938 per
