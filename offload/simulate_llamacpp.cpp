@@ -195,8 +195,8 @@ SimResult simulate_llamacpp(const SimModel& m, const SimRates& r, const LlamaPla
   s.decode_tokens = static_cast<uint64_t>(o.n_decode);
   // Prefill: micro-batches of up to `ubatch` tokens, computed on the GPU at llama.cpp's prefill rate
   // after the host-resident expert tensors' experts that the micro-batch routes to were copied over
-  // (batches of at least the offload minimum; llama.cpp copies only the used experts since its
-  // PR 15346); smaller batches compute those experts on the CPU.
+  // from pageable memory (batches of at least the offload minimum; llama.cpp copies only the used
+  // experts since its PR 15346); smaller batches compute those experts on the CPU.
   double active = elements(m.head);
   for (const SimLayer& L : m.layers)
     active += elements(L.dense) + k * elements(expert_weights(L.expert));
@@ -221,7 +221,7 @@ SimResult simulate_llamacpp(const SimModel& m, const SimRates& r, const LlamaPla
           f * n_routed * double(m.layers[static_cast<size_t>(l)].expert.expert_bytes());
       if (u >= r.llama_offload_min_batch) {
         s.h2d_demand_bytes += static_cast<uint64_t>(host_bytes);
-        prefill_us += r.copy_latency_us + host_bytes / (r.link_gbps * 1e3);
+        prefill_us += r.copy_latency_us + host_bytes / (r.llama_upload_gbps * 1e3);
       } else {
         prefill_us += double(u) * k * f * double(m.layers[static_cast<size_t>(l)].expert.expert_bytes()) /
                       (r.llama_cpu_gbps * 1e3);

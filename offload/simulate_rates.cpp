@@ -117,6 +117,11 @@ SimRates sim_rates(const HardwareProfile& gpu, const HardwareProfile& host,
   r.cpu_gbps = std::min(stream * p.number("cpu_expert_fraction_of_stream"), cores * per_thread);
   r.llama_cpu_gbps =
       std::min(stream * p.number("llamacpp_cpu_fraction_of_stream"), cores * per_thread);
+  // llama.cpp maps the model file (its default load mode; weights in host memory skip its pinned
+  // host buffer when mapped: its llama_model_loader), so a prompt batch's expert uploads come from
+  // pageable memory: the driver copies them into a pinned staging buffer on the calling thread,
+  // pipelined with the DMA, so one host thread's rate bounds them below the pinned link.
+  r.llama_upload_gbps = std::min({r.link_gbps, per_thread, stream});
   r.prefill_gflops = p.number("ref_prefill_gflops") * compute_scale;
   // llama.cpp's prefill kernels are not Ferry's: its own published rate on its reference card.
   r.llama_prefill_gflops = p.number("llamacpp_ref_prefill_gflops") * sm_ghz /

@@ -9,6 +9,7 @@
 //   link                  = PCIe spec (gen, lanes) × (H200 measured H2D / PCIe 5.0 x16 spec)
 //   host stream           = measured host bandwidth, or spec × stream fraction (assumed)
 //   CPU experts           = min(host stream × CPU kernel fraction, threads × per-thread rate)
+//   llama.cpp's uploads   = min(link, one thread's rate, host stream): pageable memory, staged
 //   prefill compute       = H200 prefill FLOP rate × (SMs × clock) / (H200 SMs × clock); llama.cpp's:
 //                           its published prefill rate × (SMs × clock) / (that card's SMs × clock)
 #include <cstdint>
@@ -33,6 +34,9 @@ struct SimRates {
   double kernel_floor_us = 0;  // the shortest a kernel takes on the GPU (Ferry's eager launches)
   double cpu_gbps = 0;        // Ferry's CPU experts, all threads
   double llama_cpu_gbps = 0;  // llama.cpp's CPU experts, all threads
+  // llama.cpp's uploads of host experts for a prompt batch: its weights are mmapped (pageable),
+  // so the driver stages them through a pinned buffer with one host thread's copy (model revision 7)
+  double llama_upload_gbps = 0;
   double prefill_gflops = 0;  // GPU prefill, FLOP/s / 1e9 (Ferry's kernels)
   double llama_prefill_gflops = 0;  // llama.cpp's GPU prefill (its own published reference)
   double llama_graph_node_us = 0;  // llama.cpp: per kernel inside its CUDA graph

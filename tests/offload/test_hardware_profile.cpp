@@ -137,6 +137,9 @@ TEST(HardwareProfile, DerivedRates) {
   EXPECT_NEAR(r3060.llama_prefill_gflops, 45217.0 * 28 * 1777 / (188.0 * 2617), 0.01);
   // A spec host bandwidth is scaled to a stream, then to the CPU kernels' share.
   EXPECT_NEAR(r3060.cpu_gbps, 51.2 * 0.80 * 0.73, 0.01);
+  // llama.cpp's uploads from its mapped (pageable) weights: one staging thread under the link.
+  EXPECT_DOUBLE_EQ(r3060.llama_upload_gbps, 17.7);
+  EXPECT_LT(r3060.llama_upload_gbps, r3060.link_gbps);
   // Decisions use the engine's start-up calibration of those durations: its split of the timed
   // copy keeps a third of latency min(3 x 10 us, half the copy), so the estimate is two thirds of
   // that under the timed copy (57 us here: 9.5 us under); the CPU keeps the base hand-off (10 us,
