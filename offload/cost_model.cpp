@@ -115,8 +115,6 @@ HardwareRates rates_from_profile(const std::string& path) {
 HardwareRates calibrate_rates(Device& dev, const ExpertShape& s, const ExpertPtrs& host,
                               void* slot, const HardwareRates& base) {
   using Clock = std::chrono::steady_clock;
-  HardwareRates r = base;
-  r.source = "calibrated";
   const uint64_t bytes = s.expert_bytes();
   // CPU: best of a few decode steps of one expert (the first warms caches and thread pools).
   std::mt19937 rng(7);
@@ -132,8 +130,6 @@ HardwareRates calibrate_rates(Device& dev, const ExpertShape& s, const ExpertPtr
     best_us =
         std::min(best_us, std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
   }
-  r.cpu_gbps = static_cast<double>(bytes) / (best_us * 1e3);
-  if (dev.kind() == DeviceKind::sim) r.device_gbps = r.cpu_gbps;  // sim "kernels" are the CPU's
   // Link: one expert copied a few times (3 matrices each, as the executor does).
   auto stream = dev.create_stream();
   double copy_best = 1e30;
@@ -147,9 +143,20 @@ HardwareRates calibrate_rates(Device& dev, const ExpertShape& s, const ExpertPtr
     copy_best =
         std::min(copy_best, std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
   }
+  HardwareRates r = rates_from_calibration(base, bytes, best_us, copy_best);
+  if (dev.kind() == DeviceKind::sim) r.device_gbps = r.cpu_gbps;  // sim "kernels" are the CPU's
+  return r;
+}
+
+HardwareRates rates_from_calibration(const HardwareRates& base, uint64_t expert_bytes,
+                                     double cpu_best_us, double copy_best_us) {
+  HardwareRates r = base;
+  r.source = "calibrated";
+  const auto bytes = static_cast<double>(expert_bytes);
+  r.cpu_gbps = bytes / (std::max(cpu_best_us, 1e-3) * 1e3);
   // Split the measured time into latency (kept from base when plausible) and bandwidth.
-  const double lat = std::min(base.copy_latency_us * 3, copy_best * 0.5);
-  r.h2d_gbps = static_cast<double>(bytes) / (std::max(copy_best - lat, 1e-3) * 1e3);
+  const double lat = std::min(base.copy_latency_us * 3, copy_best_us * 0.5);
+  r.h2d_gbps = bytes / (std::max(copy_best_us - lat, 1e-3) * 1e3);
   r.copy_latency_us = lat / 3;
   return r;
 }

@@ -61,5 +61,14 @@ HardwareRates rates_from_profile(const std::string& path);
 // device computes with the CPU: there it is measured like the CPU rate).
 HardwareRates calibrate_rates(Device& dev, const ExpertShape& s, const ExpertPtrs& host,
                               void* slot, const HardwareRates& base = {});
+// The rates calibrate_rates derives from its two timings (µs of host wall time): the best
+// one-expert CPU decode and the best copy of one expert in three transfers plus a synchronise.
+// The copy is split into latency min(3 × base latency, half the time) spread over the three
+// transfers and bandwidth for the rest, so copy_us(expert_bytes) is the timed copy less
+// 2 × base.copy_latency_us whenever the copy takes at least 6 × base.copy_latency_us. The CPU
+// hand-off stays base's (not timed). The offload simulator calls it with its own durations to
+// decide as a calibrated run decides (offload/simulate_rates.cpp).
+HardwareRates rates_from_calibration(const HardwareRates& base, uint64_t expert_bytes,
+                                     double cpu_best_us, double copy_best_us);
 
 }  // namespace ferry

@@ -21,10 +21,24 @@ namespace {
 constexpr int32_t kTrackHost = Tracer::kTrackBase, kTrackGpu = Tracer::kTrackBase + 1,
                   kTrackLink = Tracer::kTrackBase + 2, kTrackCpu = Tracer::kTrackBase + 3;
 
-// Host operations of a host-routed step besides the layer's kernels, counted in the engine's code:
-// the routing's three device-to-host copies (OffloadExecutor::host_routing), and for CPU experts
-// the rows' upload and their scatter (DeviceStep::run). Each costs a launch on the host.
-constexpr double kRoutingCopies = 3, kCpuRowOps = 2;
+// Host calls of a host-routed step besides the layer's kernels, counted in the engine's code; each
+// costs the host a launch (model revision 3 counts all of them, revision 2 only the first and a
+// part of the CPU experts'):
+// - the routing's three device-to-host copies (OffloadExecutor::host_routing);
+// - the wait for the previous step's compute_done_ (DeviceStep::run) and its record at the step's
+//   end (run_host_routed's Unpin);
+// - a step not decoded by value (a batch, or one with streamed experts) uploads its table;
+// - CPU experts: the events around their work (kernels_done_, cpu_ready_), the rows' scatter, the
+//   next step's read of the two events' elapsed time (DeviceStep::collect_waits); a batch also
+//   uploads the rows' indices;
+// - streamed experts: the events around them and the next step's read of their elapsed time; per
+//   expert, besides its copy (kFillOps), the compute stream's wait for it, its kernel and the
+//   staging slot's release.
+constexpr double kRoutingCopies = 3, kStepEventOps = 2, kTableUpload = 1;
+constexpr double kCpuEventOps = 4, kCpuIndexUpload = 1;
+constexpr double kStreamStepOps = 3, kStreamExpertOps = 3;
+// Top-k up to this is decoded by value (kernels/moe_table.hpp DecodeSlots::kMaxSlots).
+constexpr int32_t kMaxDecodeSlots = 16;
 // Kernels of one MoE step on the GPU: gate/up with SwiGLU, down, the weighted sum
 // (kernels/cuda/moe.cu: moe_gate_up_swiglu, moe_down_slots, moe_sum); the rest of a layer's
 // launches are its dense part's. The lm head: its norm and its matmul.
@@ -35,6 +49,10 @@ constexpr double kMoeKernels = 3, kHeadKernels = 2;
 constexpr double kFillOps = 5;
 
 int64_t ns(double us) { return static_cast<int64_t>(std::llround(us * 1e3)); }
+
+// A host synchronisation returns this long after the work it waits for has ended: the measured
+// launch + synchronise round trip less its launch.
+double sync_return_us(const SimRates& r) { return std::max(0.0, r.sync_us - r.launch_us); }
 
 // GPU time of weights read once for n tokens: one token streams them at the kernels' rates; a
 // batch is bounded by the prefill FLOP rate (2 FLOPs per weight and token) as well.
@@ -58,6 +76,7 @@ struct Resolved {
   int32_t expert = -1;
   int32_t pinned_slot = -1;
   bool cpu = false;
+  bool streamed = false;
   double ready_us = 0;  // its weights are on the device from then (streamed experts)
   int64_t n_tokens = 0;
 };
@@ -69,7 +88,11 @@ class Run {
         router_(o.routing, m.n_layer, m.n_expert, m.top_k),
         tracer_(o.trace_path.empty() ? std::make_unique<Tracer>() : std::make_unique<Tracer>(o.trace_path)) {
     const SimLayer& l0 = m.layers.at(0);
-    cost_ = CostModel(r.cost_rates(l0.expert.gate_type, l0.expert.up_type, l0.expert.down_type));
+    // Durations come from the hardware's rates; decisions from what a run's start-up calibration
+    // of layer 0's expert 0 would measure on it (model revision 6, docs/simulator.md).
+    time_ = CostModel(r.cost_rates(l0.expert.gate_type, l0.expert.up_type, l0.expert.down_type));
+    cost_ = CostModel(r.calibrated_rates(l0.expert.gate_type, l0.expert.up_type,
+                                         l0.expert.down_type, l0.expert.expert_bytes()));
     resident_ = plan_.n_slots >= plan_.total_experts();
     cache_ = std::make_unique<ExpertCache>(plan_.n_slots, m.n_layer, m.n_expert, o.policy,
                                            plan_.slot_partition());
@@ -145,7 +168,7 @@ class Run {
 
   double link_copy(uint64_t bytes, int32_t layer, const char* name) {
     const double start = std::max(link_free_, now());
-    link_free_ = start + cost_.copy_us(bytes);
+    link_free_ = start + time_.copy_us(bytes);
     if (decoding_) tok_.link_us += link_free_ - start;
     span(kTrackLink, name, "h2d", start, link_free_, {{"layer", layer}});
     return link_free_;
@@ -261,10 +284,13 @@ class Run {
     for (int32_t e : missing) used.push_back(resolve(layer, e, 1, true));
     // The step's device work: slot and streamed experts in one grouped launch.
     double gpu_work = 0, streams_ready = 0, cpu_work = 0;
-    bool any_cpu = false;
+    bool any_cpu = false, any_stream = false;
+    for (const Resolved& x : used) any_stream = any_stream || x.streamed;
+    const bool by_value = decode && m_.top_k <= kMaxDecodeSlots && !any_stream;
+    launches(kStepEventOps / 2 + (by_value ? 0 : kTableUpload) + (any_stream ? kStreamStepOps : 0));
     for (const Resolved& x : used) {
       if (x.cpu) {
-        cpu_work += cost_.cpu_us(L.expert.expert_bytes(), x.n_tokens) - cost_.rates().cpu_handoff_us;
+        cpu_work += time_.cpu_us(L.expert.expert_bytes(), x.n_tokens) - time_.rates().cpu_handoff_us;
         any_cpu = true;
       } else {
         gpu_work += gpu_us(r_, expert_weights(L.expert), x.n_tokens);
@@ -277,12 +303,13 @@ class Run {
     if (any_cpu) {
       // CPU experts on the host's threads meanwhile; their rows go up, then the sum.
       const double c0 = now();
-      now() += cpu_work + cost_.rates().cpu_handoff_us;
-      launches(kCpuRowOps);
+      now() += cpu_work + time_.rates().cpu_handoff_us;
+      launches(kCpuEventOps + (decode ? 0 : kCpuIndexUpload));
       if (decoding_) tok_.cpu_expert_us += now() - c0;
       span(kTrackCpu, "cpu experts", "cpu", c0, now(), {{"layer", layer}});
       gpu(0.0, WaitCause::cpu_expert, "sum", layer);
     }
+    launches(kStepEventOps / 2);  // compute_done_ recorded
     for (const Resolved& x : used)
       if (x.pinned_slot >= 0) cache_->unpin(x.pinned_slot);
   }
@@ -314,12 +341,14 @@ class Run {
       case Decision::stream:
         ++res_.streamed;
         count_demand(bytes);
-        launches(kFillOps);
+        launches(kFillOps + kStreamExpertOps);
+        r.streamed = true;
         r.ready_us = link_copy(bytes, layer, "stream");
         return r;
       case Decision::wait: {
         const double t0 = now();
         prefetcher_->wait(slot);
+        now() += sync_return_us(r_);
         if (decoding_) tok_.gpu_wait_us[static_cast<size_t>(WaitCause::copy)] += now() - t0;
         span(kTrackHost, "wait prefetch", "wait", t0, now(), {{"layer", layer}, {"expert", expert}});
         ++res_.waited;
@@ -336,7 +365,7 @@ class Run {
           cache_->pin(slot);
           launches(kFillOps);
           const double t0 = now();
-          now() = link_copy(bytes, layer, "copy now");  // the host waits for it
+          now() = link_copy(bytes, layer, "copy now") + sync_return_us(r_);  // the host waits for it
           if (decoding_) tok_.gpu_wait_us[static_cast<size_t>(WaitCause::copy)] += now() - t0;
           cache_->mark_ready(slot);
           ++res_.copy_now;
@@ -391,7 +420,8 @@ class Run {
   Plan plan_;
   SimRouter router_;
   std::unique_ptr<Tracer> tracer_;
-  CostModel cost_;
+  CostModel time_;  // durations: the simulated hardware's rates
+  CostModel cost_;  // decisions: the engine's calibrated estimate of them
   bool resident_ = false;
   std::unique_ptr<ExpertCache> cache_;
   std::unique_ptr<Prefetcher> prefetcher_;

@@ -193,23 +193,35 @@ SimResult simulate_llamacpp(const SimModel& m, const SimRates& r, const LlamaPla
   s.token = t;
   s.tg_tps = 1e6 / t.total_us;
   s.decode_tokens = static_cast<uint64_t>(o.n_decode);
-  // Prefill: micro-batches of up to `ubatch` tokens, computed on the GPU at the prefill FLOP rate
-  // after the host-resident expert tensors were copied over whole (batches of at least the
-  // offload minimum); smaller batches compute those experts on the CPU.
+  // Prefill: micro-batches of up to `ubatch` tokens, computed on the GPU at llama.cpp's prefill rate
+  // after the host-resident expert tensors' experts that the micro-batch routes to were copied over
+  // from pageable memory (batches of at least the offload minimum; llama.cpp copies only the used
+  // experts since its PR 15346); smaller batches compute those experts on the CPU.
   double active = elements(m.head);
   for (const SimLayer& L : m.layers)
     active += elements(L.dense) + k * elements(expert_weights(L.expert));
   double prefill_us = 0;
+  SimRouter router(o.routing, m.n_layer, m.n_expert, m.top_k);
+  std::vector<int32_t> ids(static_cast<size_t>(m.top_k));
+  std::vector<uint8_t> routed(static_cast<size_t>(m.n_expert));
   for (int64_t done = 0; done < o.n_prompt; done += r.llama_ubatch) {
     const int64_t u = std::min<int64_t>(r.llama_ubatch, o.n_prompt - done);
-    prefill_us += 2.0 * active * double(u) / (r.prefill_gflops * 1e3);
+    prefill_us += 2.0 * active * double(u) / (r.llama_prefill_gflops * 1e3);
     for (int32_t l = 0; l < m.n_layer; ++l) {
+      // Every layer's routing is drawn, as the model routes every layer.
+      std::fill(routed.begin(), routed.end(), uint8_t{0});
+      for (int64_t t = 0; t < u; ++t) {
+        router.next(l, ids.data());
+        for (int32_t e : ids) routed[static_cast<size_t>(e)] = 1;
+      }
       const double f = p.cpu_fraction[static_cast<size_t>(l)];
       if (f <= 0) continue;
-      const double host_bytes = f * double(layer_experts_bytes(m, l));
+      const auto n_routed = static_cast<double>(std::count(routed.begin(), routed.end(), uint8_t{1}));
+      const double host_bytes =
+          f * n_routed * double(m.layers[static_cast<size_t>(l)].expert.expert_bytes());
       if (u >= r.llama_offload_min_batch) {
         s.h2d_demand_bytes += static_cast<uint64_t>(host_bytes);
-        prefill_us += r.copy_latency_us + host_bytes / (r.link_gbps * 1e3);
+        prefill_us += r.copy_latency_us + host_bytes / (r.llama_upload_gbps * 1e3);
       } else {
         prefill_us += double(u) * k * f * double(m.layers[static_cast<size_t>(l)].expert.expert_bytes()) /
                       (r.llama_cpu_gbps * 1e3);

@@ -56,6 +56,22 @@ HardwareRates SimRates::cost_rates(GgmlType gate, GgmlType up, GgmlType down) co
   return h;
 }
 
+HardwareRates SimRates::calibrated_rates(GgmlType gate, GgmlType up, GgmlType down,
+                                        uint64_t expert_bytes) const {
+  const HardwareRates truth = cost_rates(gate, up, down);
+  const auto bytes = static_cast<double>(expert_bytes);
+  const double cpu_best_us = bytes / (cpu_gbps * 1e3);
+  // The three copies start on the link after the first call's launch; the host's synchronise
+  // returns sync − launch after the last lands (as a waited copy in offload/simulate.cpp).
+  const double copy_best_us = launch_us + copy_latency_us + bytes / (link_gbps * 1e3) +
+                              std::max(0.0, sync_us - launch_us);
+  HardwareRates h = rates_from_calibration(HardwareRates{}, expert_bytes, cpu_best_us, copy_best_us);
+  h.device_gbps = truth.device_gbps;
+  h.mapped_gbps = 0.0;
+  h.source = "simulated calibration: " + gpu + " + " + host;
+  return h;
+}
+
 SimRates sim_rates(const HardwareProfile& gpu, const HardwareProfile& host,
                    const HardwareProfile& p) {
   if (gpu.kind != ProfileKind::gpu) fail(ErrorKind::invalid_arg, "{} is not a GPU profile", gpu.id);
@@ -101,14 +117,23 @@ SimRates sim_rates(const HardwareProfile& gpu, const HardwareProfile& host,
   r.cpu_gbps = std::min(stream * p.number("cpu_expert_fraction_of_stream"), cores * per_thread);
   r.llama_cpu_gbps =
       std::min(stream * p.number("llamacpp_cpu_fraction_of_stream"), cores * per_thread);
+  // llama.cpp maps the model file (its default load mode; weights in host memory skip its pinned
+  // host buffer when mapped: its llama_model_loader), so a prompt batch's expert uploads come from
+  // pageable memory: the driver copies them into a pinned staging buffer on the calling thread,
+  // pipelined with the DMA, so one host thread's rate bounds them below the pinned link.
+  r.llama_upload_gbps = std::min({r.link_gbps, per_thread, stream});
   r.prefill_gflops = p.number("ref_prefill_gflops") * compute_scale;
+  // llama.cpp's prefill kernels are not Ferry's: its own published rate on its reference card.
+  r.llama_prefill_gflops = p.number("llamacpp_ref_prefill_gflops") * sm_ghz /
+                           (p.number("llamacpp_ref_sm_count") * p.number("llamacpp_ref_boost_clock_mhz") / 1e3);
   r.llama_graph_node_us = p.number("llamacpp_graph_node_us");
   r.llama_split_syncs = p.number("llamacpp_split_syncs");
   r.llama_ubatch = static_cast<int64_t>(p.number("llamacpp_ubatch"));
   r.llama_offload_min_batch = static_cast<int64_t>(p.number("llamacpp_offload_min_batch"));
   r.fit_margin_bytes = static_cast<uint64_t>(p.number("fit_target_mib")) << 20;
   r.fit_min_ctx = static_cast<int64_t>(p.number("fit_min_ctx"));
-  if (!(r.mem_gbps > 0 && r.link_gbps > 0 && r.cpu_gbps > 0 && r.prefill_gflops > 0))
+  if (!(r.mem_gbps > 0 && r.link_gbps > 0 && r.cpu_gbps > 0 && r.prefill_gflops > 0 &&
+        r.llama_prefill_gflops > 0))
     fail(ErrorKind::format, "simulator rates for {} + {}: a rate is not positive", gpu.id, host.id);
   return r;
 }

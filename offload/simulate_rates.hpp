@@ -9,7 +9,9 @@
 //   link                  = PCIe spec (gen, lanes) × (H200 measured H2D / PCIe 5.0 x16 spec)
 //   host stream           = measured host bandwidth, or spec × stream fraction (assumed)
 //   CPU experts           = min(host stream × CPU kernel fraction, threads × per-thread rate)
-//   prefill compute       = H200 prefill FLOP rate × (SMs × clock) / (H200 SMs × clock)
+//   llama.cpp's uploads   = min(link, one thread's rate, host stream): pageable memory, staged
+//   prefill compute       = H200 prefill FLOP rate × (SMs × clock) / (H200 SMs × clock); llama.cpp's:
+//                           its published prefill rate × (SMs × clock) / (that card's SMs × clock)
 #include <cstdint>
 #include <map>
 #include <string>
@@ -32,7 +34,11 @@ struct SimRates {
   double kernel_floor_us = 0;  // the shortest a kernel takes on the GPU (Ferry's eager launches)
   double cpu_gbps = 0;        // Ferry's CPU experts, all threads
   double llama_cpu_gbps = 0;  // llama.cpp's CPU experts, all threads
+  // llama.cpp's uploads of host experts for a prompt batch: its weights are mmapped (pageable),
+  // so the driver stages them through a pinned buffer with one host thread's copy (model revision 7)
+  double llama_upload_gbps = 0;
   double prefill_gflops = 0;  // GPU prefill, FLOP/s / 1e9 (Ferry's kernels)
+  double llama_prefill_gflops = 0;  // llama.cpp's GPU prefill (its own published reference)
   double llama_graph_node_us = 0;  // llama.cpp: per kernel inside its CUDA graph
   double llama_split_syncs = 0;    // llama.cpp: synchronisations per GPU↔CPU graph split
   int64_t llama_ubatch = 512;
@@ -47,6 +53,13 @@ struct SimRates {
   // The cost model's rates on this hardware for experts of this shape (the same fields a
   // profiles/hardware file gives a real run through --hw-profile).
   HardwareRates cost_rates(GgmlType gate, GgmlType up, GgmlType down) const;
+  // The rates a run without --hw-profile decides with: its start-up calibration
+  // (OffloadExecutor::calibrate → calibrate_rates) applied to this hardware's durations, i.e.
+  // rates_from_calibration of the simulated one-expert CPU decode and three-transfer copy (host
+  // wall time: the copy on the link, then the synchronise's return), the engine's default base,
+  // and the kernels' device rate (the executor times its kernels). Durations stay cost_rates'.
+  HardwareRates calibrated_rates(GgmlType gate, GgmlType up, GgmlType down,
+                                 uint64_t expert_bytes) const;
 };
 
 // PCIe bandwidth per direction from the specification (GB/s): gen 3 0.985, 4 1.969, 5 3.938 per

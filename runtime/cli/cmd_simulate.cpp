@@ -94,9 +94,10 @@ int run_simulate(int argc, char** argv) {
     std::printf("simulate: %s + %s, %s, routing %s, budget %.2f GiB, %s (every speed an estimate)\n",
                 gpu.id.c_str(), hosts[i].id.c_str(), m.name.c_str(), sim_routing_name(o.routing).c_str(),
                 double(o.budget_bytes) / double(1ull << 30), steps.c_str());
-    std::printf("rates: memory %.0f GB/s, link %.1f GB/s, CPU experts %.1f GB/s, prefill %.0f GFLOP/s, "
-                "launch %.1f us, sync %.1f us\n",
-                r.mem_gbps, r.link_gbps, r.cpu_gbps, r.prefill_gflops, r.launch_us, r.sync_us);
+    std::printf("rates: memory %.0f GB/s, link %.1f GB/s (llama.cpp's pageable uploads %.1f), CPU experts "
+                "%.1f GB/s, prefill %.0f GFLOP/s (llama.cpp %.0f), launch %.1f us, sync %.1f us\n",
+                r.mem_gbps, r.link_gbps, r.llama_upload_gbps, r.cpu_gbps, r.prefill_gflops,
+                r.llama_prefill_gflops, r.launch_us, r.sync_us);
     if (strategies != "llamacpp") {
       try {
         std::fputs(sim_result_text(simulate_ferry(m.sim, r, o)).c_str(), stdout);

@@ -3,6 +3,7 @@
 // rates follow docs/simulator.md.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -131,8 +132,34 @@ TEST(HardwareProfile, DerivedRates) {
   // Q4_K is compute-bound there: the H200's rate scaled by SMs x clock, under the memory roof.
   EXPECT_NEAR(r3060.ferry_kernel_gbps.at(GgmlType::Q4_K), 1333.0 * 28 * 1777 / (132.0 * 1980), 0.01);
   EXPECT_LE(r3060.llama_kernel_gbps.at(GgmlType::Q8_0), r3060.mem_gbps);
+  // Prefill: Ferry's from the H200, llama.cpp's from its own reference card, each by SMs x clock.
+  EXPECT_NEAR(r3060.prefill_gflops, 12180.0 * 28 * 1777 / (132.0 * 1980), 0.01);
+  EXPECT_NEAR(r3060.llama_prefill_gflops, 45217.0 * 28 * 1777 / (188.0 * 2617), 0.01);
   // A spec host bandwidth is scaled to a stream, then to the CPU kernels' share.
   EXPECT_NEAR(r3060.cpu_gbps, 51.2 * 0.80 * 0.73, 0.01);
+  // llama.cpp's uploads from its mapped (pageable) weights: one staging thread under the link.
+  EXPECT_DOUBLE_EQ(r3060.llama_upload_gbps, 17.7);
+  EXPECT_LT(r3060.llama_upload_gbps, r3060.link_gbps);
+  // Decisions use the engine's start-up calibration of those durations: its split of the timed
+  // copy keeps a third of latency min(3 x 10 us, half the copy), so the estimate is two thirds of
+  // that under the timed copy (57 us here: 9.5 us under); the CPU keeps the base hand-off (10 us,
+  // not timed) and its one-expert time.
+  const uint64_t expert = 2'000'000;
+  const HardwareRates cal = h200.calibrated_rates(GgmlType::Q4_K, GgmlType::Q4_K, GgmlType::Q6_K, expert);
+  const double timed_copy_us = h200.copy_latency_us + expert / (54.0 * 1e3) + h200.sync_us;
+  EXPECT_NEAR(CostModel(cal).copy_us(expert),
+              timed_copy_us - 2.0 / 3 * std::min(30.0, timed_copy_us / 2), 1e-6);
+  EXPECT_LT(CostModel(cal).copy_us(expert), timed_copy_us - 9.0);
+  EXPECT_NEAR(CostModel(cal).cpu_us(expert, 1), 10.0 + expert / (h200.cpu_gbps * 1e3), 1e-6);
+  EXPECT_DOUBLE_EQ(cal.device_gbps,
+                   h200.cost_rates(GgmlType::Q4_K, GgmlType::Q4_K, GgmlType::Q6_K).device_gbps);
+  // A copy shorter than six base latencies keeps half of it as latency.
+  const HardwareRates quick = rates_from_calibration(HardwareRates{}, expert, 20.0, 40.0);
+  EXPECT_NEAR(CostModel(quick).copy_us(expert), 40.0 - 20.0 + 20.0 / 3, 1e-9);
+  // From six base latencies on, exactly 2 x 10 us under the timed copy.
+  const HardwareRates slow = rates_from_calibration(HardwareRates{}, expert, 20.0, 90.0);
+  EXPECT_NEAR(CostModel(slow).copy_us(expert), 70.0, 1e-9);
+  EXPECT_NEAR(quick.cpu_gbps, 100.0, 1e-9);
   EXPECT_THROW(sim_rates(find_hardware_profile(kDir, ProfileKind::host, "ddr4-3200-2ch-6c"),
                          find_hardware_profile(kDir, ProfileKind::host, "ddr4-3200-2ch-6c"), params),
                Error);
