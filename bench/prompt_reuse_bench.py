@@ -17,16 +17,14 @@ import argparse
 import http.client
 import json
 import os
-import re
 import shlex
 import statistics
-import subprocess
 import sys
-import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "chat"))
 import test_template_parity as parity  # noqa: E402  (the oracle environment)
+from serve_bench import start  # noqa: E402  (this folder: a `ferry serve` on a free port)
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 TEMPLATE = open(os.path.join(ROOT, "tests", "data", "templates", "Qwen3.5-4B.jinja")).read()
@@ -35,22 +33,6 @@ WORDS = ("and the lord spake unto moses saying speak unto the children of israel
 QUESTIONS = ["Who went with Naomi?", "And where did they go?", "Whom did Ruth marry?", "Who was their son?",
              "What was the name of his son?", "And who was the king after him?", "Who wrote the book?",
              "What does Ruth mean?"]
-
-
-def start(ferry, model, ctx, extra):
-    cmd = [ferry, "serve", "-m", model, "--host", "127.0.0.1", "--port", "0", "-np", "2", "-c", str(ctx), *extra]
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    port = None
-    for line in p.stderr:
-        m = re.search(r"listening on http://[^:]+:(\d+)", line)
-        if m:
-            port = int(m.group(1))
-        if "ready:" in line:
-            break
-    if port is None:
-        raise SystemExit(f"ferry serve did not start: {' '.join(cmd)}")
-    threading.Thread(target=lambda: p.stderr.read(), daemon=True).start()
-    return p, port
 
 
 def completion(port, prompt, max_tokens, cache_prompt):
@@ -84,7 +66,7 @@ def slots_checkpoints(port):
 
 def run_chat(ferry, model, a):
     """Per turn: dict of the measurements of one fresh server."""
-    p, port = start(ferry, model, a.ctx, shlex.split(a.extra))
+    p, port = start(ferry, model, 2, a.ctx, shlex.split(a.extra))
     try:
         system = "Answer from the book of Ruth. " + " ".join(WORDS[i % len(WORDS)] for i in range(a.system_words))
         messages = [{"role": "system", "content": system}]
