@@ -7,7 +7,8 @@
 //   - exact: the turn's logits and greedy continuation are memcmp-equal to a session that never
 //     went back and evaluated the same tokens in the same steps;
 //   - against a full re-prefill of the turn's prompt: logits within NMSE 1e-6, same greedy tokens.
-// Plus the checkpoint placement, step boundaries and the store's limits on their own. About 2 s.
+// Plus `ferry chat`'s checkpoints, the checkpoint placement, step boundaries and the store's
+// limits on their own. About 2 s.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -16,6 +17,7 @@
 
 #include "runtime/chat/chat_render.hpp"
 #include "runtime/core/error.hpp"
+#include "runtime/engine/chat.hpp"
 #include "runtime/engine/engine.hpp"
 #include "model_test_util.hpp"
 
@@ -155,6 +157,28 @@ TEST_P(PromptReuse, TurnsReuseThePrefixExactly) {
                         {"content", "<think>\n" + tok.decode(a.reply) + "\n</think>\n\nThe answer " +
                                         std::to_string(turn) + "."}});
   }
+}
+
+// `ferry chat` goes through the same prefill: its hybrid session saves checkpoints at the start of
+// each user message and of each generation header (min step 8 here), each at an <|im_start|>.
+TEST_P(PromptReuse, ChatSavesCheckpointsAtMessageStarts) {
+  Session s(*model_, session_options());
+  SamplingParams greedy;
+  greedy.temp = 0;
+  Sampler sampler(greedy);
+  Chat chat(s, sampler, "Answer from the book of Ruth.");
+  GenerateOptions g;
+  g.n_predict = 4;
+  for (const char* q : {"Who went with Naomi?", "And where did they go?", "Whom did Ruth marry?"})
+    chat.turn(q, g, {});
+  const std::vector<int64_t> at = s.checkpoints().positions();
+  if (model_->config().arch == Arch::qwen3moe) {
+    EXPECT_TRUE(at.empty());  // attention caches truncate: nothing to save
+    return;
+  }
+  ASSERT_GE(at.size(), 3u);
+  const int32_t im_start = *model_->tokenizer().token_id("<|im_start|>");
+  for (int64_t p : at) EXPECT_EQ(s.tokens()[static_cast<size_t>(p)], im_start) << "checkpoint at " << p;
 }
 
 INSTANTIATE_TEST_SUITE_P(Trained, PromptReuse,
