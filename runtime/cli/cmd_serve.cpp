@@ -8,6 +8,7 @@
 #include "runtime/cli/load_observed.hpp"
 #include "runtime/cli/observe_args.hpp"
 #include "runtime/cli/offload_report.hpp"
+#include "runtime/cli/prompt_cache_args.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/engine/threads.hpp"
 #include "runtime/model/config.hpp"
@@ -55,6 +56,8 @@ std::vector<std::string> serve_args(int argc, char** argv) {
       a = "--parallel";
     else if (a == "-to")
       a = "--timeout";
+    else if (const char* flag = prompt_cache_long_flag(a))
+      a = flag;
     out.push_back(std::move(a));
   }
   return out;
@@ -101,6 +104,8 @@ int serve_main(int argc, char** argv) {
   app.add_option("--ping-interval", h.ping_ms,
                  "milliseconds between SSE pings while a stream waits")
       ->capture_default_str();
+  PromptCacheArgs cache_args;
+  add_prompt_cache_args(app, cache_args);
   std::vector<std::string> args = serve_args(argc, argv);
   std::vector<char*> ptrs;
   for (auto& s : args) ptrs.push_back(s.data());
@@ -146,6 +151,8 @@ int serve_main(int argc, char** argv) {
   SessionOptions session = session_options(ma);
   cfg.n_batch = ma.batch;
   cfg.session = session;
+  apply_prompt_cache_args(cache_args, cfg);
+  session.prompt_cache = cfg.session.prompt_cache;
   // The slots' total context, known before loading: the offload plan must hold it.
   {
     const gguf::File f = gguf::File::open(ma.model);

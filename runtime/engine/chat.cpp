@@ -38,7 +38,15 @@ GenerateResult Chat::turn(const std::string& user, const GenerateOptions& o,
     fail(ErrorKind::context, "context full: the conversation holds {} tokens, this turn needs {} more, the context is {} (/reset to start over, or a larger -c)",
          s_.n_past(), tokens.size(), s_.n_ctx());
 
-  GenerateResult r = generate(s_, sampler_, tokens, o, on_token);
+  // The server's mechanism (prompt_cache.hpp): the whole conversation is the prompt; the session
+  // keeps what it holds of it and saves checkpoints at message starts as it evaluates the rest.
+  std::vector<int32_t> prompt = s_.tokens();
+  prompt.insert(prompt.end(), tokens.begin(), tokens.end());
+  s_.reuse_prefix(prompt);
+  s_.prefill(prompt, checkpoint_positions(static_cast<int64_t>(prompt.size()),
+                                          chatml_message_starts(tok, prompt), s_.checkpoints().options()));
+  for (int32_t t : tokens) sampler_.accept(t);
+  GenerateResult r = generate(s_, sampler_, {}, o, on_token);
   started_ = true;
   pending_token_ = -1;
   reply_unclosed_ = false;

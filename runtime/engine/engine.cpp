@@ -131,7 +131,7 @@ void check_state_fits_host(const ModelConfig& c, const StateOptions& so, uint64_
 
 }  // namespace
 
-Session::Session(LoadedModel& m, const SessionOptions& o) : model_(m) {
+Session::Session(LoadedModel& m, const SessionOptions& o) : model_(m), checkpoints_(o.prompt_cache) {
   StateOptions so;
   so.n_ctx = o.n_ctx > 0 ? o.n_ctx : m.default_n_ctx();
   so.type_k = o.type_k;
@@ -180,6 +180,7 @@ void Session::eval_all(std::span<const int32_t> tokens, float* out) {
 void Session::reset() {
   state_->reset();
   tokens_.clear();
+  checkpoints_.clear();
 }
 
 bool Session::keep_prefix(int64_t n) {
@@ -187,12 +188,59 @@ bool Session::keep_prefix(int64_t n) {
     fail(ErrorKind::invalid_arg, "keep_prefix({}) with {} tokens evaluated", n, n_past());
   if (state_->truncate(n)) {
     tokens_.resize(static_cast<size_t>(n));
+    checkpoints_.drop_after(n);
     return true;
   }
   std::vector<int32_t> keep(tokens_.begin(), tokens_.begin() + n);
-  reset();
-  eval(keep);
+  go_back(n);
+  eval(std::span<const int32_t>(keep).subspan(static_cast<size_t>(n_past())));
   return false;
+}
+
+void Session::go_back(int64_t n) {
+  if (state_->truncate(n)) {
+    tokens_.resize(static_cast<size_t>(n));
+    checkpoints_.drop_after(n);
+    return;
+  }
+  const StateCheckpoint* c = checkpoints_.at_or_before(n);
+  if (!c) {
+    reset();
+    return;
+  }
+  state_->restore_checkpoint(*c);
+  tokens_.resize(static_cast<size_t>(c->n_past));
+  checkpoints_.drop_after(c->n_past);
+}
+
+int64_t Session::reuse_prefix(std::span<const int32_t> prompt) {
+  const int64_t most = std::max<int64_t>(static_cast<int64_t>(prompt.size()) - 1, 0);
+  const int64_t keep = std::min(common_prefix(tokens_, prompt), most);
+  if (keep < n_past()) go_back(keep);
+  return n_past();
+}
+
+int64_t Session::prefill_step(std::span<const int32_t> prompt, std::span<const int64_t> checkpoint_at) {
+  const int64_t done = n_past(), n = static_cast<int64_t>(prompt.size());
+  if (done > n || !std::equal(tokens_.begin(), tokens_.end(), prompt.begin()))
+    fail(ErrorKind::internal, "prefill: the session's {} tokens are not a prefix of the prompt", done);
+  if (done == n) return 0;
+  const int64_t end = next_step_end(done, n, state_->n_batch(), checkpoint_at);
+  eval(prompt.subspan(static_cast<size_t>(done), static_cast<size_t>(end - done)));
+  if (std::find(checkpoint_at.begin(), checkpoint_at.end(), end) != checkpoint_at.end()) save_checkpoint();
+  return end - done;
+}
+
+std::span<const float> Session::prefill(std::span<const int32_t> prompt, std::span<const int64_t> checkpoint_at) {
+  while (prefill_step(prompt, checkpoint_at) > 0) {
+  }
+  return logits_;
+}
+
+bool Session::save_checkpoint() {
+  if (!state_->needs_checkpoints()) return false;
+  if (checkpoints_.has(n_past())) return true;
+  return checkpoints_.add(state_->save_checkpoint());
 }
 
 void Session::extend_by_copy(int64_t n) {

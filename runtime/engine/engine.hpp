@@ -18,6 +18,7 @@
 #include "runtime/backend/device.hpp"
 #include "runtime/backend/ops.hpp"
 #include "runtime/engine/moe_setup.hpp"
+#include "runtime/engine/prompt_cache.hpp"
 #include "runtime/engine/run_options.hpp"
 #include "runtime/gguf/gguf.hpp"
 #include "runtime/model/model.hpp"
@@ -74,6 +75,7 @@ struct SessionOptions {
   // recurrent state do not fit is refused up front (ErrorKind::budget) with the figures and the
   // largest context that fits; tests lower it.
   uint64_t host_memory_bytes = 0;
+  PromptCacheOptions prompt_cache;  // checkpoints of a recurrent state (prompt_cache.hpp)
 };
 
 // Wall-clock accounting, as llama.cpp's perf counters: prompt = batches of more than one token,
@@ -100,9 +102,26 @@ class Session {
   // Drops everything (new conversation).
   void reset();
   // Keeps the first n evaluated tokens (drops the rest); false when the model's state cannot go
-  // back (recurrent layers), in which case the session was reset and re-evaluated to n tokens.
+  // back (recurrent layers), in which case the session went back to its nearest checkpoint (or
+  // was reset) and re-evaluated to n tokens.
   // Evaluate at least one token before using last_logits() again.
   bool keep_prefix(int64_t n);
+  // Prompt reuse (prompt_cache.hpp). Keeps the longest prefix of the session's tokens that
+  // `prompt` starts with — at most prompt.size() − 1, so that its last token is evaluated again
+  // and gives logits — going back by truncation or, for a recurrent state, to the nearest
+  // checkpoint at or before it (else resetting). Returns the tokens kept: the prompt's first
+  // n_past() tokens are the session's, the rest is to evaluate.
+  int64_t reuse_prefix(std::span<const int32_t> prompt);
+  // Evaluates the next prefill step of `prompt` (its first n_past() tokens are the session's):
+  // up to next_step_end(), saving a checkpoint when the step ends at one of `checkpoint_at`.
+  // Returns the tokens evaluated (0 once the whole prompt is).
+  int64_t prefill_step(std::span<const int32_t> prompt, std::span<const int64_t> checkpoint_at);
+  // prefill_step() until the whole prompt is evaluated; the last token's logits.
+  std::span<const float> prefill(std::span<const int32_t> prompt, std::span<const int64_t> checkpoint_at);
+  // Saves the state at n_past() as a checkpoint (nothing for a state that truncates); false when
+  // the store's limits leave no room for it.
+  bool save_checkpoint();
+  const CheckpointStore& checkpoints() const { return checkpoints_; }
   // Extends the session to n positions by copying its KV rows (ModelState::extend_by_copy), the
   // token list by repeating it: a context depth for benchmarks without evaluating it. Needs at
   // least one evaluated token; the logits after it mean nothing.
@@ -119,10 +138,14 @@ class Session {
 
  private:
   void account(int64_t n, std::chrono::steady_clock::time_point t0);
+  // Drops the positions past n, or more when a recurrent state has no checkpoint there: to the
+  // nearest checkpoint at or before n, else to 0.
+  void go_back(int64_t n);
   LoadedModel& model_;
   std::unique_ptr<ModelState> state_;
   std::vector<int32_t> tokens_;
   std::vector<float> logits_;  // (n_vocab) of the last evaluated token
+  CheckpointStore checkpoints_;
   Timings timings_;
 };
 

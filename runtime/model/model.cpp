@@ -17,6 +17,16 @@ bool ModelState::truncate(int64_t n) {
   return true;
 }
 
+StateCheckpoint ModelState::save_checkpoint() const { return StateCheckpoint{n_past_, {}}; }
+
+void ModelState::restore_checkpoint(const StateCheckpoint& c) {
+  if (!c.buffers.empty())
+    fail(ErrorKind::invalid_arg, "restore: the checkpoint holds {} recurrent buffers, this state none",
+         c.buffers.size());
+  if (!truncate(c.n_past))
+    fail(ErrorKind::internal, "restore to {} positions: the state cannot truncate", c.n_past);
+}
+
 void ModelState::extend_by_copy(int64_t) {
   fail(ErrorKind::unsupported, "this model's state cannot be extended by copying its KV cache");
 }

@@ -25,6 +25,20 @@ struct StateOptions {
   int32_t n_batch = 512;              // tokens per forward step (longer inputs are split)
 };
 
+// A host-memory copy of what truncate() cannot bring back: the recurrent (DeltaNet conv + ssm)
+// state after n_past positions. Restoring it with the attention caches' rows [0, n_past) still
+// those of the same tokens puts the state back at n_past exactly (the copy is byte for byte).
+// Attention-only states have nothing recurrent: their checkpoints hold no buffers.
+struct StateCheckpoint {
+  int64_t n_past = 0;
+  std::vector<std::vector<uint8_t>> buffers;  // per recurrent buffer, in the state's own order
+  size_t bytes() const {
+    size_t n = 0;
+    for (const auto& b : buffers) n += b.size();
+    return n;
+  }
+};
+
 class ModelState {
  public:
   virtual ~ModelState() = default;
@@ -37,6 +51,15 @@ class ModelState {
   // cannot go back and reports false (the caller then resets and re-evaluates).
   virtual bool truncate(int64_t n);
   virtual size_t bytes() const = 0;  // backend memory held (caches + workspace)
+  // True when truncate() cannot go back (a recurrent state): going back to an earlier prefix then
+  // needs a checkpoint saved when the state was there.
+  virtual bool needs_checkpoints() const { return false; }
+  // The state at n_past as a host copy (no buffers when needs_checkpoints() is false).
+  virtual StateCheckpoint save_checkpoint() const;
+  // Back to c.n_past positions (<= n_past; the caller guarantees the attention rows before it are
+  // those of the tokens the checkpoint saw). ErrorKind::invalid_arg when c is later than n_past or
+  // its buffers do not match this state's.
+  virtual void restore_checkpoint(const StateCheckpoint& c);
   // Extends the evaluated positions to n by copying the KV rows already written (KvCache::
   // replicate); a recurrent state stays as it is. For benchmarks at a depth only: the model's
   // output after it means nothing. ErrorKind::unsupported where the state has no KV cache.

@@ -80,6 +80,11 @@ class State final : public ModelState {
   // A recurrent state cannot drop a suffix: only n == n_past (nothing to do) and n == 0 (reset)
   // succeed; otherwise false and the caller re-evaluates.
   bool truncate(int64_t n) override;
+  // Checkpoints of the DeltaNet conv and ssm states (hybrid_checkpoint.cpp): the attention
+  // blocks go back by truncation, the recurrent ones by copying a saved state back.
+  bool needs_checkpoints() const override { return recurrent_bytes > 0; }
+  StateCheckpoint save_checkpoint() const override;
+  void restore_checkpoint(const StateCheckpoint& c) override;
   // Copies KV rows of the attention blocks; the DeltaNet state stays that of n_past positions.
   void extend_by_copy(int64_t n) override {
     kv.replicate(ops, n_past_, n);

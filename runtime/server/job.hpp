@@ -24,8 +24,8 @@ struct TokenLogprob {
 
 // A finished request's figures: usage and llama-server's `timings`.
 struct ReplyStats {
-  int64_t n_prompt = 0;       // prompt tokens evaluated
-  int64_t n_cached = 0;       // prompt tokens reused from the slot's previous state (none yet)
+  int64_t n_prompt = 0;       // prompt tokens evaluated (the prompt's length minus n_cached)
+  int64_t n_cached = 0;       // prompt tokens reused from the slot's previous state
   int64_t n_predicted = 0;    // tokens sampled (an ending end-of-generation token included)
   double prompt_ms = 0.0;     // evaluating the prompt
   double predicted_ms = 0.0;  // sampling and evaluating the generated tokens

@@ -168,6 +168,7 @@ void parse_common(const json& b, const RequestDefaults& d, GenRequest& r, bool c
       if (r.stop[i].empty()) bad_field(fmt::format("stop[{}]", i), "must not be empty");
   }
   if (const json* v = field(b, "stream")) r.stream = boolean(*v, "stream");
+  if (const json* v = field(b, "cache_prompt")) r.cache_prompt = boolean(*v, "cache_prompt");
   if (const json* v = field(b, "stream_options")) {
     if (!v->is_object()) bad_field("stream_options", "must be an object, got {}", v->type_name());
     if (const json* u = field(*v, "include_usage"))

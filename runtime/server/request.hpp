@@ -26,6 +26,7 @@ struct GenRequest {
   int32_t max_tokens = -1;  // -1: the server's -n (until end of generation or a full context)
   std::vector<std::string> stop;
   bool stream = false;
+  bool cache_prompt = true;  // llama-server's: reuse what the slot holds (false: start over)
   bool include_usage = false;  // stream_options.include_usage
   bool logprobs = false;
   int32_t top_logprobs = 0;  // alternatives per token (0..20)

@@ -49,9 +49,11 @@ json timings_json(const ReplyStats& s) {
 }
 
 json usage_json(const ReplyStats& s) {
-  return {{"prompt_tokens", s.n_prompt},
+  // OpenAI's prompt_tokens counts the cached ones too (cached_tokens says how many); timings'
+  // prompt_n only those evaluated, as llama-server.
+  return {{"prompt_tokens", s.n_prompt + s.n_cached},
           {"completion_tokens", s.n_predicted},
-          {"total_tokens", s.n_prompt + s.n_predicted},
+          {"total_tokens", s.n_prompt + s.n_cached + s.n_predicted},
           {"prompt_tokens_details", {{"cached_tokens", s.n_cached}}}};
 }
 
@@ -170,7 +172,7 @@ json native_final(const ReplyMeta& m, const std::string& text, const Event& done
             {"stop", true},
             {"model", m.model},
             {"tokens_predicted", done.stats.n_predicted},
-            {"tokens_evaluated", done.stats.n_prompt},
+            {"tokens_evaluated", done.stats.n_prompt + done.stats.n_cached},
             {"tokens_cached", done.stats.n_cached},
             {"stop_type", stop_type},
             {"stopping_word", done.stop_word},

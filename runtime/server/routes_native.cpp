@@ -131,6 +131,10 @@ void add_native_routes(httplib::Server& svr, ServerContext& ctx) {
                              {"is_processing", i.is_processing},
                              {"id_task", i.id_task},
                              {"n_prompt_tokens", i.n_prompt_tokens},
+                             {"n_prompt_tokens_cache", i.n_cached},
+                             {"n_cache_tokens", i.n_cache_tokens},
+                             {"n_ctx_checkpoints", i.n_checkpoints},
+                             {"ctx_checkpoints_bytes", i.checkpoint_bytes},
                              {"next_token", {{"n_decoded", i.n_decoded}}}});
             send_json(res, 200, out);
           }));

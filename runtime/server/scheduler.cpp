@@ -63,7 +63,9 @@ struct Scheduler::Slot {
   std::shared_ptr<Job> job;  // null: free
   std::optional<Sampler> sampler;
   std::optional<ReplyText> text;
-  size_t n_prefilled = 0;  // prompt tokens evaluated so far
+  size_t n_prefilled = 0;  // prompt tokens in the session so far (reused or evaluated)
+  std::vector<int64_t> checkpoint_at;  // where this job's prefill saves checkpoints
+  uint64_t last_used = 0;             // use_clock_ when a job last started here
   ReplyStats stats;
   std::vector<TokenLogprob> pending_logprobs;  // tokens whose text is still held
   std::vector<float> biased_logits;  // (n_vocab) scratch: logits + the request's logit_bias
@@ -80,7 +82,7 @@ Scheduler::Scheduler(LoadedModel& m, const SchedulerOptions& o) : model_(m), o_(
     auto s = std::make_unique<Slot>();
     s->id = i;
     s->session = std::make_unique<Session>(m, so);
-    infos_.push_back({i, s->session->n_ctx(), false, 0, 0, 0});
+    infos_.push_back({i, s->session->n_ctx(), false, 0, 0, 0, 0, 0, 0, 0});
     slots_.push_back(std::move(s));
   }
   o_.n_ctx_slot = slots_[0]->session->n_ctx();
@@ -169,20 +171,24 @@ void Scheduler::run() {
     {
       std::unique_lock lk(mu_);
       // Fill free slots from the queue (FIFO); jobs cancelled while waiting are dropped.
-      for (auto& s : slots_) {
-        while (!s->job && !queue_.empty()) {
-          std::shared_ptr<Job> j = std::move(queue_.front());
-          queue_.pop_front();
-          if (j->cancelled) {
-            ++metrics_.requests_cancelled_total;
-            j->events.push(cancelled_event());
-            continue;
-          }
-          ++active_;
-          s->job = j;
-          infos_[static_cast<size_t>(s->id)] = {
-              s->id, s->session->n_ctx(), true, j->id, static_cast<int64_t>(j->prompt.size()), 0};
+      while (!queue_.empty() && active_ < o_.n_slots) {
+        std::shared_ptr<Job> j = std::move(queue_.front());
+        queue_.pop_front();
+        if (j->cancelled) {
+          ++metrics_.requests_cancelled_total;
+          j->events.push(cancelled_event());
+          continue;
         }
+        Slot* s = choose_slot(*j);
+        ++active_;
+        s->job = j;
+        s->last_used = ++use_clock_;
+        SlotInfo& info = infos_[static_cast<size_t>(s->id)];
+        info.is_processing = true;
+        info.id_task = j->id;
+        info.n_prompt_tokens = static_cast<int64_t>(j->prompt.size());
+        info.n_decoded = 0;
+        info.n_cached = 0;
       }
       metrics_.requests_deferred = static_cast<int32_t>(queue_.size());
       metrics_.requests_processing = active_;
@@ -218,9 +224,27 @@ void Scheduler::run() {
   refresh_offload_metrics(true);
 }
 
+Scheduler::Slot* Scheduler::choose_slot(const Job& job) {
+  Slot* best = nullptr;
+  int64_t best_lcp = 0;
+  if (o_.slot_similarity > 0 && job.req.cache_prompt && !job.prompt.empty()) {
+    for (auto& s : slots_) {
+      if (s->job) continue;
+      const int64_t lcp = common_prefix(s->session->tokens(), job.prompt);
+      const double similarity = static_cast<double>(lcp) / static_cast<double>(job.prompt.size());
+      if (lcp > best_lcp && similarity > o_.slot_similarity) {
+        best = s.get();
+        best_lcp = lcp;
+      }
+    }
+  }
+  if (best) return best;
+  for (auto& s : slots_)
+    if (!s->job && (!best || s->last_used < best->last_used)) best = s.get();
+  return best;
+}
+
 void Scheduler::start(Slot& s, std::shared_ptr<Job> job) {
-  s.session->reset();
-  s.n_prefilled = 0;
   s.stats = {};
   s.pending_logprobs.clear();
   try {
@@ -230,18 +254,32 @@ void Scheduler::start(Slot& s, std::shared_ptr<Job> job) {
     return;
   }
   s.text.emplace(model_.tokenizer(), job->req.stop);
-  s.stats.n_prompt = static_cast<int64_t>(job->prompt.size());
+  if (job->req.cache_prompt) {
+    s.session->reuse_prefix(job->prompt);
+  } else {
+    s.session->reset();
+  }
+  s.n_prefilled = static_cast<size_t>(s.session->n_past());
+  // The reused tokens are prompt tokens too: the penalties see every one, as generate() shows them.
+  for (size_t i = 0; i < s.n_prefilled; ++i) s.sampler->accept(job->prompt[i]);
+  const Tokenizer& vocab = model_.tokenizer();
+  s.checkpoint_at = checkpoint_positions(static_cast<int64_t>(job->prompt.size()),
+                                         chatml_message_starts(vocab, job->prompt),
+                                         s.session->checkpoints().options());
+  s.stats.n_cached = static_cast<int64_t>(s.n_prefilled);
+  s.stats.n_prompt = static_cast<int64_t>(job->prompt.size()) - s.stats.n_cached;
+  std::lock_guard lk(mu_);
+  infos_[static_cast<size_t>(s.id)].n_cached = s.stats.n_cached;
 }
 
 void Scheduler::step(Slot& s) {
   Job& j = *s.job;
   if (s.n_prefilled < j.prompt.size()) {
-    // One chunk of the prompt; every prompt token is shown to the penalties, as generate() does.
-    const size_t n = std::min(j.prompt.size() - s.n_prefilled, static_cast<size_t>(o_.n_batch));
-    const std::span<const int32_t> chunk(j.prompt.data() + s.n_prefilled, n);
+    // One step of the prompt (it may end early at a checkpoint); every prompt token is shown to
+    // the penalties, as generate() does.
     const auto t0 = Clock::now();
-    s.session->eval(chunk);
-    for (int32_t t : chunk) s.sampler->accept(t);
+    const size_t n = static_cast<size_t>(s.session->prefill_step(j.prompt, s.checkpoint_at));
+    for (size_t i = 0; i < n; ++i) s.sampler->accept(j.prompt[s.n_prefilled + i]);
     const double ms = ms_since(t0);
     s.n_prefilled += n;
     s.stats.prompt_ms += ms;
@@ -329,8 +367,16 @@ void Scheduler::finish(Slot& s, const char* reason) {
   if (cancelled) ++metrics_.requests_cancelled_total;
   --active_;
   metrics_.requests_processing = active_;
-  infos_[static_cast<size_t>(s.id)].is_processing = false;
+  note_cache(s);
   idle_cv_.notify_all();
+}
+
+void Scheduler::note_cache(Slot& s) {
+  SlotInfo& info = infos_[static_cast<size_t>(s.id)];
+  info.is_processing = false;
+  info.n_cache_tokens = s.session->n_past();
+  info.n_checkpoints = static_cast<int32_t>(s.session->checkpoints().size());
+  info.checkpoint_bytes = s.session->checkpoints().bytes();
 }
 
 void Scheduler::fail_job(Slot& s, int status, const std::string& type, const std::string& message) {
@@ -349,7 +395,7 @@ void Scheduler::fail_job(Slot& s, int status, const std::string& type, const std
   std::lock_guard lk(mu_);
   --active_;
   metrics_.requests_processing = active_;
-  infos_[static_cast<size_t>(s.id)].is_processing = false;
+  note_cache(s);
   idle_cv_.notify_all();
 }
 

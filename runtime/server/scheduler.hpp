@@ -6,7 +6,14 @@
 // Slots: n_slots Sessions of n_ctx_slot tokens each (llama-server splits -c evenly the same way).
 // Admission: at most n_slots running plus queue_max waiting (FIFO); submit() refuses beyond that
 // (the handler answers 503) — the server counts, not the HTTP library's unbounded queue.
-// Each job starts from a reset session, so an answer never depends on what the slot ran before.
+// Prompt reuse (runtime/engine/prompt_cache.hpp): a slot keeps the tokens of its last job, and a
+// job whose prompt starts with some of them continues from there — the attention caches truncated
+// to the common prefix, a recurrent state restored from the slot's nearest checkpoint at or before
+// it. Reuse changes how the prompt is split into steps, not what is computed: the answer is that
+// of a session that evaluated the same tokens in the same steps (greedy tokens match a full
+// re-prefill; docs/server.md). A request with cache_prompt: false starts from a reset session.
+// Slot choice among the free slots (llama-server's): the longest common prefix whose share of the
+// prompt exceeds slot_similarity (-sps), else the least recently used slot.
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -26,7 +33,8 @@ struct SchedulerOptions {
   int64_t n_ctx_slot = 0;  // tokens per slot
   int32_t n_batch = 512;   // prompt tokens per step
   int32_t queue_max = 64;
-  SessionOptions session;  // type_k/type_v/host memory; n_ctx is n_ctx_slot
+  float slot_similarity = 0.1f;  // -sps: share of the prompt a slot's cache must match (0: off)
+  SessionOptions session;  // type_k/type_v/host memory/checkpoints; n_ctx is n_ctx_slot
 };
 
 // Counters of llama-server's /metrics, and Ferry's request counters.
@@ -47,6 +55,10 @@ struct SlotInfo {
   bool is_processing = false;
   uint64_t id_task = 0;
   int64_t n_prompt_tokens = 0, n_decoded = 0;
+  int64_t n_cached = 0;            // prompt tokens of the job reused from the slot's cache
+  int64_t n_cache_tokens = 0;      // tokens the slot holds now
+  int32_t n_checkpoints = 0;       // recurrent-state checkpoints held
+  uint64_t checkpoint_bytes = 0;   // their host memory
 };
 
 class Scheduler {
@@ -72,10 +84,12 @@ class Scheduler {
  private:
   struct Slot;
   void run();
+  Slot* choose_slot(const Job& job);  // a free slot for job (mu_ held), or nullptr
   void start(Slot& s, std::shared_ptr<Job> job);
   void step(Slot& s);
   void decode_step(Slot& s);
   void finish(Slot& s, const char* reason);
+  void note_cache(Slot& s);  // the slot's infos_ once its job is over (mu_ held)
   void fail_job(Slot& s, int status, const std::string& type, const std::string& message);
   void refresh_offload_metrics(bool force);
 
@@ -87,6 +101,7 @@ class Scheduler {
   std::condition_variable idle_cv_;  // shutdown: a job finished
   std::deque<std::shared_ptr<Job>> queue_;
   int32_t active_ = 0;
+  uint64_t use_clock_ = 0;  // counts job starts: a slot's last_used orders slots by recency
   bool accepting_ = true, stop_ = false;
   SchedulerMetrics metrics_;
   std::vector<SlotInfo> infos_;

@@ -127,6 +127,7 @@ int run_server(ServeConfig cfg, const std::function<std::unique_ptr<LoadedModel>
     so.queue_max = cfg.http.queue_max;
     so.n_batch = cfg.n_batch;
     so.session = cfg.session;
+    so.slot_similarity = cfg.slot_similarity;
     const int64_t total = cfg.n_ctx_total > 0
                               ? cfg.n_ctx_total
                               : default_serve_context(model->config(), so.n_slots, cfg.session);

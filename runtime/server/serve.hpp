@@ -15,7 +15,8 @@ struct ServeConfig {
   // Slots and context: n_ctx_total 0 picks default_serve_context() for the model.
   int64_t n_ctx_total = 0;
   int32_t n_batch = 512;
-  SessionOptions session;  // KV types, host memory
+  SessionOptions session;  // KV types, host memory, checkpoints (per slot)
+  float slot_similarity = 0.1f;  // -sps (SchedulerOptions::slot_similarity)
 };
 
 // SIGINT/SIGTERM blocked in the calling thread, so in every thread it starts from now on (TBB's
