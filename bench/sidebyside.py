@@ -96,8 +96,11 @@ class Ballast:
     def __enter__(self):
         if os.path.exists(self.ready):
             os.remove(self.ready)
-        self.proc = subprocess.Popen([self.exe, "--leave", self.leave, "--ready", self.ready],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            self.proc = subprocess.Popen([self.exe, "--leave", self.leave, "--ready", self.ready],
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        except OSError as e:
+            raise RuntimeError(f"cannot start {self.exe}: {e}") from e
         for _ in range(600):  # 60 s: allocating 100+ GiB in 1 GiB steps takes a few seconds
             if os.path.exists(self.ready) or self.proc.poll() is not None:
                 break
@@ -238,7 +241,13 @@ def main():
         if runner.left() < 3 * a.est_s:
             log(f"  skipped: {runner.left():.0f} s left")
             return
-        with Ballast(a.ballast, size, a.out):
+        try:
+            ballast = Ballast(a.ballast, size, a.out).__enter__()
+        except RuntimeError as e:
+            log(f"  FAILED: {e}")
+            runner.failed.append(f"ballast-{size}")
+            return
+        try:
             runs = [(f"-fitt {int(margin_mib)}", runner.run(f"llama-fit-{size}-t{t}", [a.llama_bench, *common, "-t", str(t),
                                                                                     "-fitt", str(int(margin_mib))], need_s=a.est_s))]
             # At the later thread counts only the N that decoded fastest at the first (time).
@@ -250,6 +259,8 @@ def main():
             # again from disk (uring's O_DIRECT); decode reads the same pinned store either way.
             fr = runner.run(f"ferry-{size}-t{t}", [*ferry_cmd, "-t", str(t), "--vram", vram, "--routing", "model,locality",
                                                    "--host-load", "mmap"], need_s=2 * a.est_s)
+        finally:
+            ballast.__exit__(None, None, None)
         if size not in best_n:
             tg = [(float(x["avg_ts"]), int(cfg.split()[1])) for cfg, rows in runs if cfg.startswith("-ncmoe")
                   for x in rows or [] if int(x["n_gen"]) > 0]

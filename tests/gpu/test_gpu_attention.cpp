@@ -97,7 +97,9 @@ void run(const Case& c, int path /*0 dispatch, 1 rows, 2 tiled, 3 split*/) {
   a.workspace = ws.get();
   a.workspace_bytes = ws.size();
   static const char* kPath[] = {"attention", "attention_rows", "attention_tiled", "attention_split"};
-  if (path == 3) EXPECT_TRUE(cuda::attention_split_applies(a)) << name(c);  // not the rows fallback
+  if (path == 3) {
+    EXPECT_TRUE(cuda::attention_split_applies(a)) << name(c);  // not the rows fallback
+  }
   if (path == 0) cuda::attention(a, nullptr);
   else if (path == 1) cuda::attention_rows(a, nullptr);
   else if (path == 2) cuda::attention_tiled(a, nullptr);
