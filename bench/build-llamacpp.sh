@@ -169,8 +169,19 @@ case "$variant" in
   cpu-pinned) amx_built="no (AVX2/FMA/F16C only, as the venv's llama-cpp-python)" ;;
   *) amx_built="no (host ISA named: AVX-512, VNNI, BF16)" ;;
 esac
+# The vendored llama.cpp commit: the sdist carries llama-cpp-python's .git, whose tree records the
+# vendor/llama.cpp submodule as a gitlink (the build number is not in the sdist).
+vendored="unknown"
+sdist_file="$(ls "$cache/sdist"/llama_cpp_python-"$version".tar.gz 2>/dev/null || true)"
+if [[ -n "$sdist_file" ]] && command -v git >/dev/null; then
+  gtmp="$(mktemp -d)"
+  if tar -xzf "$sdist_file" -C "$gtmp" --wildcards "llama_cpp_python-$version/.git/*" 2>/dev/null; then
+    vendored="$(git -C "$gtmp/llama_cpp_python-$version" ls-tree HEAD vendor/llama.cpp 2>/dev/null | awk '{print $3}')"
+  fi
+  rm -rf "$gtmp"
+fi
 {
-  echo "llama.cpp $version (llama-cpp-python sdist), variant $variant"
+  echo "llama.cpp $version (llama-cpp-python sdist), vendored llama.cpp commit ${vendored:-unknown}, variant $variant"
   echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
   echo "cpu AMX flags: ${amx_flags:-none}"
   echo "AMX tile state for a process: $amx_perm"

@@ -7,11 +7,11 @@
 # lacks (oneTBB, mimalloc, liburing, fmt, ...). libcudart is linked statically; libcuda comes with
 # the driver there; cuBLAS is loaded at run time from the CUDA toolkit there when present. With
 # .cache/llama.cpp-build/cuda (bench/build-llamacpp.sh cuda) built, its llama-bench goes along for
-# the side-by-side (GPU_CHECK_COMPARE=1 bash bench/gpu-check.sh).
+# the side-by-side that bench/gpu-check.sh runs first (bench/sidebyside.py), with bench_ballast.
 #
 # Build first (on this machine):
 #   cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DFERRY_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90
-#   ninja -C build-gpu ferry bench_gpu_kernels bench_gpu_e2e $(cd tests/gpu && ls test_*.cpp | sed 's/^/gpu_/; s/\.cpp$//') \
+#   ninja -C build-gpu ferry bench_gpu_kernels bench_gpu_e2e bench_ballast $(cd tests/gpu && ls test_*.cpp | sed 's/^/gpu_/; s/\.cpp$//') \
 #         $(cd tests/backend && ls test_*.cpp | sed 's/^/backend_/; s/\.cpp$//')
 #   bash bench/gpu-bundle.sh build-gpu gpu-bundle
 # Then on the GPU machine, from the repository root: bash bench/gpu-check.sh gpu-bundle
@@ -28,7 +28,7 @@ mkdir -p "$out/bin" "$out/lib"
 bins=()
 # llama.cpp's CUDA llama-bench for the side-by-side (bench/build-llamacpp.sh cuda), when built.
 llama_cuda="$root/.cache/llama.cpp-build/cuda/bin/llama-bench"
-for f in "$build"/ferry "$build"/bench/bench_gpu_kernels "$build"/bench/bench_gpu_e2e "$build"/tests/gpu_test_* "$build"/tests/backend_test_* "$llama_cuda"; do
+for f in "$build"/ferry "$build"/bench/bench_gpu_kernels "$build"/bench/bench_gpu_e2e "$build"/bench/bench_ballast "$build"/tests/gpu_test_* "$build"/tests/backend_test_* "$llama_cuda"; do
   [[ -f "$f" && -x "$f" ]] && bins+=("$f")
 done
 [[ ${#bins[@]} -gt 0 ]] || { echo "gpu-bundle: nothing built in $build" >&2; exit 2; }
@@ -64,6 +64,12 @@ for b in "${bins[@]}"; do
     [[ -f "$dest" ]] || cp -L "$lib" "$dest"
   done < <(ldd "$out/bin/$(basename "$b")" | awk '/=> \//{print $3} /^\t\//{print $1}')
 done
+
+# What the llama-bench is (llama-cpp-python version, vendored llama.cpp commit, compiler): the
+# side-by-side names it above its table.
+if [[ -f "$out/bin/llama-bench" && -f "$(dirname "$llama_cuda")/build-info.txt" ]]; then
+  cp "$(dirname "$llama_cuda")/build-info.txt" "$out/bin/llama-bench.build-info.txt"
+fi
 
 total=$(du -sb "$out" | cut -f1)
 echo "gpu-bundle: $(ls "$out/bin" | wc -l) programs, $(ls "$out/lib" | wc -l) libraries, $((total / 1024)) KiB in $out"

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # bench/gpu-check.sh [BUNDLE_DIR | BUNDLE.tar.xz] — the one script run on the GPU test machine (see
 # bench/gpu-bundle.sh for how the bundle is made; default bundle build-gpu/gpu-bundle). Prints
-# nvidia-smi, runs every backend and GPU test program, a compute-sanitizer memcheck pass over the
+# nvidia-smi, runs Ferry beside llama.cpp FIRST (bench/sidebyside.py: resident and as a 16 GB and a
+# 12 GB card, one table of ratios), then every backend and GPU test program, a compute-sanitizer memcheck pass over the
 # kernel tests when the tool exists and time allows, the end-to-end and offload benchmarks on a
 # synthetic 35b-a3b, then the GPU benchmarks (bench_gpu_kernels
 # first, then any other bench_gpu_* with the time left), and prints a summary table LAST. Logs go
 # to $OUT (when set, e.g. by the device runner) or BUNDLE_DIR/../gpu-check-out. The whole run stays
-# within GPU_CHECK_BUDGET_S (default 450 s, under the 8-minute limit). GPU_CHECK_E2E=0 skips the
+# within GPU_CHECK_BUDGET_S (default 480 s, the side-by-side's 420 s included). GPU_CHECK_E2E=0 skips the
 # Q4_K_M end-to-end and offload section (for a short run after a kernel change); GPU_E2E_TYPES names
 # the other weight types run resident at the end (default q4_0 mxfp4_moe iq4_xs; empty: none).
 set -uo pipefail
@@ -20,7 +21,7 @@ if [[ -f "$bundle" && "$bundle" == *.tar.xz ]]; then  # the carried archive of b
 fi
 [[ -d "$bundle/bin" ]] || { echo "gpu-check: no bundle at $bundle (make one with bench/gpu-bundle.sh)" >&2; exit 2; }
 mkdir -p "$logs"
-budget_s=${GPU_CHECK_BUDGET_S:-450}
+budget_s=${GPU_CHECK_BUDGET_S:-480}
 t_start=$SECONDS
 
 cuda_lib=""
@@ -55,6 +56,45 @@ run_prog() {  # name, timeout, command...
   grep -E '^\[gpu-(op|info)\]|FAILED|Failure|error' "$logs/$name.log" | head -60
 }
 
+# The side-by-side FIRST (issue 25: any lent GPU answers "is Ferry faster than llama.cpp on this
+# card" before anything else): bench/sidebyside.py on the e2e model below (synthesised here once,
+# then kept for the e2e section), within GPU_CHECK_SBS_S seconds (default 420, synth included).
+# GPU_CHECK_SIDE_BY_SIDE=0 skips it; GPU_CHECK_LLAMA_BENCH overrides the bundle's llama-bench (the
+# dry run passes bench/llama_bench_standin.py); GPU_CHECK_SBS_ARGS adds sidebyside.py flags.
+e2e_dir="${GPU_E2E_DIR:-${TMPDIR:-/tmp}/ferry-e2e}"
+e2e_preset="${GPU_E2E_PRESET:-35b-a3b}"
+synth_model() {  # preset, timeout: prints the path of the q4_k_m file, made unless present
+  local model="$e2e_dir/qwen35moe-$1-q4_k_m.gguf" t0=$SECONDS
+  mkdir -p "$e2e_dir"
+  if [[ ! -f "$model" ]]; then
+    timeout "$2" "$bundle/bin/ferry" synth --arch qwen35moe --preset "$1" --quant q4_k_m -q -o "$model.part" \
+      > "$logs/synth-$1.log" 2>&1 && mv "$model.part" "$model" || { rm -f "$model.part"; return 1; }
+    echo "== synth qwen35moe $1 q4_k_m: $((SECONDS - t0))s, $(du -h "$model" | cut -f1)" >&2
+  fi
+  echo "$model"
+}
+sbs_summary=""
+llama_bench="${GPU_CHECK_LLAMA_BENCH:-$bundle/bin/llama-bench}"
+if [[ "${GPU_CHECK_SIDE_BY_SIDE:-1}" != 0 ]]; then
+  sbs_s=${GPU_CHECK_SBS_S:-420}
+  t0=$SECONDS
+  if [[ ! -x "$llama_bench" ]]; then
+    echo "== side-by-side: no llama-bench at $llama_bench (bench/build-llamacpp.sh cuda before bench/gpu-bundle.sh)"
+    rows+=("$(printf '| %-28s | %-12s | %6s | %6s | %7s | %5ss |' side-by-side "NO LLAMA" - - - 0)")
+  elif model=$(synth_model "$e2e_preset" "${GPU_E2E_SYNTH_S:-150}"); then
+    # shellcheck disable=SC2086  # GPU_CHECK_SBS_ARGS is a list of flags
+    timeout $((sbs_s - (SECONDS - t0) + 30)) python3 "$root/bench/sidebyside.py" --ferry "$bundle/bin/ferry" \
+      --llama-bench "$llama_bench" --ballast "$bundle/bin/bench_ballast" -m "$model" --out "$logs/sidebyside" \
+      --budget-s $((sbs_s - (SECONDS - t0))) ${GPU_CHECK_SBS_ARGS:-} 2>&1 | tee "$logs/sidebyside.log"
+    rc=${PIPESTATUS[0]}
+    sbs_summary="$(cat "$logs/sidebyside/sidebyside.md" 2>/dev/null)"
+    rows+=("$(printf '| %-28s | %-12s | %6s | %6s | %7s | %5ss |' side-by-side "$( ((rc == 0)) && echo PASS || echo "FAIL(rc=$rc)")" \
+      "$(grep -c '^| [^c-]' "$logs/sidebyside/sidebyside.md" 2>/dev/null)" - - $((SECONDS - t0)))")
+  else
+    echo "== side-by-side: synth $e2e_preset did not finish (see $logs/synth-$e2e_preset.log)"
+  fi
+fi
+
 for b in "$bundle"/bin/backend_test_* "$bundle"/bin/gpu_test_*; do
   [[ -x "$b" ]] || continue
   run_prog "$(basename "$b")" 120 "$b" --gtest_color=no
@@ -67,19 +107,13 @@ run_prog "ferry-help" 20 "$bundle/bin/ferry" --help
 # the synth run does not finish in GPU_E2E_SYNTH_S (or the time left), the small preset is used.
 e2e_summary=""
 offload_summary=""
-compare_summary=""
 if [[ -x "$bundle/bin/bench_gpu_e2e" && "${GPU_CHECK_E2E:-1}" != 0 ]]; then
-  e2e_dir="${GPU_E2E_DIR:-${TMPDIR:-/tmp}/ferry-e2e}"
-  mkdir -p "$e2e_dir"
-  for preset in "${GPU_E2E_PRESET:-35b-a3b}" small; do
+  for preset in "$e2e_preset" small; do
     left=$((budget_s - (SECONDS - t_start)))
     ((left < 60)) && { echo "== e2e: skipped $preset (time)"; break; }
     synth_s=${GPU_E2E_SYNTH_S:-150}; ((synth_s > left - 45)) && synth_s=$((left - 45))
-    model="$e2e_dir/qwen35moe-$preset-q4_k_m.gguf"
     t0=$SECONDS
-    if [[ -f "$model" ]] || timeout "$synth_s" "$bundle/bin/ferry" synth --arch qwen35moe --preset "$preset" \
-        --quant q4_k_m -q -o "$model" > "$logs/synth-$preset.log" 2>&1; then
-      echo "== e2e: synth qwen35moe $preset q4_k_m: $((SECONDS - t0))s, $(du -h "$model" | cut -f1)"
+    if model=$(synth_model "$preset" "$synth_s"); then  # the side-by-side's file when it made one
       rows+=("$(printf '| %-28s | %-12s | %6s | %6s | %7s | %5ss |' "synth-$preset" PASS - - - $((SECONDS - t0)))")
       left=$((budget_s - (SECONDS - t_start)))
       run_prog "bench_gpu_e2e-$preset" $((left > 150 ? 150 : left - 5)) "$bundle/bin/bench_gpu_e2e" "$model" \
@@ -91,7 +125,7 @@ if [[ -x "$bundle/bin/bench_gpu_e2e" && "${GPU_CHECK_E2E:-1}" != 0 ]]; then
       if ((left > 90)); then
         vrams="none,16G,12G"; [[ "$preset" == small ]] && vrams="none,1400M,1200M"
         run_prog "offload-bench-$preset" $((left > 240 ? 240 : left - 20)) "$bundle/bin/ferry" bench -m "$model" \
-          --device cuda --vram "$vrams" --routing model,locality -p 512 -n 64 -r 1 -o md
+          --device cuda --vram "$vrams" --routing model,locality -p 512 -n 64 -r 3 -o md
         offload_summary="$(grep -E '^\||host store' "$logs/offload-bench-$preset.log")"
         # Decode from the device tables (no host sync per MoE step, whole-step CUDA graphs, which are
         # opt-in since eager decode won on the H200; table decode opt-in until this measures it) beside the host-routed decode, both budgets, locality routing:
@@ -99,7 +133,7 @@ if [[ -x "$bundle/bin/bench_gpu_e2e" && "${GPU_CHECK_E2E:-1}" != 0 ]]; then
         left=$((budget_s - (SECONDS - t_start)))
         if ((left > 90)); then
           run_prog "offload-table-$preset" $((left > 150 ? 150 : left - 20)) "$bundle/bin/ferry" bench -m "$model" \
-            --device cuda --vram "${vrams#none,}" --routing locality --cuda-graphs on --offload-decode table -p 0 -n 64 -r 1 -o md
+            --device cuda --vram "${vrams#none,}" --routing locality --cuda-graphs on --offload-decode table -p 0 -n 64 -r 3 -o md
           offload_summary="$offload_summary"$'\n'"decode from device tables:"$'\n'"$(grep -E '^\|' "$logs/offload-table-$preset.log")"
         fi
         # The integer (dp4a) matvec end to end (--int8-dot, opt-in until measured): the
@@ -107,8 +141,16 @@ if [[ -x "$bundle/bin/bench_gpu_e2e" && "${GPU_CHECK_E2E:-1}" != 0 ]]; then
         left=$((budget_s - (SECONDS - t_start)))
         if ((left > 90)); then
           run_prog "bench_gpu_e2e-int8-$preset" $((left > 100 ? 100 : left - 20)) \
-            "$bundle/bin/bench_gpu_e2e" "$model" --prompt 64 --decode 128 --reps 2 --int8-dot
+            "$bundle/bin/bench_gpu_e2e" "$model" --prompt 64 --decode 128 --reps 3 --int8-dot
           e2e_summary="$e2e_summary"$'int8 dot:\n'"$(grep -A2 '^| model' "$logs/bench_gpu_e2e-int8-$preset.log")"$'\n'
+        fi
+        # The chunked Gated DeltaNet prefill beside the recurrent default, pp512 resident, one
+        # process each, 3 repetitions (docs/decisions/0012-gdn-prefill-chunked.md).
+        left=$((budget_s - (SECONDS - t_start)))
+        if ((left > 90)); then
+          run_prog "gdn-prefill-$preset" $((left > 90 ? 90 : left - 20)) bash -c 'for m in recurrent chunked; do
+            "$0" bench -m "$1" --device cuda --gdn-prefill $m -p 512 -n 0 -r 3 -o md || exit 1; done' "$bundle/bin/ferry" "$model"
+          offload_summary="$offload_summary"$'\n'"--gdn-prefill recurrent, then chunked (resident):"$'\n'"$(grep -E '^\| [^m-]' "$logs/gdn-prefill-$preset.log")"
         fi
         # The in-place alternatives: the mapping page-locked instead of copied (store set-up time),
         # and decode misses read in place over PCIe instead of on the CPU.
@@ -116,7 +158,7 @@ if [[ -x "$bundle/bin/bench_gpu_e2e" && "${GPU_CHECK_E2E:-1}" != 0 ]]; then
         if ((left > 90)); then
           v12="${vrams##*,}"
           run_prog "offload-mapped-$preset" $((left > 150 ? 150 : left - 20)) "$bundle/bin/ferry" bench -m "$model" \
-            --device cuda --vram "$v12" --routing locality --cold mapped --host-load registered -p 0 -n 64 -r 1 -o md
+            --device cuda --vram "$v12" --routing locality --cold mapped --host-load registered -p 0 -n 64 -r 3 -o md
           offload_summary="$offload_summary"$'\n'"$(grep -E '^\||host store' "$logs/offload-mapped-$preset.log")"
         fi
         # Offloaded decode recorded as CUDA graph segments around the MoE steps (opt-in until this
@@ -126,27 +168,17 @@ if [[ -x "$bundle/bin/bench_gpu_e2e" && "${GPU_CHECK_E2E:-1}" != 0 ]]; then
           v16="$(echo "$vrams" | cut -d, -f2)"
           run_prog "offload-segments-$preset" $((left > 120 ? 120 : left - 20)) \
             "$bundle/bin/ferry" bench -m "$model" --device cuda --vram "$v16" --routing locality --cuda-graphs segments \
-            -p 0 -n 64 -r 1 -o md
+            -p 0 -n 64 -r 3 -o md
           offload_summary="$offload_summary"$'\n'"graph segments:"$'\n'"$(grep -E '^\|' "$logs/offload-segments-$preset.log")"
         fi
       else
         echo "== offload bench: skipped (time)"
       fi
-      # llama.cpp side by side (issue 7; opt-in: the --n-cpu-moe search loads the model ~6 times
-      # per budget): fully resident and the 16G/12G budgets, one table of ratios.
-      left=$((budget_s - (SECONDS - t_start)))
-      if [[ -n "${GPU_CHECK_COMPARE:-}" && -x "$bundle/bin/llama-bench" ]] && ((left > 120)); then
-        run_prog "compare-llamacpp-$preset" $((left - 30)) python3 "$root/bench/compare_llamacpp.py" -m "$model" \
-          --no-cpu --ferry "$bundle/bin/ferry" --llama-bench-gpu "$bundle/bin/llama-bench" -t 16 -p 512 -n 64 -r 1 \
-          --raw-dir "$logs/compare-raw"
-        compare_summary="$(grep '^|' "$logs/compare-llamacpp-$preset.log")"
-      fi
-      [[ -n "${GPU_E2E_KEEP:-}" ]] || rm -f "$model"
+      # The Q4_K_M file stays for the next call on a warm machine (made once per machine).
       break
     fi
     echo "== e2e: synth $preset did not finish in ${synth_s}s (see $logs/synth-$preset.log)"
     rows+=("$(printf '| %-28s | %-12s | %6s | %6s | %7s | %5ss |' "synth-$preset" TIMEOUT - - - $((SECONDS - t0)))")
-    rm -f "$model"
   done
 fi
 
@@ -163,7 +195,9 @@ if command -v compute-sanitizer >/dev/null || [[ -x /usr/local/cuda/bin/compute-
 fi
 
 left=$((budget_s - (SECONDS - t_start)))
-if ((left > 30)); then
+if [[ ! -x "$bundle/bin/bench_gpu_kernels" ]]; then
+  echo "== bench_gpu_kernels: not in the bundle"
+elif ((left > 30)); then
   quick=""; ((left < 120)) && quick=--quick
   run_prog "bench_gpu_kernels" $((left - 10)) "$bundle/bin/bench_gpu_kernels" $quick
   cp "$logs/bench_gpu_kernels.log" "$logs/bench.md" 2>/dev/null
@@ -211,10 +245,10 @@ if [[ -n "$e2e_summary" ]]; then
   echo "== end-to-end (bench_gpu_e2e)"
   printf '%s' "$e2e_summary"
 fi
-if [[ -n "$compare_summary" ]]; then
+if [[ -n "$sbs_summary" ]]; then
   echo
-  echo "== llama.cpp side by side (bench/compare_llamacpp.py)"
-  printf '%s\n' "$compare_summary"
+  echo "== side by side (bench/sidebyside.py; raw runs in $logs/sidebyside/raw)"
+  printf '%s\n' "$sbs_summary"
 fi
 if [[ -n "$offload_summary" ]]; then
   echo

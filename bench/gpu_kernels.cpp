@@ -228,13 +228,18 @@ int run(bool quick) {
     rows.push_back({"moe decode (gate/up Q4_K + down Q6_K slots + sum, 3 launches)", "8 of 256 experts, 2048/512", us, double(k) * (2 * gu + dn), 0});
   }
 
-  // Attention decode, qwen35 full-attention shape: F16 cache (the plain kernel) and quantized
-  // caches (the general kernel, rotated as CudaOps rotates them: K by 256, V by 64).
-  std::vector<std::pair<GgmlType, int64_t>> attn_cases;
+  // Attention decode at 4K, 32K and 128K keys, qwen35 full-attention shape (16/2 heads, d=256,
+  // gated): F16 cache (the plain kernel) and quantized caches (the general kernel, rotated as
+  // CudaOps rotates them: K by 256, V by 64), through cuda::attention (the flash-decoding split);
+  // the rows kernel beside it at F16 (what decode ran before the split), and the qwen3moe shape
+  // (32/4 heads, d=128) at F16.
+  struct AttnCase { GgmlType t; int64_t n_kv; bool rows; int n_head, n_kv_head, hd; };
+  std::vector<AttnCase> attn_cases;
   for (GgmlType t : {GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_0})
-    for (int64_t n : {4096ll, 32768ll}) attn_cases.emplace_back(t, n);
-  for (const auto& [kvt, n_kv] : attn_cases) {
-    const int n_head = 16, n_kv_head = 2, hd = 256;
+    for (int64_t n : {4096ll, 32768ll, 131072ll}) attn_cases.push_back({t, n, false, 16, 2, 256});
+  for (int64_t n : {4096ll, 32768ll, 131072ll}) attn_cases.push_back({GgmlType::F16, n, true, 16, 2, 256});
+  for (int64_t n : {4096ll, 32768ll, 131072ll}) attn_cases.push_back({GgmlType::F16, n, false, 32, 4, 128});
+  for (const auto& [kvt, n_kv, rows_kernel, n_head, n_kv_head, hd] : attn_cases) {
     const size_t cache_bytes = static_cast<size_t>(n_kv) * n_kv_head * row_bytes(kvt, hd);
     DeviceMem q(n_head * 2 * hd * 4), kc(cache_bytes), vc(cache_bytes), out(n_head * hd * 4);
     FERRY_CUDA_CHECK(cudaMemset(kc.p, 0x11, cache_bytes));
@@ -265,11 +270,13 @@ int run(bool quick) {
     a.n_head = n_head;
     a.n_head_kv = n_kv_head;
     a.head_dim = hd;
-    a.scale = 1.f / 16;
+    a.scale = 1.f / std::sqrt(float(hd));
     a.workspace = ws.p;
     a.workspace_bytes = wsb;
-    const double us = time_us([&] { cuda::attention(a, nullptr); }, reps);
-    rows.push_back({"attention decode " + std::string(type_name(kvt)) + " (16/2 heads, d=256, gated)",
+    const bool use_rows = rows_kernel;  // a plain bool for the lambda
+    const double us = time_us([&] { use_rows ? cuda::attention_rows(a, nullptr) : cuda::attention(a, nullptr); }, reps);
+    const std::string heads = " (" + std::to_string(n_head) + "/" + std::to_string(n_kv_head) + " heads, d=" + std::to_string(hd) + ", gated)";
+    rows.push_back({std::string(rows_kernel ? "attention decode, rows kernel " : "attention decode ") + std::string(type_name(kvt)) + heads,
                     "ctx " + std::to_string(n_kv), us, 2.0 * static_cast<double>(cache_bytes), 0});
   }
 

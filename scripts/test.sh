@@ -24,8 +24,8 @@ if [[ $# -eq 0 ]]; then
     asan_targets+=" $(cd tests/$d && ls test_*.cpp | sed "s/^/${d}_/; s/\.cpp$//" | tr '\n' ' ')"
   done
   asan_targets+=" offload_test_offload_executor offload_test_offload_cli cuda_emu_test_emulator ferry"
-  asan_targets+=" server_test_server_units"
-  FERRY_TARGETS="$asan_targets" bash scripts/build.sh asan -DFERRY_BENCH=OFF >/dev/null
+  asan_targets+=" server_test_server_units bench_ballast"  # bench_ballast: gpu.GpuCheckDryRun
+  FERRY_TARGETS="$asan_targets" bash scripts/build.sh asan -DFERRY_BENCH=ON >/dev/null
   ctest --test-dir build-asan --output-on-failure -j"$(nproc)" --timeout 900 --no-tests=error \
     -R '^(gguf|tokenizer)\.|^offload\.OffloadExecutorTest\.|^offload\.OffloadCli\.Cuda'
   ctest --test-dir build-asan --output-on-failure -j"$(nproc)" --timeout 900 --no-tests=error -L gpu

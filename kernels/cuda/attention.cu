@@ -5,101 +5,49 @@
 #include <string>
 
 #include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/attention_device.cuh"
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/kv_quant_device.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/quant_device.cuh"
 
 namespace ferry::cuda {
+namespace attn {
+
+void check_args(const char* op, const AttentionArgs& a) {
+  require(a.q && a.k_cache && a.v_cache && a.out, op, "null q, k_cache, v_cache or out");
+  require(a.n_head >= 1 && a.n_head_kv >= 1 && a.n_head % a.n_head_kv == 0, op,
+          "n_head (" + std::to_string(a.n_head) + ") must be a multiple of n_head_kv (" +
+              std::to_string(a.n_head_kv) + ")");
+  require(a.n_tokens >= 1 && a.n_tokens <= 65535 && a.p0 >= 0, op, "n_tokens must be in [1, 65535], p0 ≥ 0");
+  require(a.n_head <= 65535, op, "too many heads");
+  for (GgmlType t : {a.k_type, a.v_type})
+    require(detail::kv_head_bytes(t, 32) > 0, op,
+            "KV cache type id " + std::to_string(static_cast<unsigned>(t)) +
+                " (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL)");
+  require(a.n_rot_k >= 0 && a.n_rot_v >= 0 && a.n_rot_k % 64 == 0 && a.n_rot_v % 64 == 0 &&
+              (a.n_rot_k == 0 || a.head_dim % a.n_rot_k == 0) && (a.n_rot_v == 0 || a.head_dim % a.n_rot_v == 0),
+          op, "rotation sizes must be 0 or multiples of 64 dividing head_dim");
+  require(cache_kind(a) == CacheKind::any || (a.n_rot_k == 0 && a.n_rot_v == 0), op,
+          "F16/F32 caches are not rotated (n_rot_k, n_rot_v must be 0)");
+  require(a.out_ld_token >= int64_t{a.n_head} * a.head_dim, op, "out_ld_token too small");
+  require(a.q_ld_head >= a.head_dim && a.q_ld_token >= int64_t{a.n_head} * a.q_ld_head, op, "bad q strides");
+  if (a.gate) require(a.gate_ld_head >= a.head_dim && a.gate_ld_token >= int64_t{a.n_head} * a.gate_ld_head, op, "bad gate strides");
+}
+
+
+}  // namespace attn
+
 namespace {
 
-constexpr int kWarps = 4;
+using namespace attn;
+
 constexpr int kTileQ = 16;   // queries per tiled block (4 per warp)
 constexpr int kTileKV = 16;  // keys per shared-memory tile
 // Decode is latency-bound (one warp walks its keys one after another), so long contexts are split
 // finely: ≥ 128 keys per block, up to 128 blocks per (token, head), merged by a second kernel.
 constexpr int kKeysPerSplit = 128;
 constexpr int kMaxSplits = 128;
-
-template <typename KV>
-__device__ __forceinline__ float load_kv(const KV* p, int64_t i) {
-  if constexpr (sizeof(KV) == 2) return __half2float(p[i]);
-  else return p[i];
-}
-
-__device__ __forceinline__ float sigmoidf_(float x) { return 1.f / (1.f + expf(-x)); }
-
-// How a kernel reads the cache: value d of head row r (= key·n_head_kv + kv head) of K or V.
-// PlainCache: F16/F16 or F32/F32, element loads (the fast path, unchanged by the quantized one).
-template <int HD, typename T>
-struct PlainCache {
-  static constexpr bool kGeneral = false;
-  const T* kc;
-  const T* vc;
-  __device__ explicit PlainCache(const AttentionArgs& a)
-      : kc(static_cast<const T*>(a.k_cache)), vc(static_cast<const T*>(a.v_cache)) {}
-  __device__ float k(int64_t r, int d) const { return load_kv(kc, r * HD + d); }
-  __device__ float v(int64_t r, int d) const { return load_kv(vc, r * HD + d); }
-};
-// AnyCache: any K type with any V type, decoded value by value (kv_quant_device.cuh); the kernels
-// also rotate and round the query and rotate the output back (AttentionArgs).
-template <int HD>
-struct AnyCache {
-  static constexpr bool kGeneral = true;
-  const uint8_t* kc;
-  const uint8_t* vc;
-  int64_t k_bytes, v_bytes;
-  GgmlType kt, vt;
-  __device__ explicit AnyCache(const AttentionArgs& a)
-      : kc(static_cast<const uint8_t*>(a.k_cache)), vc(static_cast<const uint8_t*>(a.v_cache)),
-        k_bytes(detail::kv_head_bytes(a.k_type, HD)), v_bytes(detail::kv_head_bytes(a.v_type, HD)),
-        kt(a.k_type), vt(a.v_type) {}
-  __device__ float k(int64_t r, int d) const { return detail::kv_value(kt, kc + r * k_bytes, d); }
-  __device__ float v(int64_t r, int d) const { return detail::kv_value(vt, vc + r * v_bytes, d); }
-  // Q4_1/Q5_1 K only: the min of block b of head row r.
-  __device__ float k_min(int64_t r, int b) const { return detail::kv_block_min(kt, kc + r * k_bytes, b); }
-};
-
-// The part of a score that lane `lane` adds before the warp sum for a Q4_1/Q5_1 K (kv_quant_device.cuh
-// round_query_like_cpu): lanes b < head_dim/32 add block b's min × the query's sum_fix[b].
-struct MinTerm {
-  bool on = false;  // K is Q4_1/Q5_1 (uniform across the grid)
-  float fix = 0.f;  // this lane's sum_fix[lane] × scale (lanes < head_dim/32)
-};
-
-// The query of one head as a warp holds it (q[m] = dim lane + 32m), ready to dot with K: for the
-// general path rotated and rounded as the CPU's flash attention does it, then × scale.
-template <class C, int M>
-__device__ __forceinline__ void prepare_query(const AttentionArgs& a, float (&q)[M], int lane, MinTerm& mt) {
-  if constexpr (C::kGeneral) {
-    if (a.n_rot_k > 0) detail::warp_hadamard(q, a.n_rot_k, a.rot_scale_k, lane);
-    float fix[M];
-    detail::round_query_like_cpu(q, a.k_type, fix);
-    mt.on = detail::kv_affine(a.k_type);
-#pragma unroll
-    for (int m = 0; m < M; ++m)
-      if (lane == m) mt.fix = fix[m] * a.scale;
-  }
-#pragma unroll
-  for (int m = 0; m < M; ++m) q[m] *= a.scale;
-}
-
-// Output row o (o[m] = dim lane + 32m, normalised) of token t, head h: rotated back from the V
-// cache's rotation when there is one, gated, stored. Called by all lanes of a warp.
-template <int HD>
-__device__ __forceinline__ void store_rotated_out(const AttentionArgs& a, float (&o)[HD / 32], int64_t t, int h, int lane) {
-  detail::warp_hadamard(o, a.n_rot_v, a.rot_scale_v, lane);
-#pragma unroll
-  for (int m = 0; m < HD / 32; ++m) {
-    const int d = lane + 32 * m;
-    float x = o[m];
-    if (a.gate) x *= sigmoidf_(a.gate[t * a.gate_ld_token + int64_t{h} * a.gate_ld_head + d]);
-    a.out[t * a.out_ld_token + int64_t{h} * HD + d] = x;
-  }
-}
-
-// Weight of a partial softmax state with max m relative to the global max M (0 for empty states).
-__device__ __forceinline__ float rescale(float m, float M) { return m == -INFINITY ? 0.f : expf(m - M); }
 
 // Rows kernel: grid (n_head, n_tokens, n_split), 4 warps. Warp w walks keys begin+w, begin+w+4,
 // ...: one key per step, lanes over head dims (coalesced K/V row reads), a warp-sum per score,
@@ -220,37 +168,6 @@ __global__ void __launch_bounds__(32 * kWarps)
   }
 }
 
-// grid (n_head, n_tokens), HD threads: merges the n_split partials of one (token, head); with
-// kRotateOut (general path, rotated V) warp 0 rotates the merged row back.
-template <int HD, bool kRotateOut>
-__global__ void attention_combine_kernel(AttentionArgs a, int n_split) {
-  const int h = blockIdx.x, d = threadIdx.x;
-  const int64_t t = blockIdx.y;
-  const float* part = static_cast<const float*>(a.workspace) + (t * a.n_head + h) * n_split * (HD + 2);
-  float Mx = -INFINITY;
-  for (int s = 0; s < n_split; ++s) Mx = fmaxf(Mx, part[s * (HD + 2)]);
-  float L = 0.f, o = 0.f;
-  for (int s = 0; s < n_split; ++s) {
-    const float w = rescale(part[s * (HD + 2)], Mx);
-    L += part[s * (HD + 2) + 1] * w;
-    o += part[s * (HD + 2) + 2 + d] * w;
-  }
-  o /= L;
-  if constexpr (kRotateOut) {
-    __shared__ float sm_o[HD];
-    sm_o[d] = o;
-    __syncthreads();
-    if (d < 32) {
-      float r[HD / 32];
-#pragma unroll
-      for (int m = 0; m < HD / 32; ++m) r[m] = sm_o[d + 32 * m];
-      store_rotated_out<HD>(a, r, t, h, d);
-    }
-    return;
-  }
-  if (a.gate) o *= sigmoidf_(a.gate[t * a.gate_ld_token + int64_t{h} * a.gate_ld_head + d]);
-  a.out[t * a.out_ld_token + int64_t{h} * HD + d] = o;
-}
 
 // Tiled kernel: grid (n_head, ⌈n_tokens/16⌉), 4 warps × 4 queries. Each K/V tile of 16 keys is
 // converted to float in shared memory once and used by all 16 queries of the block.
@@ -343,46 +260,6 @@ __global__ void __launch_bounds__(32 * kWarps) attention_tiled_kernel(AttentionA
   }
 }
 
-// The kernels' one dispatch over cache types: the two plain pairs, everything else general.
-enum class CacheKind { f16, f32, any };
-CacheKind cache_kind(const AttentionArgs& a) {
-  if (a.k_type == a.v_type && a.k_type == GgmlType::F16) return CacheKind::f16;
-  if (a.k_type == a.v_type && a.k_type == GgmlType::F32) return CacheKind::f32;
-  return CacheKind::any;
-}
-
-void check_args(const char* op, const AttentionArgs& a) {
-  require(a.q && a.k_cache && a.v_cache && a.out, op, "null q, k_cache, v_cache or out");
-  require(a.n_head >= 1 && a.n_head_kv >= 1 && a.n_head % a.n_head_kv == 0, op,
-          "n_head (" + std::to_string(a.n_head) + ") must be a multiple of n_head_kv (" +
-              std::to_string(a.n_head_kv) + ")");
-  require(a.n_tokens >= 1 && a.n_tokens <= 65535 && a.p0 >= 0, op, "n_tokens must be in [1, 65535], p0 ≥ 0");
-  require(a.n_head <= 65535, op, "too many heads");
-  for (GgmlType t : {a.k_type, a.v_type})
-    require(detail::kv_head_bytes(t, 32) > 0, op,
-            "KV cache type id " + std::to_string(static_cast<unsigned>(t)) +
-                " (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL)");
-  require(a.n_rot_k >= 0 && a.n_rot_v >= 0 && a.n_rot_k % 64 == 0 && a.n_rot_v % 64 == 0 &&
-              (a.n_rot_k == 0 || a.head_dim % a.n_rot_k == 0) && (a.n_rot_v == 0 || a.head_dim % a.n_rot_v == 0),
-          op, "rotation sizes must be 0 or multiples of 64 dividing head_dim");
-  require(cache_kind(a) == CacheKind::any || (a.n_rot_k == 0 && a.n_rot_v == 0), op,
-          "F16/F32 caches are not rotated (n_rot_k, n_rot_v must be 0)");
-  require(a.out_ld_token >= int64_t{a.n_head} * a.head_dim, op, "out_ld_token too small");
-  require(a.q_ld_head >= a.head_dim && a.q_ld_token >= int64_t{a.n_head} * a.q_ld_head, op, "bad q strides");
-  if (a.gate) require(a.gate_ld_head >= a.head_dim && a.gate_ld_token >= int64_t{a.n_head} * a.gate_ld_head, op, "bad gate strides");
-}
-
-#define FERRY_DISPATCH_HEAD_DIM(hd, op, ...)                                      \
-  switch (hd) {                                                                   \
-    case 32: { constexpr int kHD = 32; __VA_ARGS__; break; }                      \
-    case 64: { constexpr int kHD = 64; __VA_ARGS__; break; }                      \
-    case 128: { constexpr int kHD = 128; __VA_ARGS__; break; }                    \
-    case 256: { constexpr int kHD = 256; __VA_ARGS__; break; }                    \
-    default:                                                                      \
-      throw_unsupported(std::string(op) + ": head_dim " + std::to_string(hd) +   \
-                        " (supported: 32, 64, 128, 256)");                        \
-  }
-
 int choose_splits(const AttentionArgs& a) {
   const int64_t n_kv = a.p0 + a.n_tokens;
   int n_split = static_cast<int>(std::min<int64_t>((n_kv + kKeysPerSplit - 1) / kKeysPerSplit, kMaxSplits));
@@ -394,7 +271,9 @@ int choose_splits(const AttentionArgs& a) {
 }  // namespace
 
 size_t attention_workspace_bytes(int64_t n_tokens, int n_head, int head_dim, int64_t n_kv) {
-  const int64_t n_split = std::min<int64_t>((n_kv + kKeysPerSplit - 1) / kKeysPerSplit, kMaxSplits);
+  // The larger of the rows kernel's split and the flash-decoding split at one KV head (its most).
+  const int64_t n_split = std::max(std::min<int64_t>((n_kv + kKeysPerSplit - 1) / kKeysPerSplit, kMaxSplits),
+                                   split_count(n_tokens, 1, n_kv));
   return static_cast<size_t>(n_tokens) * n_head * n_split * (head_dim + 2) * sizeof(float);
 }
 
@@ -418,14 +297,7 @@ void attention_rows(const AttentionArgs& a, cudaStream_t stream) {
         break;
     }
     FERRY_CUDA_CHECK_LAUNCH("attention_rows_kernel");
-    if (n_split > 1) {
-      const dim3 cgrid(static_cast<unsigned>(a.n_head), static_cast<unsigned>(a.n_tokens));
-      if (cache_kind(a) == CacheKind::any && a.n_rot_v > 0)
-        launch(attention_combine_kernel<kHD, true>, cgrid, kHD, 0, stream, a, n_split);
-      else
-        launch(attention_combine_kernel<kHD, false>, cgrid, kHD, 0, stream, a, n_split);
-      FERRY_CUDA_CHECK_LAUNCH("attention_combine_kernel");
-    }
+    if (n_split > 1) launch_combine<kHD>(a, n_split, stream);
   });
 }
 
@@ -444,8 +316,8 @@ void attention_tiled(const AttentionArgs& a, cudaStream_t stream) {
 }
 
 void attention(const AttentionArgs& a, cudaStream_t stream) {
-  if (a.n_tokens <= kAttentionRowsMaxTokens) attention_rows(a, stream);
-  else attention_tiled(a, stream);
+  if (a.n_tokens > kAttentionRowsMaxTokens) attention_tiled(a, stream);
+  else attention_split(a, stream);  // the rows kernel where the split does not apply
 }
 
 }  // namespace ferry::cuda

@@ -1,6 +1,6 @@
 #pragma once
-// Causal GQA attention over a KV cache, for decode (one or a few new tokens: split-K "rows"
-// kernel) and prefill (tiled kernel: 16 queries share each K/V tile staged in shared memory).
+// Causal GQA attention over a KV cache, for decode (one or a few new tokens: the flash-decoding
+// split kernel, or the split-K "rows" kernel for group sizes it has no instance for) and prefill (tiled kernel: 16 queries share each K/V tile staged in shared memory).
 // Online softmax in float; the KV cache may be any of the nine KV types. The new tokens' K and V
 // must already be in the cache (kv_store) at rows p0 .. p0+n_tokens−1.
 #include <cuda_runtime_api.h>
@@ -48,10 +48,18 @@ struct AttentionArgs {
 size_t attention_workspace_bytes(int64_t n_tokens, int n_head, int head_dim, int64_t n_kv);
 inline constexpr int64_t kAttentionRowsMaxTokens = 4;
 
-// Dispatch: n_tokens ≤ kAttentionRowsMaxTokens → rows kernel, else tiled.
+// Dispatch: n_tokens ≤ kAttentionRowsMaxTokens → the flash-decoding split where it applies, else
+// the rows kernel; more tokens → tiled.
 void attention(const AttentionArgs& a, cudaStream_t stream);
-// The two paths, callable directly (tests compare both with the reference).
+// The paths, callable directly (tests compare each with the reference).
 void attention_rows(const AttentionArgs& a, cudaStream_t stream);
 void attention_tiled(const AttentionArgs& a, cudaStream_t stream);
+// Flash-decoding: the KV sequence split across blocks, one block per (KV head, token, split) holding
+// the whole GQA group, so each K/V byte is read once per KV head; then a reduce kernel. Applies to
+// n_tokens ≤ kAttentionRowsMaxTokens, groups of 2, 4 or 8 query heads per KV head, a context long
+// enough for two splits of 64 keys and a workspace for them (attention_workspace_bytes); where it
+// does not apply attention_split runs attention_rows.
+void attention_split(const AttentionArgs& a, cudaStream_t stream);
+bool attention_split_applies(const AttentionArgs& a);
 
 }  // namespace ferry::cuda

@@ -1,4 +1,6 @@
-// Causal GQA attention (rows/split-K decode kernel and tiled prefill kernel) vs a double reference.
+// Causal GQA attention (flash-decoding split kernel, rows/split-K decode kernel and tiled prefill
+// kernel) vs a double reference; the split kernel on quantized caches vs the rows kernel, which
+// tests/gpu/test_gpu_kv_quant.cpp checks against the CPU.
 #include "tests/gpu/gpu_test_util.hpp"
 
 #include "runtime/core/fp16.hpp"
@@ -26,7 +28,7 @@ std::string name(const Case& c) {
          (c.gate ? " gated" : "");
 }
 
-void run(const Case& c, int path /*0 dispatch, 1 rows, 2 tiled*/) {
+void run(const Case& c, int path /*0 dispatch, 1 rows, 2 tiled, 3 split*/) {
   const int64_t n_kv = c.p0 + c.n_tokens, kvw = int64_t{c.n_head_kv} * c.head_dim;
   // q and gate interleaved per head like qwen35's attn_q output: [q(d) | gate(d)] per head.
   const int64_t q_ld_head = c.gate ? 2 * c.head_dim : c.head_dim, q_ld_token = c.n_head * q_ld_head;
@@ -94,10 +96,14 @@ void run(const Case& c, int path /*0 dispatch, 1 rows, 2 tiled*/) {
   DevBuf<uint8_t> ws(cuda::attention_workspace_bytes(c.n_tokens, c.n_head, c.head_dim, n_kv));
   a.workspace = ws.get();
   a.workspace_bytes = ws.size();
-  static const char* kPath[] = {"attention", "attention_rows", "attention_tiled"};
+  static const char* kPath[] = {"attention", "attention_rows", "attention_tiled", "attention_split"};
+  if (path == 3) {
+    EXPECT_TRUE(cuda::attention_split_applies(a)) << name(c);  // not the rows fallback
+  }
   if (path == 0) cuda::attention(a, nullptr);
   else if (path == 1) cuda::attention_rows(a, nullptr);
-  else cuda::attention_tiled(a, nullptr);
+  else if (path == 2) cuda::attention_tiled(a, nullptr);
+  else cuda::attention_split(a, nullptr);
   report(kPath[path], name(c), nmse(ref, dout.download()), 1e-9);
   if (path == 1 && n_kv > 256) {  // also without workspace: no split-K
     a.workspace = nullptr;
@@ -114,6 +120,69 @@ TEST(GpuAttention, Decode) {
   run({32, 4, 128, 0, 1, GgmlType::F32, false}, 1);     // first token
   run({8, 8, 64, 33, 3, GgmlType::F32, false}, 1);      // MHA, few tokens
   run({4, 2, 32, 10, 2, GgmlType::F16, true}, 0);
+}
+
+// The flash-decoding split at the model shapes (qwen35moe: 16/2 heads d=256 gated; qwen3moe: 32/4
+// d=128), at odd and short lengths (one split of fewer keys than a tile, a last split shorter than
+// the others, 2–4 tokens whose splits see different numbers of keys) and at 128K keys, where the
+// length is what matters (2/1 heads of d=32 keep it to seconds on the emulator).
+TEST(GpuAttention, SplitDecode) {
+  FERRY_REQUIRE_GPU();
+  run({16, 2, 256, 700, 1, GgmlType::F16, true}, 3);
+  run({32, 4, 128, 1500, 1, GgmlType::F16, false}, 3);
+  run({8, 4, 64, 127, 1, GgmlType::F32, false}, 3);   // 128 keys: two splits of 64
+  run({8, 1, 64, 1001, 2, GgmlType::F32, false}, 3);  // groups of 8, odd length
+  run({4, 2, 32, 333, 3, GgmlType::F16, true}, 3);
+  run({8, 2, 128, 1021, 4, GgmlType::F16, false}, 3);
+  run({2, 1, 32, 131071, 1, GgmlType::F16, false}, 3);  // 128K context
+  run({16, 2, 256, 900, 1, GgmlType::F16, true}, 0);    // the dispatch takes the split
+}
+
+// The split kernel on quantized caches (the general path: rotated and rounded query, Q4_1's block
+// mins, a rotated V read back through the combine kernel) against the rows kernel on the same bytes.
+TEST(GpuAttention, SplitDecodeQuantizedMatchesRows) {
+  FERRY_REQUIRE_GPU();
+  struct QCase { GgmlType k, v; int n_rot; int64_t n_kv; int n_tokens; };
+  for (const QCase& qc : {QCase{GgmlType::Q8_0, GgmlType::Q4_0, 64, 1000, 1}, QCase{GgmlType::Q4_1, GgmlType::F16, 0, 517, 2},
+                          QCase{GgmlType::Q5_1, GgmlType::Q8_0, 64, 2049, 1}, QCase{GgmlType::BF16, GgmlType::IQ4_NL, 0, 300, 1}}) {
+    const int n_head = 8, n_head_kv = 2, hd = 64;
+    const int64_t rows = qc.n_kv * n_head_kv;
+    const auto kq = quantize_rows(qc.k, random_floats(rows * hd, 21, -1.f, 1.f), rows, hd, 21);
+    const auto vq = quantize_rows(qc.v, random_floats(rows * hd, 22, -1.f, 1.f), rows, hd, 22);
+    DevBuf<uint8_t> dk(kq.size()), dv(vq.size());
+    dk.upload(kq);
+    dv.upload(vq);
+    const auto qv = random_floats(qc.n_tokens * n_head * hd, 23);
+    DevBuf<float> dq(qv), out_rows(qc.n_tokens * n_head * hd), out_split(qc.n_tokens * n_head * hd);
+    DevBuf<uint8_t> ws(cuda::attention_workspace_bytes(qc.n_tokens, n_head, hd, qc.n_kv));
+    cuda::AttentionArgs a;
+    a.q = dq.get();
+    a.q_ld_head = hd;
+    a.q_ld_token = n_head * hd;
+    a.k_cache = dk.get();
+    a.v_cache = dv.get();
+    a.k_type = qc.k;
+    a.v_type = qc.v;
+    a.n_rot_k = a.n_rot_v = qc.n_rot;
+    a.rot_scale_k = a.rot_scale_v = qc.n_rot ? 1.f / std::sqrt(float(qc.n_rot)) : 1.f;
+    a.out_ld_token = n_head * hd;
+    a.n_tokens = qc.n_tokens;
+    a.p0 = qc.n_kv - qc.n_tokens;
+    a.n_head = n_head;
+    a.n_head_kv = n_head_kv;
+    a.head_dim = hd;
+    a.scale = 0.25f;
+    a.workspace = ws.get();
+    a.workspace_bytes = ws.size();
+    a.out = out_rows.get();
+    cuda::attention_rows(a, nullptr);
+    a.out = out_split.get();
+    ASSERT_TRUE(cuda::attention_split_applies(a));
+    cuda::attention_split(a, nullptr);
+    const std::string shape = std::string(type_name(qc.k)) + "/" + std::string(type_name(qc.v)) + " rot " +
+                              std::to_string(qc.n_rot) + " n_kv=" + std::to_string(qc.n_kv) + " n=" + std::to_string(qc.n_tokens);
+    report("attention_split vs rows", shape, nmse(out_rows.download(), out_split.download()), 1e-10);
+  }
 }
 
 TEST(GpuAttention, Prefill) {

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# bench/gpu-check-dry-run.sh [BUILD_DIR] — runs bench/gpu-check.sh's side-by-side end to end on an
+# emulator build (FERRY_CUDA=EMU: scripts/build.sh emu or asan; default build-emu), so that the
+# script the next lent GPU runs first cannot rot. Not a measurement: the CUDA code runs on the host
+# (tests/cuda_emu) and llama-bench is replaced by bench/llama_bench_standin.py, a clearly-labelled
+# stand-in that prints llama-bench-shaped JSON (avg_ts 1.0) — only here, never on a GPU.
+#
+# A tiny synthetic model, two "cards" of 129 and 128 MiB (the emulator's device has 512 MiB here;
+# bench_ballast holds the rest; Ferry's CUDA workspaces take 125 MiB, so --vram 128M/127M leaves
+# a partial expert cache), -p 2 -n 2 -r 1 without warm-up, 2 threads, depth 4. Fails unless the
+# ratio table has every row with a Ferry figure. ctest runs it as gpu.GpuCheckDryRun (~40 s on the
+# 2-core machine: each emulated ferry run takes 5–10 s).
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="$(cd "${1:-$root/build-emu}" && pwd)"
+for f in "$build/ferry" "$build/bench/bench_ballast"; do
+  [[ -x "$f" ]] || { echo "gpu-check-dry-run: $f is not built (an emulator build: scripts/build.sh emu)" >&2; exit 2; }
+done
+grep -q '^FERRY_CUDA:STRING=EMU' "$build/CMakeCache.txt" ||
+  { echo "gpu-check-dry-run: $build is not an emulator build (FERRY_CUDA=EMU)" >&2; exit 2; }
+
+work="$(mktemp -d "${TMPDIR:-/tmp}/ferry-gpu-dry.XXXXXX")"
+trap 'rm -rf "$work"' EXIT
+# A bundle of just the two programs the side-by-side needs (gpu-check.sh runs every test program
+# it finds in bin/; those have their own ctest entries).
+mkdir -p "$work/bundle/bin" "$work/bundle/lib"
+ln -s "$build/ferry" "$work/bundle/bin/ferry"
+ln -s "$build/bench/bench_ballast" "$work/bundle/bin/bench_ballast"
+
+FERRY_CUDA_EMU_MEMORY=512 OUT="$work/out" GPU_E2E_DIR="$work/models" GPU_E2E_PRESET=tiny GPU_CHECK_E2E=0 \
+  GPU_E2E_TYPES="" GPU_CHECK_BUDGET_S=200 GPU_CHECK_SBS_S=180 \
+  GPU_CHECK_LLAMA_BENCH="$root/bench/llama_bench_standin.py" \
+  GPU_CHECK_SBS_ARGS="--cards 129M,128M --margin 1M --reserve 1M -p 2 -n 2 -r 1 --no-warmup --threads 2 -d 4 --est-s 1" \
+  bash "$root/bench/gpu-check.sh" "$work/bundle" > "$work/gpu-check.log" 2>&1 || true
+cat "$work/gpu-check.log"
+
+table="$work/out/sidebyside/sidebyside.md"
+[[ -f "$table" ]] || { echo "gpu-check-dry-run: FAIL: no side-by-side table" >&2; exit 1; }
+grep -q 'STAND-IN' "$table" || { echo "gpu-check-dry-run: FAIL: the table does not name the stand-in" >&2; exit 1; }
+# Expected rows: resident, the 129M and the 128M card (pp2 and tg2 each), depth (tg2 @ d4): 7, each
+# with a Ferry model figure and its ratio to the stand-in's 1.0; the card rows with both routings.
+n_rows=$(grep -cE '^\| (resident|129M|128M) \| 2 \| ' "$table" || true)
+n_ok=$(grep -cE '^\| [^|]+ \| 2 \| [^|]+ \| 1\.00 \([^)]*\) \| [0-9.]+ \| [0-9.]+ \|' "$table" || true)
+n_loc=$(grep -cE '^\| 12[98]M \| 2 \| [^|]+ \| [^|]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \|' "$table" || true)
+echo "gpu-check-dry-run: $n_rows rows, $n_ok with Ferry and the stand-in, $n_loc card rows with both routings"
+((n_rows == 7 && n_ok == 7 && n_loc == 4)) || { echo "gpu-check-dry-run: FAIL: expected 7, 7 and 4" >&2; exit 1; }
+grep -q '^| side-by-side .*| PASS ' "$work/gpu-check.log" || { echo "gpu-check-dry-run: FAIL: no PASS row in the summary" >&2; exit 1; }
+echo "gpu-check-dry-run: PASS"
