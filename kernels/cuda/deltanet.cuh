@@ -78,6 +78,31 @@ void gdn_gates(const float* b_raw, int64_t ldb, const float* a_raw, int64_t lda,
 void l2norm_heads(float* x, int64_t ld, int64_t n_tokens, int n_heads, int dim, float eps,
                   cudaStream_t stream);
 
+// One decode token's small ops in one launch (deltanet_step.cu), bit for bit the three calls
+//   gdn_gates(b, a, dt_bias, ssm_a → beta, g; n_heads)
+//   gdn_conv_silu(x, w, kernel, state → y; n_ch)
+//   l2norm_heads(y, the first n_l2_heads head vectors of dim, eps)
+// for n_tokens = 1. n_ch must be a multiple of dim (the conv channels are whole heads).
+struct GdnDecodePrep {
+  const float* x = nullptr;
+  const float* w = nullptr;
+  int kernel = 0;
+  float* state = nullptr;
+  float* y = nullptr;
+  int64_t n_ch = 0;
+  int n_l2_heads = 0;
+  int dim = 0;
+  float eps = 0.f;
+  const float* b = nullptr;
+  const float* a = nullptr;
+  const float* dt_bias = nullptr;
+  const float* ssm_a = nullptr;
+  float* beta = nullptr;
+  float* g = nullptr;
+  int n_heads = 0;
+};
+void gdn_decode_prep(const GdnDecodePrep& p, cudaStream_t stream);
+
 // out = rmsnorm(o)·w ⊙ silu(z) per head vector of dim; o, z, out (n_tokens, n_heads, dim) with
 // token strides ldo, ldz, ldout; out may alias o.
 void rmsnorm_gated_heads(const float* o, int64_t ldo, const float* z, int64_t ldz, const float* w,

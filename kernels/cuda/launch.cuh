@@ -5,7 +5,9 @@
 // Follow it with FERRY_CUDA_CHECK_LAUNCH (check.cuh) as after any launch.
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <utility>
 
 #if defined(FERRY_CUDA_EMU)
@@ -15,9 +17,15 @@ using ::ferry_emu::launch;
 }  // namespace ferry::cuda
 #else
 namespace ferry::cuda {
+namespace detail {
+// Every launch() call of the process, for kernels_launched() (launch_count.hpp, defined in
+// launch_count.cpp): launches per decoded token is what fusing kernels lowers.
+extern std::atomic<uint64_t> launch_calls;
+}  // namespace detail
 template <typename... P, typename... A>
 inline void launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
                    A&&... args) {
+  detail::launch_calls.fetch_add(1, std::memory_order_relaxed);
   kernel<<<grid, block, shared_bytes, stream>>>(std::forward<A>(args)...);
 }
 }  // namespace ferry::cuda

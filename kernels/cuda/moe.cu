@@ -124,6 +124,26 @@ __global__ void __launch_bounds__(32 * kWarps)
   if ((threadIdx.x & 31) == 0) y[ts * n_embd + row] = v;
 }
 
+// out[t][row] = Σ_j (down_e · h[t·k + j])[row] · weights[t·k + j], sum_kernel's roundings.
+// grid.x: row blocks of n_embd; grid.y: token.
+template <GgmlType T>
+__global__ void __launch_bounds__(32 * kWarps)
+    down_sum_kernel(DeviceTable table, const float* __restrict__ weights, int k, int64_t n_embd, int64_t n_ff,
+                    const float* __restrict__ h, float* __restrict__ out) {
+  const int64_t row = int64_t{blockIdx.x} * kWarps + (threadIdx.x >> 5);
+  const int64_t t = blockIdx.y;
+  if (row >= n_embd) return;
+  float acc = 0.f;
+  for (int j = 0; j < k; ++j) {
+    const int64_t ts = t * k + j;
+    ExpertPtrs p;
+    const float v = table.find(ts, p) ? down_row<T>(p, row, n_ff, h + ts * n_ff) : 0.f;
+    const float wv = __fmul_rn(v, weights[ts]);
+    acc = j == 0 ? wv : __fadd_rn(acc, wv);
+  }
+  if ((threadIdx.x & 31) == 0) out[t * n_embd + row] = acc;
+}
+
 // y_slots[pairs[p]] = down · h[p] for one expert; grid.y = pair index, h compact (n_pairs, n_ff).
 template <GgmlType T>
 __global__ void __launch_bounds__(32 * kWarps)
@@ -212,6 +232,21 @@ void moe_down_slots(GgmlType t_down, const ExpertPtrs* table, const int32_t* ids
            DeviceTable{table, ids}, n_embd, n_ff, h, y_slots);
   });
   FERRY_CUDA_CHECK_LAUNCH("down_slots_kernel");
+}
+
+void moe_down_sum(GgmlType t_down, const ExpertPtrs* table, const int32_t* ids, const float* weights,
+                  int64_t n_tokens, int k, int64_t n_embd, int64_t n_ff, const float* h, float* out,
+                  cudaStream_t stream) {
+  const char* op = "moe_down_sum";
+  check_moe_args(op, table, ids, n_tokens, k, h, out);
+  require(weights != nullptr, op, "null weights");
+  check_weight_args(op, t_down, reinterpret_cast<const void*>(16), n_embd, n_ff);
+  const dim3 grid(static_cast<unsigned>((n_embd + kWarps - 1) / kWarps), static_cast<unsigned>(n_tokens));
+  FERRY_DISPATCH_WEIGHT_TYPE(t_down, op, {
+    launch(down_sum_kernel<kT>, grid, 32 * kWarps, 0, stream, DeviceTable{table, ids}, weights, k, n_embd, n_ff,
+           h, out);
+  });
+  FERRY_CUDA_CHECK_LAUNCH("down_sum_kernel");
 }
 
 void moe_expert_pairs_slots(GgmlType t_gate_up, GgmlType t_down, const ExpertPtrs* expert,

@@ -59,6 +59,14 @@ void moe_expert_pairs_slots(GgmlType t_gate_up, GgmlType t_down, const ExpertPtr
 void moe_sum(const float* y_slots, const float* weights, int64_t n_tokens, int k, int64_t n_embd,
              float* out, cudaStream_t stream);
 
+// moe_down_slots then moe_sum in one launch, for an executor whose every slot is in the table
+// (ids ≥ 0; a slot with id < 0 adds 0): out[t] = Σ_j (down_e · h[t][j]) · weights[t][j], the same
+// dots and the same slot-order sum with explicit roundings, so the result is bit-identical to the
+// two kernels'. One warp per output row of one token.
+void moe_down_sum(GgmlType t_down, const ExpertPtrs* table, const int32_t* ids, const float* weights,
+                  int64_t n_tokens, int k, int64_t n_embd, int64_t n_ff, const float* h, float* out,
+                  cudaStream_t stream);
+
 // y[idx[i]] = rows[i] for i < n: places rows computed elsewhere (the CPU experts' per-slot
 // outputs) into y_slots. rows: (n, n_embd) device; idx: (n) int32 device, row indices of y
 // (t·k + j for y_slots), distinct; y: (·, n_embd). n = 0 is a no-op.

@@ -5,6 +5,7 @@
 #if FERRY_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <mutex>
@@ -15,6 +16,8 @@
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/blas.hpp"
 #include "kernels/cuda/check.cuh"
+#include "kernels/cuda/fused.cuh"
+#include "kernels/cuda/launch_count.hpp"
 #include "kernels/cuda/matmul.cuh"
 #include "kernels/cuda/ops.cuh"
 #include "runtime/backend/gdn_cuda.hpp"
@@ -30,6 +33,7 @@ class CudaOps final : public Ops {
     graphs_on_ = o.graphs;
     segments_on_ = o.graph_segments;
     int8_dot_ = o.int8_dot;
+    fusion_ = o.fusion;
     gdn_prefill_ = o.gdn_prefill;
     if (o.use_cublas) {
       std::string why;
@@ -51,6 +55,7 @@ class CudaOps final : public Ops {
   cudaStream_t stream() const { return s_; }
   Device& device() const { return dev_; }
   uint64_t calls() const { return calls_; }
+  bool fusion() const { return fusion_; }
   cpu::GdnPrefill gdn_prefill() const { return gdn_prefill_; }
   uint64_t workspace_bytes() const { return matmul_ws_.bytes() + attn_ws_.bytes() + blas_ws_.bytes(); }
   CudaGraphStats graph_stats() const { return {graph_launches_, graph_instantiations_, graphs_on_}; }
@@ -200,6 +205,46 @@ class CudaOps final : public Ops {
                  matmul_ws_.bytes(), s_, prec, int8_dot_);
   }
 
+  // Decode projections of one input: one matvec_multi launch per weight type (F32 routers and gate
+  // vectors join the first quantized group); other batches, unaligned inputs and the integer
+  // matvec take matmul per target.
+  void matmul_multi(std::span<const MatmulTarget> targets, const float* x, int64_t ldx, int64_t n) override {
+    const bool one_launch = fusion_ && n == 1 && !int8_dot_ && cuda::aligned(x, 16) &&
+                            std::all_of(targets.begin(), targets.end(), [&](const MatmulTarget& t) {
+                              return t.w.cols == targets[0].w.cols && cuda::matvec_multi_supported(t.w.type) &&
+                                     (!t.up.data || (t.up.type == t.w.type && t.w.type != GgmlType::F32));
+                            });
+    if (!one_launch) {
+      Ops::matmul_multi(targets, x, ldx, n);
+      return;
+    }
+    std::vector<GgmlType> groups;
+    for (const MatmulTarget& t : targets)
+      if (t.w.type != GgmlType::F32 && std::find(groups.begin(), groups.end(), t.w.type) == groups.end())
+        groups.push_back(t.w.type);
+    if (groups.empty()) groups.push_back(GgmlType::F32);
+    for (size_t g = 0; g < groups.size(); ++g) {
+      std::vector<cuda::MatvecOut> outs;
+      for (const MatmulTarget& t : targets)
+        if (t.w.type == groups[g] || (g == 0 && t.w.type == GgmlType::F32))
+          outs.push_back({t.w.type, t.w.data, t.w.rows, t.y, t.up.data});
+      for (size_t i = 0; i < outs.size(); i += cuda::kMaxMatvecOuts) {
+        ++calls_;
+        const int count = static_cast<int>(std::min<size_t>(cuda::kMaxMatvecOuts, outs.size() - i));
+        cuda::matvec_multi(groups[g], outs.data() + i, count, targets[0].w.cols, x, s_);
+      }
+    }
+  }
+
+  void residual_norm(float* x, int64_t n_tokens, int64_t n, const ResidualNorm& r) override {
+    if (!fusion_) {
+      Ops::residual_norm(x, n_tokens, n, r);
+      return;
+    }
+    ++calls_;
+    cuda::residual_norm(x, r.a, r.b, r.gate_logit, r.w, r.h, n_tokens, n, r.eps, s_);
+  }
+
   void rope_neox(float* x, int64_t n_tokens, int64_t n_head, int64_t token_stride, int64_t head_stride,
                  int32_t n_rot, const int32_t* pos, float freq_base) override {
     ++calls_;
@@ -293,6 +338,7 @@ class CudaOps final : public Ops {
   cudaStream_t s_ = nullptr;
   std::unique_ptr<cuda::Blas> blas_;
   DeviceBuffer matmul_ws_, attn_ws_, blas_ws_;
+  bool fusion_ = true;     // CudaOpsOptions::fusion
   bool int8_dot_ = false;  // one-token quantized matmuls through cuda::matvec_q8 (matmul_ws_ holds x̃)
   cpu::GdnPrefill gdn_prefill_;  // what make_gdn_ops() hands the DeltaNet ops
   struct ResidentKey {
@@ -412,6 +458,11 @@ CudaGraphStats cuda_ops_graph_stats(const Ops& ops) {
 void cuda_ops_set_graphs(Ops& ops, bool on) {
   if (auto* c = dynamic_cast<CudaOps*>(&ops)) c->set_graphs(on);
 }
+uint64_t cuda_kernels_launched() { return cuda::kernels_launched(); }
+bool cuda_ops_fusion(const Ops& ops) {
+  const auto* c = dynamic_cast<const CudaOps*>(&ops);
+  return c && c->fusion();
+}
 
 }  // namespace ferry
 
@@ -432,6 +483,8 @@ uint64_t cuda_ops_workspace_bytes(const Ops&) { return 0; }
 cpu::GdnPrefill cuda_ops_gdn_prefill(const Ops&) { return cpu::GdnPrefill::recurrent; }
 CudaGraphStats cuda_ops_graph_stats(const Ops&) { return {}; }
 void cuda_ops_set_graphs(Ops&, bool) {}
+uint64_t cuda_kernels_launched() { return 0; }
+bool cuda_ops_fusion(const Ops&) { return false; }
 
 }  // namespace ferry
 

@@ -35,6 +35,11 @@ struct CudaOpsOptions {
   // matvec (activations quantized to 8 bits, __dp4a; cuda::matvec_q8) using the matmul workspace.
   // Off until a GPU run shows it is faster (`--cuda-int8-dot`).
   bool int8_dot = false;
+  // The fused decode step (kernels/cuda/README.md, "Fused decode"): several projections of one
+  // input in one launch, the residual joins with the next norm, the DeltaNet step's small ops, the
+  // resident MoE's down + sum. Results are the unfused kernels' bit for bit; off
+  // (`--cuda-no-fusion`) launches kernel per op, for measuring what fusion gains.
+  bool fusion = true;
   // The Gated DeltaNet delta rule's form for prefill batches (runtime/backend/gdn_cuda.hpp):
   // the recurrence, which needs no scratch and took 351 µs against the chunked form's 424 µs for
   // a 512-token step of 32 heads on an H200 (bench/results/2026-12-04-gpu-check-h200.md); chunked
@@ -67,6 +72,12 @@ void cuda_ops_grow(Ops& ops, DeviceBuffer& buf, size_t bytes, const char* tag);
 // Ops calls enqueued so far (every call launches at least one kernel or copy): the benchmark
 // reports calls per decoded token. 0 for other backends.
 uint64_t cuda_ops_calls(const Ops& ops);
+// CUDA kernels this process has run (kernels/cuda/launch_count.hpp: launch() calls on a GPU, the
+// kernels the emulator ran, graph nodes included): the benchmark reports kernels per decoded
+// token. 0 without CUDA.
+uint64_t cuda_kernels_launched();
+// Whether the ops run the fused decode kernels (CudaOpsOptions::fusion); false for other backends.
+bool cuda_ops_fusion(const Ops& ops);
 // Bytes of the backend's own device workspaces (matmul, attention, cuBLAS), allocated when the
 // ops are made; 0 for other backends.
 uint64_t cuda_ops_workspace_bytes(const Ops& ops);

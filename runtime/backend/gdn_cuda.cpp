@@ -18,7 +18,8 @@ namespace {
 class CudaGdnOps final : public GdnOps {
  public:
   CudaGdnOps(Ops& ops, cpu::GdnPrefill long_batches)
-      : ops_(ops), s_(static_cast<cudaStream_t>(cuda_ops_stream(ops))), prefill_(long_batches) {}
+      : ops_(ops), s_(static_cast<cudaStream_t>(cuda_ops_stream(ops))), prefill_(long_batches),
+        fusion_(cuda_ops_fusion(ops)) {}
 
   void conv_silu(const float* x, int64_t ldx, const float* w, int32_t kernel, float* state,
                  float* y, int64_t ldy, int64_t n_tokens, int64_t n_ch) override {
@@ -27,6 +28,31 @@ class CudaGdnOps final : public GdnOps {
   void l2_norm_heads(float* x, int64_t ld, int64_t n_tokens, int32_t n_heads, int32_t dim,
                      float eps) override {
     cuda::l2norm_heads(x, ld, n_tokens, n_heads, dim, eps, s_);
+  }
+  // One token with its gates: the three ops in one launch (cuda::gdn_decode_prep).
+  void conv_l2_gates(const GdnPrep& p, int64_t n_tokens) override {
+    if (!fusion_ || n_tokens != 1 || !p.b || p.dim <= 0 || p.n_ch % p.dim != 0) {
+      GdnOps::conv_l2_gates(p, n_tokens);
+      return;
+    }
+    cuda::GdnDecodePrep c;
+    c.x = p.x;
+    c.w = p.w;
+    c.kernel = p.kernel;
+    c.state = p.state;
+    c.y = p.y;
+    c.n_ch = p.n_ch;
+    c.n_l2_heads = p.n_l2_heads;
+    c.dim = p.dim;
+    c.eps = p.eps;
+    c.b = p.b;
+    c.a = p.a;
+    c.dt_bias = p.dt_bias;
+    c.ssm_a = p.ssm_a;
+    c.beta = p.beta;
+    c.g = p.g;
+    c.n_heads = p.n_heads;
+    cuda::gdn_decode_prep(c, s_);
   }
   void gates(const float* b, int64_t ldb, const float* a, int64_t lda, const float* dt_bias,
              const float* ssm_a, float* beta, float* g, int64_t ld_out, int64_t n_tokens,
@@ -75,6 +101,7 @@ class CudaGdnOps final : public GdnOps {
   Ops& ops_;
   cudaStream_t s_;
   cpu::GdnPrefill prefill_;  // the form for batches of kGdnChunkedMinTokens or more
+  bool fusion_;              // CudaOpsOptions::fusion of the ops
   DeviceBuffer scratch_;     // gdn_chunked_scratch_bytes of the largest chunked call so far
 };
 

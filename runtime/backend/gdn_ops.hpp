@@ -14,6 +14,31 @@
 
 namespace ferry {
 
+// conv_l2_gates' operands (the calls it stands for name them).
+struct GdnPrep {
+  const float* x = nullptr;
+  int64_t ldx = 0;
+  const float* w = nullptr;
+  int32_t kernel = 0;
+  float* state = nullptr;
+  float* y = nullptr;
+  int64_t ldy = 0;
+  int64_t n_ch = 0;
+  int32_t n_l2_heads = 0;
+  int32_t dim = 0;
+  float eps = 0.0f;
+  const float* b = nullptr;  // nullptr: no gates (a caller that computes them apart)
+  int64_t ldb = 0;
+  const float* a = nullptr;
+  int64_t lda = 0;
+  const float* dt_bias = nullptr;
+  const float* ssm_a = nullptr;
+  float* beta = nullptr;
+  float* g = nullptr;
+  int64_t ld_out = 0;
+  int32_t n_heads = 0;
+};
+
 class GdnOps {
  public:
   virtual ~GdnOps() = default;
@@ -38,6 +63,12 @@ class GdnOps {
   // stride ldo. Shapes and layouts as kernels/cpu/gdn.hpp gdn_delta_rule.
   virtual void delta_rule(const cpu::GdnShape& shape, const cpu::GdnInputs& in, int64_t n_tokens,
                           float scale, float* state, float* out, int64_t ldo) = 0;
+
+  // A decode step's small ops as one call: with b, gates(b, ldb, a, lda, dt_bias, ssm_a, beta, g,
+  // ld_out, n_tokens, n_heads); then conv_silu(x, ldx, w, kernel, state, y, ldy, n_tokens, n_ch);
+  // then l2_norm_heads(y, ldy, n_tokens, n_l2_heads, dim, eps) — the default runs exactly these
+  // (runtime/backend/ops.cpp); CUDA fuses one token into one launch.
+  virtual void conv_l2_gates(const GdnPrep& p, int64_t n_tokens);
 
   // out = rmsnorm(o)·w ⊙ silu(z) per head vector of dim. o, z, out: (n_tokens, n_heads, dim)
   // with strides ldo, ldz, ldout; out may alias o. w: (dim) F32.

@@ -29,4 +29,26 @@ std::unique_ptr<GdnOps> Ops::make_gdn_ops() {
        name());
 }
 
+void Ops::matmul_multi(std::span<const MatmulTarget> targets, const float* x, int64_t ldx, int64_t n) {
+  for (const MatmulTarget& t : targets) {
+    matmul(t.w, x, ldx, n, t.y, t.ldy);
+    if (!t.up.data) continue;
+    matmul(t.up, x, ldx, n, t.up_y, t.ldy);
+    swiglu(t.y, t.up_y, n, t.w.rows, t.y);
+  }
+}
+
+void Ops::residual_norm(float* x, int64_t n_tokens, int64_t n, const ResidualNorm& r) {
+  if (r.b) sigmoid_gated_add(r.b, r.gate_logit, n_tokens, n, r.a);
+  add(x, r.a, n_tokens * n, x);
+  if (r.w) rmsnorm(x, r.w, n_tokens, n, n, r.eps, r.h);
+}
+
+void GdnOps::conv_l2_gates(const GdnPrep& p, int64_t n_tokens) {
+  if (p.b)
+    gates(p.b, p.ldb, p.a, p.lda, p.dt_bias, p.ssm_a, p.beta, p.g, p.ld_out, n_tokens, p.n_heads);
+  conv_silu(p.x, p.ldx, p.w, p.kernel, p.state, p.y, p.ldy, n_tokens, p.n_ch);
+  l2_norm_heads(p.y, p.ldy, n_tokens, p.n_l2_heads, p.dim, p.eps);
+}
+
 }  // namespace ferry

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 
 #include "runtime/core/types.hpp"
 
@@ -113,6 +114,29 @@ struct AttentionArgs {
   int64_t pos0 = 0;
   float scale = 1.0f;  // applied to q·k (1/√head_dim)
   float* out = nullptr;  // (n_tokens, n_head, head_dim_v) contiguous
+};
+
+// One output of matmul_multi: y = X·wᵀ with row stride ldy. With `up` (up.data set: same shape as
+// w, ldy = w.rows), a SwiGLU pair: also up_y = X·upᵀ, then y = silu(y) ⊙ up_y (swiglu); a backend
+// that fuses the pair may leave up_y unwritten.
+struct MatmulTarget {
+  WeightView w;
+  float* y = nullptr;
+  int64_t ldy = 0;
+  WeightView up{};
+  float* up_y = nullptr;
+};
+
+// residual_norm's operands: the join of a block's output into the residual stream, with the
+// shared-expert gate and the next RMSNorm folded in. x, a, b, h: (n_tokens, n) contiguous;
+// gate_logit: (n_tokens).
+struct ResidualNorm {
+  float* a = nullptr;                   // the block's output (gets the gated shared expert added)
+  const float* b = nullptr;             // the shared expert's output, or nullptr: no gate
+  const float* gate_logit = nullptr;    // its gate logit per token (with b)
+  const float* w = nullptr;             // the next RMSNorm's weight (n), or nullptr: no norm
+  float eps = 0.0f;
+  float* h = nullptr;                   // the normalised rows (with w)
 };
 
 // Which backend an Ops is: callers that pair other work with it (the MoE executors, the session's
@@ -214,6 +238,16 @@ class Ops {
                                  int64_t n, float* dst) = 0;
   // out[r] = index of the largest value of row r (lowest index on ties). x: (n_rows, n).
   virtual void argmax(const float* x, int64_t n_rows, int64_t n, int32_t* out) = 0;
+
+  // --- fused ops: each defined as the sequence of the ops above it replaces, which is what the
+  // default runs (so the CPU keeps ggml's arithmetic order and the oracle tests stay exact); a
+  // device backend may run the sequence as fewer kernels (CUDA: kernels/README.md, "Fused decode").
+  // Several projections of one input: matmul(t.w, x, ldx, n, t.y, t.ldy) for each target in order.
+  // Every w has the same cols.
+  virtual void matmul_multi(std::span<const MatmulTarget> targets, const float* x, int64_t ldx, int64_t n);
+  // With b: sigmoid_gated_add(b, gate_logit, n_tokens, n, a); then add(x, a, n_tokens·n, x); then,
+  // with w, rmsnorm(x, w, n_tokens, n, n, eps, h).
+  virtual void residual_norm(float* x, int64_t n_tokens, int64_t n, const ResidualNorm& r);
 };
 
 }  // namespace ferry

@@ -60,7 +60,8 @@ std::vector<Field> fields_of(const BenchResult& r) {
           Field{"gpu_wait_pct", Kind::real, opt_real(r.gpu_wait_pct)},
           Field{"weight_bytes_per_token", Kind::real, opt_real(r.weight_bytes_per_token)},
           Field{"mem_bw_gbps", Kind::real, opt_real(r.mem_bw_gbps)},
-          Field{"speed_of_light_fraction", Kind::real, opt_real(r.speed_of_light_fraction)}};
+          Field{"speed_of_light_fraction", Kind::real, opt_real(r.speed_of_light_fraction)},
+          Field{"launches_per_token", Kind::real, opt_real(r.launches_per_token)}};
 }
 
 std::string escape_json(const std::string& v) {
@@ -264,6 +265,8 @@ void BenchPrinter::print_md() {
     cols.push_back({"wait", true, [opt](const BenchResult& r) { return opt(r.gpu_wait_pct, "{:.1f}%"); }});
   }
   cols.push_back({"SoL", true, [opt](const BenchResult& r) { return opt(r.speed_of_light_fraction, "{:.3f}"); }});
+  if (std::any_of(rows_.begin(), rows_.end(), [](const BenchResult& r) { return r.device == "cuda"; }))
+    cols.push_back({"launches/tok", true, [opt](const BenchResult& r) { return opt(r.launches_per_token, "{:.1f}"); }});
 
   // Display width counts code points, so "±" is one column wide.
   auto width_of = [](const std::string& s) {

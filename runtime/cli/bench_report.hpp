@@ -34,6 +34,9 @@ struct BenchResult {
   // experts each step used), the measured bandwidth of the memory they were read from, and
   // weight_bytes_per_token × avg_ts / mem_bw: 1.0 would be a pure weight stream at full speed.
   std::optional<double> weight_bytes_per_token, mem_bw_gbps, speed_of_light_fraction;
+  // CUDA kernels run per generated token, over the timed single-token steps (cuda only; graph
+  // nodes counted, runtime/backend/cuda_ops.hpp cuda_kernels_launched): what fusing lowers.
+  std::optional<double> launches_per_token;
 
   uint64_t avg_ns() const;
   uint64_t stddev_ns() const;

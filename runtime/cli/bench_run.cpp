@@ -11,6 +11,7 @@
 
 #include "offload/offload_executor.hpp"
 #include "runtime/moe/stats_routing.hpp"
+#include "runtime/backend/cuda_ops.hpp"
 #include "runtime/backend/device_size.hpp"
 #include "runtime/cli/common_args.hpp"
 #include "runtime/core/error.hpp"
@@ -240,7 +241,7 @@ BenchResult BenchModel::run(const BenchTestSpec& t, std::optional<double> mem_bw
 
   OffloadExecutor* ox = model_->moe().offload();
   WeightTraffic traffic;
-  uint64_t uses = 0, hits = 0, h2d = 0, table_tokens = 0;
+  uint64_t uses = 0, hits = 0, h2d = 0, table_tokens = 0, gen_kernels = 0;
   double wait_ms = 0, timed_ms = 0;
   for (int32_t rep = 0; rep < t.reps; ++rep) {
     std::fprintf(stderr, "%s: repetition %d/%d\n", progress.c_str(), rep + 1, t.reps);
@@ -260,7 +261,9 @@ BenchResult BenchModel::run(const BenchTestSpec& t, std::optional<double> mem_bw
 
     const auto t0 = std::chrono::steady_clock::now();
     if (t.n_prompt > 0) eval_random(session, t.n_prompt, spec_.n_batch);
+    const uint64_t k0 = cuda_kernels_launched();  // each eval waits for its logits: all ran
     for (int32_t i = 0; i < t.n_gen; ++i) eval_random(session, 1, 1);
+    gen_kernels += cuda_kernels_launched() - k0;
     const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
     r.samples_ns.push_back(static_cast<uint64_t>(ns));
     timed_ms += static_cast<double>(ns) * 1e-6;
@@ -300,6 +303,8 @@ BenchResult BenchModel::run(const BenchTestSpec& t, std::optional<double> mem_bw
     r.hit_rate = 1.0;  // every expert resident: no copies by construction
     r.h2d_bytes_per_token = 0.0;
   }
+  if (spec_.run.device == DeviceKind::cuda && t.n_gen > 0)
+    r.launches_per_token = static_cast<double>(gen_kernels) / (static_cast<double>(t.n_gen) * t.reps);
   r.mem_bw_gbps = mem_bw_gbps;
   if (mem_bw_gbps && *mem_bw_gbps > 0 && timed_ms > 0)
     r.speed_of_light_fraction = weight_bytes(traffic) / (timed_ms * 1e-3) / (*mem_bw_gbps * 1e9);

@@ -189,6 +189,10 @@ const std::vector<Flag>& flags() {
        "cuda: integer dp4a matvec for one-token quantized matmuls (every type but F32/F16/BF16; activations "
        "rounded to 8 bits); no faster end to end on an H200, where decode is launch-bound",
        Group::backend, true, {}, "", [](RunOptions& o, const std::string&) { o.backend.cuda.int8_dot = true; }},
+      {"--cuda-no-fusion",
+       "cuda: launch the decode step kernel per op instead of the fused kernels (same results; for measuring "
+       "what fusion gains)",
+       Group::backend, true, {}, "", [](RunOptions& o, const std::string&) { o.backend.cuda.fusion = false; }},
       {"--gdn-prefill",
        "Gated DeltaNet delta rule for prompt batches of 16+ tokens: auto (cpu: recurrent, bit-identical to "
        "llama.cpp; cuda: recurrent, measured faster than chunked on an H200), chunked, recurrent",

@@ -262,12 +262,14 @@ class Hybrid final : public Model {
     ops.embed(tok_embd_, st.tokens.i32(), nb, x);
     debug("inp_embd", -1, x, nb, E);
 
-    const Debug hook = [this](std::string_view n, int32_t l, const float* p, int64_t r, int64_t k) {
-      debug(n, l, p, r, k);
-    };
+    // Empty without a hook: the DeltaNet step then fuses ops whose intermediates a hook would read.
+    Debug hook;
+    if (debug_) hook = [this](std::string_view n, int32_t l, const float* p, int64_t r, int64_t k) { debug(n, l, p, r, k); };
+    // Each residual join also computes the next norm (Ops::residual_norm): the first block's input
+    // norm is the only one run on its own.
+    ops.rmsnorm(x, layers_[0].attn_norm, nb, E, E, c.rms_eps, h);
     for (int32_t il = 0; il < c.n_layer; ++il) {
       const Layer& L = layers_[static_cast<size_t>(il)];
-      ops.rmsnorm(x, L.attn_norm, nb, E, E, c.rms_eps, h);
       debug("attn_norm", il, h, nb, E);
       if (L.kind == LayerKind::deltanet) {
         const GdnContext ctx{ops, *gdn_, c, dims_, gates_, key_map_, hook};
@@ -275,12 +277,25 @@ class Hybrid final : public Model {
       } else {
         attention(L, il, st, nb);
       }
-      ops.add(x, st.mix_out.f32(), nb * E, x);
+      ResidualNorm mid;
+      mid.a = st.mix_out.f32();
+      mid.w = L.post_norm;
+      mid.eps = c.rms_eps;
+      mid.h = h;
+      ops.residual_norm(x, nb, E, mid);
       debug("attn_residual", il, x, nb, E);
-      ops.rmsnorm(x, L.post_norm, nb, E, E, c.rms_eps, h);
       debug("attn_post_norm", il, h, nb, E);
       moe(L, il, st, nb);
-      ops.add(x, st.moe_out.f32(), nb * E, x);
+      // x += moe_out + sigmoid(w_sg·h)·shared expert, then the next block's input norm.
+      ResidualNorm end;
+      end.a = st.moe_out.f32();
+      end.b = st.sh_out.f32();
+      end.gate_logit = st.sh_logit.f32();
+      end.w = il + 1 < c.n_layer ? layers_[static_cast<size_t>(il) + 1].attn_norm : nullptr;
+      end.eps = c.rms_eps;
+      end.h = h;
+      ops.residual_norm(x, nb, E, end);
+      debug("ffn_out", il, st.moe_out.f32(), nb, E);
       debug("l_out", il, x, nb, E);
     }
   }
@@ -296,10 +311,9 @@ class Hybrid final : public Model {
     float* qg = st.qg.f32();  // per head [q | gate]: q rows at stride 2·hd
     float* k = st.k.f32();
     float* v = st.v.f32();
-    ops.matmul(L.attn.wq, h, E, nb, qg, 2 * nq);
+    const MatmulTarget proj[] = {{L.attn.wq, qg, 2 * nq}, {L.attn.wk, k, nk}, {L.attn.wv, v, nv}};
+    ops.matmul_multi(proj, h, E, nb);
     debug("Qcur_full", il, qg, nb, 2 * nq);
-    ops.matmul(L.attn.wk, h, E, nb, k, nk);
-    ops.matmul(L.attn.wv, h, E, nb, v, nv);
     debug("Vcur", il, v, nb, nv);
     ops.rmsnorm(qg, L.attn.q_norm, nb * c.n_head, hd, 2 * hd, c.rms_eps, qg);
     ops.rmsnorm(k, L.attn.k_norm, nb * c.n_head_kv, hd, hd, c.rms_eps, k);
@@ -327,13 +341,19 @@ class Hybrid final : public Model {
     debug("attn_output", il, st.mix_out.f32(), nb, E);
   }
 
-  // Routed experts plus the gated shared expert of block il: reads st.h, writes st.moe_out.
+  // Routed experts and the shared expert of block il: reads st.h, writes st.moe_out (routed),
+  // st.sh_out and st.sh_logit (the shared expert and its gate logit, joined by step()).
   void moe(const Layer& L, int32_t il, State& st, int64_t nb) {
     const ModelConfig& c = cfg_;
     Ops& ops = ops_;
     const int64_t E = c.n_embd, F = c.n_ff_shexp;
     float* h = st.h.f32();
-    ops.matmul(L.gate_inp, h, E, nb, st.router.f32(), c.n_expert);
+    // The router, the shared expert's gate and up (with its SwiGLU) and its gate logit all read
+    // h: one multi-matmul.
+    const MatmulTarget proj[] = {{L.gate_inp, st.router.f32(), c.n_expert},
+                                 {L.gate_shexp, st.sh_gate.f32(), F, L.up_shexp, st.sh_up.f32()},
+                                 {L.gate_inp_shexp, st.sh_logit.f32(), 1}};
+    ops.matmul_multi(proj, h, E, nb);
     debug("ffn_moe_logits", il, st.router.f32(), nb, c.n_expert);
     ops.moe_route(st.router.f32(), nb, c.n_expert, c.n_expert_used, c.expert_weights_norm,
                   c.expert_weights_scale, st.expert_ids.i32(), st.expert_w.f32());
@@ -349,14 +369,9 @@ class Hybrid final : public Model {
     run_moe(*moe_, req);
     debug("ffn_moe_out", il, req.out, nb, E);
 
-    ops.matmul(L.gate_shexp, h, E, nb, st.sh_gate.f32(), F);
-    ops.matmul(L.up_shexp, h, E, nb, st.sh_up.f32(), F);
-    ops.swiglu(st.sh_gate.f32(), st.sh_up.f32(), nb, F, st.sh_gate.f32());
     ops.matmul(L.down_shexp, st.sh_gate.f32(), F, nb, st.sh_out.f32(), E);
     debug("ffn_shexp", il, st.sh_out.f32(), nb, E);
-    ops.matmul(L.gate_inp_shexp, h, E, nb, st.sh_logit.f32(), 1);
-    ops.sigmoid_gated_add(st.sh_out.f32(), st.sh_logit.f32(), nb, E, st.moe_out.f32());
-    debug("ffn_out", il, st.moe_out.f32(), nb, E);
+    // The gate (sigmoid(sh_logit)·sh_out added to moe_out) is applied by the residual join.
   }
 
   // Final norm and lm_head for rows [r0, r0 + n) of the last step, written to host `out`.

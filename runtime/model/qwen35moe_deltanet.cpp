@@ -54,30 +54,59 @@ void deltanet_forward(const GdnContext& ctx, const Layer& L, int32_t il, State& 
   float* h = st.h.f32();
   float* qkv = st.qkv.f32();
   float* z = st.z.f32();
-  ops.matmul(W.qkv, h, E, nb, qkv, C);
-  debug("linear_attn_qkv_mixed", qkv, nb, C);
-  ops.matmul(W.z, h, E, nb, z, V);
-  debug("z", z, nb, V);
-
+  // The input projections all read h: one multi-matmul (one launch per weight type in decode).
   float* ba = st.ba.f32();
   if (ctx.gates == GateLayout::split) {
-    ops.matmul(W.beta, h, E, nb, ba, 2 * Hv);
-    ops.matmul(W.alpha, h, E, nb, ba + Hv, 2 * Hv);
-    gdn.gates(ba, 2 * Hv, ba + Hv, 2 * Hv, W.dt_bias, W.ssm_a, st.beta.f32(), st.g.f32(), Hv, nb,
-              d.n_v_heads);
+    const MatmulTarget proj[] = {{W.qkv, qkv, C}, {W.z, z, V}, {W.beta, ba, 2 * Hv}, {W.alpha, ba + Hv, 2 * Hv}};
+    ops.matmul_multi(proj, h, E, nb);
   } else {
-    ops.matmul(W.ba, h, E, nb, ba, 2 * Hv);
+    const MatmulTarget proj[] = {{W.qkv, qkv, C}, {W.z, z, V}, {W.ba, ba, 2 * Hv}};
+    ops.matmul_multi(proj, h, E, nb);
+  }
+  debug("linear_attn_qkv_mixed", qkv, nb, C);
+  debug("z", z, nb, V);
+
+  // Gates, conv + SiLU and the q/k L2 norm as one call (one launch in CUDA decode); apart when a
+  // debug hook reads the conv output before its norm.
+  float* conv = st.conv.f32();
+  GdnPrep prep;
+  prep.x = qkv;
+  prep.ldx = C;
+  prep.w = W.conv1d;
+  prep.kernel = d.conv_kernel;
+  prep.state = st.conv_state[static_cast<size_t>(il)].f32();
+  prep.y = conv;
+  prep.ldy = C;
+  prep.n_ch = C;
+  prep.n_l2_heads = 2 * d.n_k_heads;  // q and k heads are the first 2·H_k head vectors of a row
+  prep.dim = S;
+  prep.eps = eps;
+  if (ctx.gates == GateLayout::split) {
+    prep.b = ba;
+    prep.ldb = 2 * Hv;
+    prep.a = ba + Hv;
+    prep.lda = 2 * Hv;
+    prep.dt_bias = W.dt_bias;
+    prep.ssm_a = W.ssm_a;
+    prep.beta = st.beta.f32();
+    prep.g = st.g.f32();
+    prep.ld_out = Hv;
+    prep.n_heads = d.n_v_heads;
+  } else {
     gates_grouped(ctx, L, st, nb);
   }
-  debug("beta_sigmoid", st.beta.f32(), nb, Hv);
-  debug("gate", st.g.f32(), nb, Hv);
-
-  float* conv = st.conv.f32();
-  gdn.conv_silu(qkv, C, W.conv1d, d.conv_kernel, st.conv_state[static_cast<size_t>(il)].f32(), conv,
-                C, nb, C);
-  debug("conv_output_silu", conv, nb, C);
-  // q and k heads are the first 2·H_k head vectors of each conv row: one call normalises both.
-  gdn.l2_norm_heads(conv, C, nb, 2 * d.n_k_heads, S, eps);
+  if (!ctx.debug) {
+    gdn.conv_l2_gates(prep, nb);
+  } else {
+    if (prep.b)
+      gdn.gates(prep.b, prep.ldb, prep.a, prep.lda, prep.dt_bias, prep.ssm_a, prep.beta, prep.g, prep.ld_out, nb,
+                prep.n_heads);
+    debug("beta_sigmoid", st.beta.f32(), nb, Hv);
+    debug("gate", st.g.f32(), nb, Hv);
+    gdn.conv_silu(qkv, C, W.conv1d, d.conv_kernel, prep.state, conv, C, nb, C);
+    debug("conv_output_silu", conv, nb, C);
+    gdn.l2_norm_heads(conv, C, nb, prep.n_l2_heads, S, eps);
+  }
 
   cpu::GdnShape shape{d.n_k_heads, d.n_v_heads, S, ctx.key_map};
   cpu::GdnInputs in;

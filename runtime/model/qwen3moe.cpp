@@ -166,17 +166,18 @@ class Qwen3Moe final : public Model {
     ops.embed(tok_embd_, st.tokens.i32(), nb, x);
     debug("inp_embd", -1, x, nb, E);
 
+    // Each residual join also computes the next norm (Ops::residual_norm): the first block's input
+    // norm is the only one run on its own.
+    ops.rmsnorm(x, norm(layers_[0].attn_norm), nb, E, E, c.rms_eps, h);
     for (int32_t il = 0; il < c.n_layer; ++il) {
       const Layer& L = layers_[static_cast<size_t>(il)];
-      ops.rmsnorm(x, norm(L.attn_norm), nb, E, E, c.rms_eps, h);
       debug("attn_norm", il, h, nb, E);
 
       float* q = st.q.f32();
       float* k = st.k.f32();
       float* v = st.v.f32();
-      ops.matmul(L.wq, h, E, nb, q, nq);
-      ops.matmul(L.wk, h, E, nb, k, nk);
-      ops.matmul(L.wv, h, E, nb, v, nv);
+      const MatmulTarget qkv[] = {{L.wq, q, nq}, {L.wk, k, nk}, {L.wv, v, nv}};
+      ops.matmul_multi(qkv, h, E, nb);
       debug("Vcur", il, v, nb, nv);
       ops.rmsnorm(q, norm(L.q_norm), nb * c.n_head, c.head_dim_k, c.head_dim_k, c.rms_eps, q);
       ops.rmsnorm(k, norm(L.k_norm), nb * c.n_head_kv, c.head_dim_k, c.head_dim_k, c.rms_eps, k);
@@ -203,10 +204,13 @@ class Qwen3Moe final : public Model {
       debug("kqv_out", il, a.out, nb, na);
       ops.matmul(L.wo, a.out, na, nb, st.o_proj.f32(), E);
       debug("attn_out", il, st.o_proj.f32(), nb, E);
-      ops.add(x, st.o_proj.f32(), nb * E, x);
+      ResidualNorm mid;
+      mid.a = st.o_proj.f32();
+      mid.w = norm(L.ffn_norm);
+      mid.eps = c.rms_eps;
+      mid.h = h;
+      ops.residual_norm(x, nb, E, mid);
       debug("ffn_inp", il, x, nb, E);
-
-      ops.rmsnorm(x, norm(L.ffn_norm), nb, E, E, c.rms_eps, h);
       debug("ffn_norm", il, h, nb, E);
       ops.matmul(L.gate_inp, h, E, nb, st.router.f32(), c.n_expert);
       debug("ffn_moe_logits", il, st.router.f32(), nb, c.n_expert);
@@ -224,7 +228,12 @@ class Qwen3Moe final : public Model {
       req.out = st.moe_out.f32();
       run_moe(*moe_, req);
       debug("ffn_moe_out", il, req.out, nb, E);
-      ops.add(x, req.out, nb * E, x);
+      ResidualNorm end;
+      end.a = req.out;
+      end.w = il + 1 < c.n_layer ? norm(layers_[static_cast<size_t>(il) + 1].attn_norm) : nullptr;
+      end.eps = c.rms_eps;
+      end.h = h;
+      ops.residual_norm(x, nb, E, end);
       debug("l_out", il, x, nb, E);
     }
   }

@@ -61,11 +61,6 @@ class CudaMoeExecutor final : public MoeExecutor {
     const size_t h_bytes = static_cast<size_t>(req.n_tokens) * static_cast<size_t>(req.top_k) *
                            static_cast<size_t>(L.n_ff) * sizeof(float);
     cuda_ops_grow(ops_, h_, h_bytes, "moe scratch");
-    // y_slots: (n_tokens, top_k, n_embd) unweighted expert outputs, summed in slot order.
-    cuda_ops_grow(ops_, y_slots_,
-                  static_cast<size_t>(req.n_tokens) * static_cast<size_t>(req.top_k) *
-                      static_cast<size_t>(L.n_embd) * sizeof(float),
-                  "moe slot outputs");
     if (observed()) {
       if (!log_) {
         // Made at the first step, whose top_k sizes it (a model's first step always runs eagerly).
@@ -76,14 +71,24 @@ class CudaMoeExecutor final : public MoeExecutor {
       log_->log(req);
     }
     // The kernels of the offload engine's device flow (one family, kernels/cuda/moe.cuh) over a
-    // table that holds every expert: gate/up + SwiGLU, per-slot down, the ordered weighted sum.
+    // table that holds every expert: gate/up + SwiGLU, then per-slot down and the ordered weighted
+    // sum in one launch (moe_down_sum: bit-identical to moe_down_slots + moe_sum).
     const auto* table = static_cast<const ExpertPtrs*>(L.table.data());
     cuda::moe_gate_up_swiglu(L.t_gate_up, table, req.expert_ids, req.n_tokens, req.top_k, L.n_embd,
                              L.n_ff, req.x, h_.f32(), s_);
-    cuda::moe_down_slots(L.t_down, table, req.expert_ids, req.n_tokens, req.top_k, L.n_embd,
-                         L.n_ff, h_.f32(), y_slots_.f32(), s_);
-    cuda::moe_sum(y_slots_.f32(), req.expert_weights, req.n_tokens, req.top_k, L.n_embd, req.out,
-                  s_);
+    if (cuda_ops_fusion(ops_)) {
+      cuda::moe_down_sum(L.t_down, table, req.expert_ids, req.expert_weights, req.n_tokens, req.top_k,
+                         L.n_embd, L.n_ff, h_.f32(), req.out, s_);
+      return;
+    }
+    // --cuda-no-fusion: the two launches, into per-slot outputs (n_tokens, top_k, n_embd).
+    cuda_ops_grow(ops_, y_slots_,
+                  static_cast<size_t>(req.n_tokens) * static_cast<size_t>(req.top_k) *
+                      static_cast<size_t>(L.n_embd) * sizeof(float),
+                  "moe slot outputs");
+    cuda::moe_down_slots(L.t_down, table, req.expert_ids, req.n_tokens, req.top_k, L.n_embd, L.n_ff,
+                         h_.f32(), y_slots_.f32(), s_);
+    cuda::moe_sum(y_slots_.f32(), req.expert_weights, req.n_tokens, req.top_k, L.n_embd, req.out, s_);
   }
 
  private:
@@ -147,7 +152,7 @@ class CudaMoeExecutor final : public MoeExecutor {
   std::unique_ptr<Stream> stream_;      // a view of the ops stream (the routing log's copies)
   std::vector<MoeLayerWeights> views_;  // host views of the experts (shapes, step checks)
   DeviceBuffer h_;                      // (n_tokens, top_k, n_ff) gate/up output
-  DeviceBuffer y_slots_;                // (n_tokens, top_k, n_embd) per-slot down output
+  DeviceBuffer y_slots_;                // per-slot down outputs (unfused only)
   std::unique_ptr<RoutingLog> log_;     // with observers
   int64_t step_tokens_ = 0;             // of the forward step begin_step announced
 };

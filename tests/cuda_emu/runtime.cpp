@@ -340,7 +340,7 @@ bool check_device_range(const void* p, size_t n, const char* what) {
 
 struct Counters {
   std::atomic<uint64_t> stream_syncs{0}, pageable_waits{0}, event_syncs{0}, device_syncs{0}, d2h_copies{0},
-      d2h_bytes{0}, graph_launches{0};
+      d2h_bytes{0}, graph_launches{0}, kernels{0}, copies{0}, memsets{0};
 };
 Counters& counters() {
   static Counters c;
@@ -375,11 +375,17 @@ cudaError_t copy(void* dst, const void* src, size_t n, cudaMemcpyKind kind, cuda
     // Pageable source: staged now, as the driver does.
     auto staged = std::make_shared<std::vector<unsigned char>>(static_cast<const unsigned char*>(src),
                                                                static_cast<const unsigned char*>(src) + n);
-    if (cudaError_t e = submit(s, [dst, staged] { std::memcpy(dst, staged->data(), staged->size()); }, &kCopyNode);
+    if (cudaError_t e = submit(s,
+                               [dst, staged] {
+                                 counters().copies.fetch_add(1, std::memory_order_relaxed);
+                                 std::memcpy(dst, staged->data(), staged->size());
+                               },
+                               &kCopyNode);
         e != cudaSuccess)
       return e;
   } else if (cudaError_t e = submit(s,
                                     [dst, src, n, d2h] {
+                                      counters().copies.fetch_add(1, std::memory_order_relaxed);
                                       if (d2h) {
                                         counters().d2h_copies.fetch_add(1, std::memory_order_relaxed);
                                         counters().d2h_bytes.fetch_add(n, std::memory_order_relaxed);
@@ -432,6 +438,8 @@ void enqueue_kernel(cudaStream_t stream, const void* kernel, dim3 grid, dim3 blo
   }
   const LaunchShape shape{grid, block, shared_bytes};
   const cudaError_t e = submit(stream, [shape, body = std::move(body)] {
+    // Counted when it runs: a graph's kernel nodes count once per graph launch.
+    counters().kernels.fetch_add(1, std::memory_order_relaxed);
     std::vector<unsigned char> shared(std::max<size_t>(shape.shared_bytes, 16));
     for (unsigned z = 0; z < shape.grid.z; ++z)
       for (unsigned y = 0; y < shape.grid.y; ++y)
@@ -450,6 +458,9 @@ ApiCounts api_counts() {
   a.d2h_copies = c.d2h_copies.load();
   a.d2h_bytes = c.d2h_bytes.load();
   a.graph_launches = c.graph_launches.load();
+  a.kernels = c.kernels.load();
+  a.copies = c.copies.load();
+  a.memsets = c.memsets.load();
   return a;
 }
 
@@ -629,6 +640,7 @@ cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t 
       !check_device_range(src, spitch * (height - 1) + width, "2D copy source"))
     return result(cudaErrorInvalidValue);
   return submit(stream, [=] {
+    counters().copies.fetch_add(1, std::memory_order_relaxed);
     for (size_t r = 0; r < height; ++r)
       std::memcpy(static_cast<unsigned char*>(dst) + r * dpitch, static_cast<const unsigned char*>(src) + r * spitch, width);
   });
@@ -636,7 +648,12 @@ cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t 
 cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t stream) {
   if (bytes == 0) return cudaSuccess;
   if (!check_device_range(dst, bytes, "memset")) return result(cudaErrorInvalidValue);
-  return submit(stream, [dst, value, bytes] { std::memset(dst, value, bytes); }, &kMemsetNode);
+  return submit(stream,
+                [dst, value, bytes] {
+                  counters().memsets.fetch_add(1, std::memory_order_relaxed);
+                  std::memset(dst, value, bytes);
+                },
+                &kMemsetNode);
 }
 cudaError_t cudaMemset(void* dst, int value, size_t bytes) {
   if (cudaError_t e = cudaMemsetAsync(dst, value, bytes, nullptr); e != cudaSuccess) return e;
@@ -865,6 +882,7 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cub
     return __half2float(static_cast<const __half*>(base)[i]);
   };
   const cudaError_t e = submit(handle->stream, [=] {
+    counters().kernels.fetch_add(1, std::memory_order_relaxed);  // a GEMM is a kernel on a GPU too
     float* c = static_cast<float*>(C);
     for (int j = 0; j < n; ++j)
       for (int i = 0; i < m; ++i) {

@@ -7,6 +7,7 @@
 #include <numeric>
 #include <vector>
 
+#include "ferry_emu_counters.h"
 #include "tests/cuda_emu/emu.hpp"
 
 namespace {
@@ -227,6 +228,43 @@ TEST(CudaEmulator, GraphsCaptureUpdateAndRefuseSyncs) {
 }
 
 // Last: the fault is sticky, as on a GPU, until cudaDeviceReset.
+// Kernels, copies and memsets are counted when they run: eager ones once, a graph's nodes once per
+// graph launch, a capture alone not at all (ferry bench's launches per token rests on this).
+TEST(CudaEmulator, CountsKernelsRunEagerAndInGraphs) {
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  int* d = dev_alloc<int>(64);
+  const ferry_emu::ApiCounts a = ferry_emu::api_counts();
+  ferry_emu::launch(fill, dim3(2), dim3(32), 0, s, d, 1, 64);  // one kernel, two blocks
+  ASSERT_EQ(cudaMemsetAsync(d, 0, 64 * sizeof(int), s), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  const ferry_emu::ApiCounts b = ferry_emu::api_counts();
+  EXPECT_EQ(b.kernels - a.kernels, 1u);
+  EXPECT_EQ(b.memsets - a.memsets, 1u);
+  EXPECT_EQ(b.copies - a.copies, 0u);
+
+  cudaGraph_t g = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  ferry_emu::launch(fill, dim3(1), dim3(64), 0, s, d, 2, 64);
+  ASSERT_EQ(cudaMemcpyAsync(d, d + 32, 32 * sizeof(int), cudaMemcpyDeviceToDevice, s), cudaSuccess);
+  ferry_emu::launch(fill, dim3(1), dim3(64), 0, s, d, 3, 64);
+  ASSERT_EQ(cudaStreamEndCapture(s, &g), cudaSuccess);
+  const ferry_emu::ApiCounts c = ferry_emu::api_counts();
+  EXPECT_EQ(c.kernels, b.kernels) << "a capture runs nothing";
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, g, 0), cudaSuccess);
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  const ferry_emu::ApiCounts e = ferry_emu::api_counts();
+  EXPECT_EQ(e.kernels - c.kernels, 6u) << "two kernel nodes, three launches";
+  EXPECT_EQ(e.copies - c.copies, 3u);
+  EXPECT_EQ(e.graph_launches - c.graph_launches, 3u);
+  cudaGraphDestroy(g);
+  cudaGraphExecDestroy(exec);
+  cudaFree(d);
+  cudaStreamDestroy(s);
+}
+
 TEST(CudaEmulator, DivergentBarrierFailsTheLaunch) {
   int* d = dev_alloc<int>(32);
   ferry_emu::launch(divergent_barrier, dim3(1), dim3(32), 0, nullptr, d);

@@ -1,4 +1,5 @@
-// Grouped MoE expert kernels (gate/up + SwiGLU, weighted and per-slot down, moe_sum, row scatter)
+// Grouped MoE expert kernels (gate/up + SwiGLU, weighted and per-slot down, moe_sum, the fused
+// down + sum, row scatter)
 // vs a double-precision reference (and the CPU weighted sum, bit for bit).
 // Experts live at scattered offsets of one pool and are reached through the pointer table.
 #include <algorithm>
@@ -129,7 +130,14 @@ void run_case(GgmlType t_gu, GgmlType t_down, int64_t n_embd, int64_t n_ff, int6
     DevBuf<float> dyz(std::vector<float>(n_tokens * k * n_embd, 0.0f));
     cuda::moe_down_slots(t_down, tab, dids.get(), n_tokens, k, n_embd, n_ff, dh.get(), dyz.get(), nullptr);
     cuda::moe_sum(dyz.get(), dw.get(), n_tokens, k, n_embd, dy.get(), nullptr);
-    report("moe_down_slots + moe_sum", shape, nmse(yref, dy.download()), 1e-9);
+    const auto composed = dy.download();
+    report("moe_down_slots + moe_sum", shape, nmse(yref, composed), 1e-9);
+    // The resident executor's one launch (ids < 0 add 0 there, as the zero rows do here).
+    DevBuf<float> dfused(y0);
+    cuda::moe_down_sum(t_down, tab, dids.get(), dw.get(), n_tokens, k, n_embd, n_ff, dh.get(), dfused.get(), nullptr);
+    const auto fused = dfused.download();
+    report_exact("moe_down_sum == moe_down_slots + moe_sum", shape,
+                 std::memcmp(fused.data(), composed.data(), composed.size() * sizeof(float)) == 0);
   }
 
   // Per-slot outputs (the offload device flow): unweighted rows; rows of ids < 0 untouched.

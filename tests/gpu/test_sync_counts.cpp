@@ -5,12 +5,11 @@
 // size (which must fall back to the resident executor, with nothing in front of it), with and
 // without --stats.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <filesystem>
 #include <numeric>
 
 #include "gpu_test_util.hpp"
+#include "tiny_model.hpp"
 #include "runtime/backend/device_size.hpp"
 #include "runtime/engine/engine.hpp"
 #include "runtime/synth/synth.hpp"
@@ -23,21 +22,6 @@ namespace ferry::gputest {
 namespace {
 
 #if defined(FERRY_CUDA_EMU)
-
-std::string tiny_model(synth::Arch arch) {
-  const auto dir =
-      std::filesystem::temp_directory_path() / ("ferry-sync-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  synth::Options o;
-  o.arch = arch;
-  o.preset = synth::Preset::tiny;
-  o.quant = synth::QuantMix::q4_k_m;
-  o.seed = 5;
-  const std::string path = (dir / (std::string(synth::arch_name(arch)) + ".gguf")).string();
-  if (!std::filesystem::exists(path))
-    synth::write_model(synth::make_plan(o), path, synth::WriteOptions{2, {}});
-  return path;
-}
 
 struct PerToken {
   double graph_launches, stream_syncs, event_syncs, device_syncs, d2h_copies;
@@ -84,7 +68,7 @@ PerToken count_decode(const std::string& path, const std::string& vram, bool sta
 TEST(GpuSyncCounts, ResidentDecodeIsOneGraphAndTheLogitsRead) {
   FERRY_REQUIRE_GPU();
   for (synth::Arch arch : {synth::Arch::qwen3moe, synth::Arch::qwen35moe}) {
-    const std::string path = tiny_model(arch);
+    const std::string path = tiny_model(arch, "sync", 5);
     for (const char* vram : {"", "900M"})
       for (const bool stats : {false, true}) {
         const PerToken p = count_decode(path, vram, stats);

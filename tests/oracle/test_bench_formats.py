@@ -96,7 +96,7 @@ LLAMA_FIELDS = ["model_filename", "model_type", "model_size", "model_n_params", 
                 "type_v", "n_prompt", "n_gen", "n_depth", "test_time", "avg_ns", "stddev_ns", "avg_ts", "stddev_ts",
                 "samples_ns", "samples_ts"]
 FERRY_FIELDS = ["device", "vram_budget", "routing", "hit_rate", "h2d_bytes_per_token", "gpu_wait_pct",
-                "weight_bytes_per_token", "mem_bw_gbps", "speed_of_light_fraction"]
+                "weight_bytes_per_token", "mem_bw_gbps", "speed_of_light_fraction", "launches_per_token"]
 
 
 def main():
@@ -122,6 +122,7 @@ def main():
             check(r["model_n_params"] == params, f"{where}: model_n_params {r['model_n_params']} vs gguf {params}")
             check(r["n_threads"] == 2 and r["type_k"] == "f16" and r["device"] == "cpu", f"{where}: settings")
             check(r["hit_rate"] is None and r["h2d_bytes_per_token"] is None, f"{where}: cpu has no offload counters")
+            check(r["launches_per_token"] is None, f"{where}: cpu launches no kernels")
             check(r["mem_bw_gbps"] is not None and r["mem_bw_gbps"] > 0, f"{where}: mem_bw_gbps {r['mem_bw_gbps']}")
             # Tiny models fit in the cache, so the fraction may exceed 1; it must follow from the
             # other columns: bytes per token x tokens / timed seconds / bandwidth.

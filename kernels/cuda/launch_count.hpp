@@ -1,0 +1,15 @@
+#pragma once
+// Kernels this process has launched, for `ferry bench`'s launches per decoded token (fusing
+// kernels lowers it; docs/options.md). Plain C++: host code that cannot include launch.cuh reads it.
+//  - On a GPU: launch() calls (launch.cuh). Inside a stream capture a call records a graph node
+//    instead of running it; Ferry's step graphs are recorded anew before every graph launch
+//    (runtime/backend/cuda_ops.cpp), so calls equal kernels run there too.
+//  - On the CUDA emulator (tests/cuda_emu): the kernels it ran, eager or as nodes of a launched
+//    graph (each node once per graph launch), cuBLAS GEMMs included.
+#include <cstdint>
+
+namespace ferry::cuda {
+
+uint64_t kernels_launched();
+
+}  // namespace ferry::cuda
