@@ -200,6 +200,19 @@ def test_agent_round_trip():
           f"prompt_tokens {r.usage.prompt_tokens}, the oracle's prompt has {len(tok['tokens'])}")
 
 
+def test_ferry_chat_reasoning():
+    """`ferry chat` renders with the same template and shows the reasoning as llama-cli does."""
+    force("The user greets.\n</think>\n\nHello!")
+    base = [ferry_bin(), "chat", "-m", MODEL, "-t", "1", "--chat-template-file", TEMPLATE]
+    env = dict(os.environ, FERRY_TEST_FORCE_TOKENS=FORCE)
+    shown = subprocess.run(base, input="hi\n", capture_output=True, text=True, env=env, timeout=60)
+    check(shown.returncode == 0 and shown.stdout == "<think>\nThe user greets.\n</think>\n\nHello!\n",
+          f"ferry chat: {shown.stdout!r} {shown.stderr[-400:]}")
+    hidden = subprocess.run(base + ["--hide-reasoning"], input="hi\n", capture_output=True, text=True, env=env,
+                            timeout=60)
+    check(hidden.returncode == 0 and hidden.stdout == "Hello!\n", f"--hide-reasoning: {hidden.stdout!r}")
+
+
 def main():
     global srv, client
     os.makedirs(SCRATCH, exist_ok=True)
@@ -212,7 +225,7 @@ def main():
         check(any("FERRY_TEST_FORCE_TOKENS" in line for line in srv.lines), "no test-mode warning on stderr")
         client = openai.OpenAI(base_url=srv.base + "/v1", api_key="none", max_retries=0, timeout=120)
         run_tests([test_props_and_specials, test_reasoning_split, test_tool_calls_xml, test_tool_calls_hermes_and_choice,
-                   test_malformed_call_is_content, test_agent_round_trip])
+                   test_malformed_call_is_content, test_agent_round_trip, test_ferry_chat_reasoning])
     finally:
         rc = srv.stop()
     if rc != 0:
