@@ -1,8 +1,9 @@
 """`ferry serve` with a real chat template, reasoning and tool calls, through the openai client.
 
 The model is a tiny synthetic qwen35moe (`ferry synth`, whose vocabulary has Qwen's <think>,
-</think>, <tool_call>, </tool_call>, <|im_start|>, <|im_end|> specials) served with the committed
-Qwen3.5 template (`--chat-template-file`). Its random weights say nothing, so each reply is scripted
+</think>, <tool_call>, </tool_call>, <|im_start|>, <|im_end|> specials) with the committed Qwen3.5
+template injected by `ferry gguf-copy --set tokenizer.chat_template=...` (`ferry chat` is given it
+with `--chat-template-file`). Its random weights say nothing, so each reply is scripted
 with the test-only forcing sampler (FERRY_TEST_FORCE_TOKENS names a file the server reads at each
 request: the reply is that text's tokens, then <|im_end|>). The script is the test's input; what is
 checked is the server's work on it: reasoning split into reasoning_content, tool calls parsed
@@ -26,6 +27,7 @@ SCRATCH = os.environ.get("FERRY_SCRATCH", "/tmp/ferry-server-scratch")
 TEMPLATE = os.path.join(SOURCE_DIR, "tests", "data", "templates", "Qwen3.5-4B.jinja")
 FORCE = os.path.join(SCRATCH, "chat-tools-force.txt")
 MODEL = os.path.join(SCRATCH, "chat-tools-qwen35moe.gguf")
+MODEL_T = os.path.join(SCRATCH, "chat-tools-qwen35moe-qwen35-template.gguf")
 
 srv = None
 client = None
@@ -84,8 +86,8 @@ def stream(**kw):
 def test_props_and_specials():
     status, props = srv.request("GET", "/props")
     with open(TEMPLATE, encoding="utf-8") as f:
-        check(props["chat_template"] == f.read(), "/props chat_template is not the template file")
-    check(props["chat_template_origin"] == "file", f"origin {props['chat_template_origin']}")
+        check(props["chat_template"] == f.read(), "/props chat_template is not the injected template")
+    check(props["chat_template_origin"] == "gguf", f"origin {props['chat_template_origin']}")
     check(props["eos_token"] == "<|im_end|>", f"eos_token {props['eos_token']!r}")
     for tag in ("<think>", "</think>", "<tool_call>", "</tool_call>", "<|im_start|>", "<|im_end|>"):
         status, r = srv.request("POST", "/tokenize", {"content": tag})
@@ -218,9 +220,12 @@ def main():
     os.makedirs(SCRATCH, exist_ok=True)
     subprocess.run([ferry_bin(), "synth", "--arch", "qwen35moe", "--preset", "tiny", "--quant", "q8_0", "--seed", "27",
                     "-t", "1", "-q", "-o", MODEL], check=True)
+    with open(TEMPLATE, encoding="utf-8") as f:
+        subprocess.run([ferry_bin(), "gguf-copy", MODEL, MODEL_T, "--set", "tokenizer.chat_template=str:" + f.read()],
+                       check=True, stdout=subprocess.DEVNULL)
     force("")
     env = dict(os.environ, FERRY_TEST_FORCE_TOKENS=FORCE)
-    srv = Server("-c", "4096", "--chat-template-file", TEMPLATE, "--jinja", model=MODEL, env=env)
+    srv = Server("-c", "4096", "--jinja", model=MODEL_T, env=env)
     try:
         check(any("FERRY_TEST_FORCE_TOKENS" in line for line in srv.lines), "no test-mode warning on stderr")
         client = openai.OpenAI(base_url=srv.base + "/v1", api_key="none", max_retries=0, timeout=120)
