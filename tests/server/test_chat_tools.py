@@ -215,6 +215,21 @@ def test_ferry_chat_reasoning():
     check(hidden.returncode == 0 and hidden.stdout == "Hello!\n", f"--hide-reasoning: {hidden.stdout!r}")
 
 
+def test_reasoning_budget_zero_server():
+    """--reasoning-budget 0: every prompt closes the thinking block; a request may reopen it."""
+    force("Plain answer.")
+    env = dict(os.environ, FERRY_TEST_FORCE_TOKENS=FORCE)
+    with Server("-c", "1024", "--reasoning-budget", "0", model=MODEL_T, env=env) as off:
+        status, r = off.request("POST", "/apply-template", {"messages": USER})
+        check(status == 200 and r["prompt"].endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n"), f"prompt {r}")
+        status, r = off.request("POST", "/apply-template",
+                                {"messages": USER, "chat_template_kwargs": {"enable_thinking": True}})
+        check(status == 200 and r["prompt"].endswith("<|im_start|>assistant\n<think>\n"), f"reopened {r}")
+        status, r = off.request("POST", "/v1/chat/completions", {"messages": USER})
+        m = r["choices"][0]["message"]
+        check(status == 200 and m["content"] == "Plain answer." and "reasoning_content" not in m, f"budget 0: {m}")
+
+
 def main():
     global srv, client
     os.makedirs(SCRATCH, exist_ok=True)
@@ -230,7 +245,8 @@ def main():
         check(any("FERRY_TEST_FORCE_TOKENS" in line for line in srv.lines), "no test-mode warning on stderr")
         client = openai.OpenAI(base_url=srv.base + "/v1", api_key="none", max_retries=0, timeout=120)
         run_tests([test_props_and_specials, test_reasoning_split, test_tool_calls_xml, test_tool_calls_hermes_and_choice,
-                   test_malformed_call_is_content, test_agent_round_trip, test_ferry_chat_reasoning])
+                   test_malformed_call_is_content, test_agent_round_trip, test_ferry_chat_reasoning,
+                   test_reasoning_budget_zero_server])
     finally:
         rc = srv.stop()
     if rc != 0:
