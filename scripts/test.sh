@@ -24,7 +24,7 @@ if [[ $# -eq 0 ]]; then
     asan_targets+=" $(cd tests/$d && ls test_*.cpp | sed "s/^/${d}_/; s/\.cpp$//" | tr '\n' ' ')"
   done
   asan_targets+=" offload_test_offload_executor offload_test_offload_cli cuda_emu_test_emulator ferry"
-  asan_targets+=" server_test_server_units bench_ballast"  # bench_ballast: gpu.GpuCheckDryRun
+  asan_targets+=" server_test_server_units server_test_chat_prompt bench_ballast"  # bench_ballast: gpu.GpuCheckDryRun
   FERRY_TARGETS="$asan_targets" bash scripts/build.sh asan -DFERRY_BENCH=ON >/dev/null
   ctest --test-dir build-asan --output-on-failure -j"$(nproc)" --timeout 900 --no-tests=error \
     -R '^(gguf|tokenizer)\.|^offload\.OffloadExecutorTest\.|^offload\.OffloadCli\.Cuda'

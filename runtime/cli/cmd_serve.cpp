@@ -3,6 +3,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "runtime/cli/chat_args.hpp"
 #include "runtime/cli/command.hpp"
 #include "runtime/cli/common_args.hpp"
 #include "runtime/cli/load_observed.hpp"
@@ -72,6 +73,8 @@ int serve_main(int argc, char** argv) {
   add_sampling_args(app, sp);
   server::ServeConfig cfg;
   server::ServerOptions& h = cfg.http;
+  ChatFormatArgs chat_args;
+  add_chat_format_args(app, chat_args);
   std::string api_key, api_key_file;
   bool insecure = false;
   int64_t max_body = static_cast<int64_t>(h.max_body_bytes);
@@ -157,6 +160,9 @@ int serve_main(int argc, char** argv) {
   {
     const gguf::File f = gguf::File::open(ma.model);
     const ModelConfig c = read_config(f);
+    // Before the port is bound: a template that does not parse stops the server at once.
+    h.chat = load_chat_format(f, chat_args);
+    h.force_tokens_file = forced_tokens_file("ferry serve");
     cfg.n_ctx_total = ma.ctx > 0 ? ma.ctx : server::default_serve_context(c, h.n_slots, session);
   }
   session.n_ctx = cfg.n_ctx_total;

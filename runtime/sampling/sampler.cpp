@@ -42,6 +42,7 @@ void Sampler::reset() {
   // mt19937 takes 32 bits, like llama.cpp's uint32_t seeds.
   rng_.seed(static_cast<std::mt19937::result_type>(seed_ & 0xFFFFFFFFu));
   recent_.clear();
+  n_forced_ = 0;
 }
 
 void Sampler::accept(int32_t token) {
@@ -169,6 +170,10 @@ std::vector<TokenProb> Sampler::candidates(std::span<const float> logits) {
 }
 
 int32_t Sampler::sample(std::span<const float> logits) {
+  if (p_.forced_tokens && !p_.forced_tokens->empty()) {
+    const std::vector<int32_t>& f = *p_.forced_tokens;
+    return f[std::min(n_forced_++, f.size() - 1)];
+  }
   const size_t n = filter(logits);
   if (p_.temp <= 0.0f) return cand_[0].second;
   // llama.cpp's dist sampler: one uniform draw in [0, 1), walk the softmax accumulating in

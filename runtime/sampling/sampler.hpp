@@ -4,6 +4,7 @@
 // (argmax after the penalty; ties go to the lowest id).
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <random>
 #include <span>
 #include <vector>
@@ -23,6 +24,11 @@ struct SamplingParams {
   int32_t repeat_last_n = 64;   // window of recent tokens the penalty looks at; 0: off,
                                 // < 0: every token accepted since reset (llama.cpp: the context)
   uint64_t seed = 0xFFFFFFFF;   // llama.cpp's LLAMA_DEFAULT_SEED: pick a random seed
+  // Test only (`ferry serve`/`ferry chat` with FERRY_TEST_FORCE_TOKENS, docs/server.md): when set,
+  // sample() ignores the logits and returns these ids in order, one per call since reset(), then
+  // the last one again. The caller ends the list with an end-of-generation token. Shared, not
+  // copied: the list is a test's whole scripted reply.
+  std::shared_ptr<const std::vector<int32_t>> forced_tokens;
 };
 
 // A candidate left after the filters, with its probability under the temperature.
@@ -36,7 +42,7 @@ class Sampler {
   // Throws ErrorKind::invalid_arg for NaN parameters or repeat_penalty <= 0.
   explicit Sampler(const SamplingParams& p);
   // Picks a token from logits (n_vocab); does not modify the caller's array. Draws from the RNG
-  // exactly once per call unless greedy (as llama.cpp's dist sampler).
+  // exactly once per call unless greedy (as llama.cpp's dist sampler) or forced (forced_tokens).
   int32_t sample(std::span<const float> logits);
   // The candidates the draw chooses from, in the order it walks them (descending logit once a
   // filter sorted them, else id order), probabilities summing to 1. Greedy: the argmax alone.
@@ -61,6 +67,7 @@ class Sampler {
   std::vector<float> logit_buf_;                 // scratch: (n_vocab) penalised logits
   std::vector<int32_t> penalized_;               // scratch: the window's ids, sorted
   bool sorted_ = false;
+  size_t n_forced_ = 0;  // forced_tokens handed out since reset()
 };
 
 }  // namespace ferry

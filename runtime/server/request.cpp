@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <limits>
 
+#include "runtime/core/error.hpp"
 #include "runtime/server/api_error.hpp"
 
 namespace ferry::server {
@@ -176,15 +177,18 @@ void parse_common(const json& b, const RequestDefaults& d, GenRequest& r, bool c
   }
   if (const json* v = field(b, "logit_bias")) parse_logit_bias(*v, r);
   // Known OpenAI features this server does not have: refused, not silently ignored (a client
-  // asking for JSON or tool calls must not get plain text as if it had them).
-  if (const json* v = field(b, "tools"); v && !(v->is_array() && v->empty()))
-    throw ApiError(400, "invalid_request_error", "tools: tool calls are not supported yet");
+  // asking for JSON must not get plain text as if it had it). Tools are the chat API's (the
+  // template renders them); a completion has no template to give them to.
+  if (const json* v = field(b, "tools"); !chat && v && !(v->is_array() && v->empty()))
+    bad_field("tools", "tool calls need /v1/chat/completions (the chat template renders them)");
   if (const json* v = field(b, "response_format")) {
     const json* type = v->is_object() ? field(*v, "type") : nullptr;
     if (!type || !type->is_string())
       bad_field("response_format", "must be an object with a string \"type\"");
     if (type->get<std::string>() != "text")
-      bad_field("response_format.type", "\"{}\" is not supported (only \"text\")",
+      bad_field("response_format.type",
+                "\"{}\" is not supported: Ferry has no grammar-constrained sampling, so it cannot "
+                "make the reply follow JSON or a schema (only \"text\")",
                 type->get<std::string>());
   }
   if (chat) {
@@ -232,26 +236,41 @@ std::vector<ChatMessage> parse_messages(const json& b) {
       bad_field(name + ".role", "must be a string, got {}", role->type_name());
     std::string r = role->get<std::string>();
     if (r == "developer") r = "system";  // OpenAI's newer name for the system role
-    if (r != "system" && r != "user" && r != "assistant")
-      bad_field(name + ".role", "unknown role \"{}\" (system, developer, user, assistant)",
+    if (r != "system" && r != "user" && r != "assistant" && r != "tool")
+      bad_field(name + ".role", "unknown role \"{}\" (system, developer, user, assistant, tool)",
                 role->get<std::string>());
     const json* content = field(m, "content");
     std::string text;
     if (content) {
       text = content_text(*content, name + ".content");
-    } else if (r != "assistant") {
+    } else if (r != "assistant") {  // an assistant turn may be tool calls alone
       bad_field(name + ".content", "is required");
     }
+    if (const json* calls = field(m, "tool_calls"); calls && !calls->is_array())
+      bad_field(name + ".tool_calls", "must be an array, got {}", calls->type_name());
     out.push_back({r, std::move(text)});
   }
   return out;
 }
 
-GenRequest parse_chat_request(const json& b, const RequestDefaults& d) {
+chat::ChatRequest parse_chat_fields(const nlohmann::ordered_json& ordered,
+                                    const chat::ChatServerDefaults& chat_defaults) {
+  try {
+    return chat::parse_chat_request(ordered, chat_defaults);
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::invalid_arg) throw;
+    throw ApiError(400, "invalid_request_error", e.what());
+  }
+}
+
+GenRequest parse_chat_request(const json& b, const nlohmann::ordered_json& ordered,
+                              const RequestDefaults& d,
+                              const chat::ChatServerDefaults& chat_defaults) {
   GenRequest r;
   r.api = Api::chat;
   r.messages = parse_messages(b);
   parse_common(b, d, r, /*chat=*/true);
+  r.chat = parse_chat_fields(ordered, chat_defaults);
   return r;
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/chat/chat_request.hpp"
 #include "runtime/sampling/sampler.hpp"
 #include "runtime/tokenizer/tokenizer.hpp"
 
@@ -18,7 +19,8 @@ enum class Api { chat, completion, native };
 struct GenRequest {
   Api api = Api::chat;
   std::vector<ChatMessage>
-      messages;             // chat: roles system / user / assistant ("developer" → system)
+      messages;  // chat: roles system / user / assistant / tool ("developer" → system), checked
+  chat::ChatRequest chat;   // chat: what the template renders and how the reply is parsed
   std::string prompt_text;  // completion: the prompt as text ...
   std::vector<int32_t> prompt_tokens;  // ... or as token ids (then prompt_text is empty)
   bool prompt_is_tokens = false;
@@ -43,13 +45,22 @@ struct RequestDefaults {
 };
 
 // ApiError 400 (invalid_request_error) naming the field on any problem.
-GenRequest parse_chat_request(const nlohmann::json& body, const RequestDefaults& d);
+// chat: `ordered` is the same body parsed with its key order kept (tools' JSON schemas reach the
+// template in the client's order, as llama-server keeps it); `chat_defaults` the server's
+// --reasoning-format, --reasoning-budget, --chat-template-kwargs and BOS/EOS texts.
+GenRequest parse_chat_request(const nlohmann::json& body, const nlohmann::ordered_json& ordered,
+                              const RequestDefaults& d,
+                              const chat::ChatServerDefaults& chat_defaults);
 GenRequest parse_completion_request(const nlohmann::json& body, const RequestDefaults& d);
 // llama-server's /completion: the completion fields plus `n_probs` (alternatives per token).
 GenRequest parse_native_request(const nlohmann::json& body, const RequestDefaults& d);
-// The `messages` array alone (also /apply-template).
+// The `messages` array alone, checked (also /apply-template).
 std::vector<ChatMessage> parse_messages(const nlohmann::json& body);
 // The body as a JSON object, or ApiError 400 "malformed JSON" / "must be a JSON object".
 nlohmann::json parse_body(const std::string& text);
+// The chat library's reading of a chat body (tools, tool_choice, chat_template_kwargs, ...); its
+// errors become ApiError 400 with the library's message, which names the field.
+chat::ChatRequest parse_chat_fields(const nlohmann::ordered_json& ordered,
+                                    const chat::ChatServerDefaults& chat_defaults);
 
 }  // namespace ferry::server

@@ -112,11 +112,12 @@ json logprobs_json(Api api, const Tokenizer& tok, const std::vector<TokenLogprob
 }
 
 json full_response(const ReplyMeta& m, const std::string& text, const std::string& finish_reason,
-                   const ReplyStats& s, const json& logprobs) {
+                   const ReplyStats& s, const json& logprobs, const json& message) {
   json r = base(m, false);
   json choice = {{"index", 0}, {"finish_reason", finish_reason}, {"logprobs", logprobs}};
   if (m.api == Api::chat)
-    choice["message"] = {{"role", "assistant"}, {"content", text}};
+    choice["message"] =
+        message.is_null() ? json{{"role", "assistant"}, {"content", text}} : message;
   else
     choice["text"] = text;
   r["choices"] = json::array({choice});
@@ -142,6 +143,17 @@ json delta_chunk(const ReplyMeta& m, const std::string& text, const json& logpro
     choice["text"] = text;
   r["choices"] = json::array({choice});
   return r;
+}
+
+json chat_delta_chunk(const ReplyMeta& m, const json& delta, const json& logprobs) {
+  json r = base(m, true);
+  r["choices"] = json::array(
+      {{{"index", 0}, {"finish_reason", nullptr}, {"logprobs", logprobs}, {"delta", delta}}});
+  return r;
+}
+
+std::string chat_finish_reason(const chat::ChatMessage& msg, const std::string& finish_reason) {
+  return !msg.tool_calls.empty() && finish_reason == "stop" ? "tool_calls" : finish_reason;
 }
 
 json final_chunk(const ReplyMeta& m, const std::string& finish_reason, const ReplyStats& s) {

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/chat/chat_output.hpp"
 #include "runtime/server/job.hpp"
 #include "runtime/tokenizer/tokenizer.hpp"
 
@@ -15,6 +16,10 @@ struct ReplyMeta {
   std::string id;  // chatcmpl-… / cmpl-…
   int64_t created = 0;
   std::string model;
+  // chat: how the reply is split into reasoning, content and tool calls, and whether a call is
+  // required (tool_choice "required": a reply without one fails the request).
+  chat::ChatParseOptions parse;
+  bool call_required = false;
 };
 
 nlohmann::json timings_json(const ReplyStats& s);
@@ -24,14 +29,21 @@ nlohmann::json usage_json(const ReplyStats& s);
 nlohmann::json logprobs_json(Api api, const Tokenizer& tok, const std::vector<TokenLogprob>& lp,
                              size_t text_offset0);
 
-// A whole (non-streamed) response.
+// A whole (non-streamed) response; chat: `message` is the parsed assistant message
+// (chat::ChatMessage::to_json), completions: `text`.
 nlohmann::json full_response(const ReplyMeta& m, const std::string& text,
                              const std::string& finish_reason, const ReplyStats& s,
-                             const nlohmann::json& logprobs);
+                             const nlohmann::json& logprobs,
+                             const nlohmann::json& message = nullptr);
+// chat: "tool_calls" when the reply made calls and ended by itself (llama-server's reason).
+std::string chat_finish_reason(const chat::ChatMessage& msg, const std::string& finish_reason);
 // Stream chunks: the first (role), a text delta, the last (finish_reason, timings), the usage one.
 nlohmann::json role_chunk(const ReplyMeta& m);
 nlohmann::json delta_chunk(const ReplyMeta& m, const std::string& text,
                            const nlohmann::json& logprobs);
+// chat: a parsed delta (chat::delta_to_json: reasoning_content, content, tool_calls).
+nlohmann::json chat_delta_chunk(const ReplyMeta& m, const nlohmann::json& delta,
+                                const nlohmann::json& logprobs);
 nlohmann::json final_chunk(const ReplyMeta& m, const std::string& finish_reason,
                            const ReplyStats& s);
 nlohmann::json usage_chunk(const ReplyMeta& m, const ReplyStats& s);

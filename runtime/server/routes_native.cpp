@@ -103,7 +103,10 @@ void add_native_routes(httplib::Server& svr, ServerContext& ctx) {
            guarded(ctx, [&ctx](const httplib::Request& req, httplib::Response& res) {
              ready_scheduler(ctx);
              const json b = parse_body(req.body);
-             send_json(res, 200, {{"prompt", render_chat_prompt(parse_messages(b))}});
+             (void)parse_messages(b);  // the same checks (and messages) as a chat request
+             const chat::ChatRequest r =
+                 parse_chat_fields(nlohmann::ordered_json::parse(req.body), ctx.opt.chat.defaults);
+             send_json(res, 200, {{"prompt", render_chat_prompt(ctx.opt.chat, r).text}});
            }));
 
   svr.Get("/props", guarded(ctx, [&ctx](const httplib::Request&, httplib::Response& res) {
@@ -117,7 +120,11 @@ void add_native_routes(httplib::Server& svr, ServerContext& ctx) {
                        {"queue_size", s.options().queue_max},
                        {"model_path", o.model_path},
                        {"model_alias", model_id(ctx)},
-                       {"chat_template", chat_template_text()},
+                       {"chat_template", o.chat.source},
+                       // Ferry's: where it came from ("gguf", "file", "chatml-fallback").
+                       {"chat_template_origin", template_origin_name(o.chat.origin)},
+                       {"bos_token", o.chat.defaults.bos_token},
+                       {"eos_token", o.chat.defaults.eos_token},
                        {"modalities", {{"vision", false}, {"audio", false}}},
                        {"build_info", "ferry"}});
           }));

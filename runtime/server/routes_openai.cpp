@@ -1,4 +1,5 @@
 // /v1/chat/completions, /v1/completions (plain and SSE) and /v1/models.
+#include <functional>
 #include <random>
 
 #include "runtime/core/error.hpp"
@@ -29,12 +30,14 @@ int64_t unix_now() {
       .count();
 }
 
-// The prompt's tokens, checked against the vocabulary and the slot's context.
-std::vector<int32_t> prompt_tokens(const GenRequest& r, LoadedModel& m, int64_t n_ctx_slot) {
+// The prompt's tokens, checked against the vocabulary and the slot's context. chat: the rendered
+// prompt's text.
+std::vector<int32_t> prompt_tokens(const GenRequest& r, const std::string& chat_prompt,
+                                   LoadedModel& m, int64_t n_ctx_slot) {
   const Tokenizer& tok = m.tokenizer();
   std::vector<int32_t> tokens;
   if (r.api == Api::chat) {
-    tokens = tok.encode(render_chat_prompt(r.messages), /*add_bos=*/true, /*parse_special=*/true);
+    tokens = tok.encode(chat_prompt, /*add_bos=*/true, /*parse_special=*/true);
   } else if (r.prompt_is_tokens) {
     tokens = r.prompt_tokens;
     for (size_t i = 0; i < tokens.size(); ++i)
@@ -73,6 +76,14 @@ void error_from_event(const Event& e) {
   throw ApiError(e.status, e.error_type, e.message);
 }
 
+// tool_choice "required" and a reply without a call: Ferry has no grammar to force one, so the
+// request fails rather than answering as if the model had called.
+ApiError no_required_call() {
+  return ApiError(500, "server_error",
+                  "tool_choice \"required\": the model answered without a tool call (Ferry has no "
+                  "grammar-constrained sampling to force one)");
+}
+
 // A whole response: wait for the events, then answer once. Nothing is written before the end, so
 // the client's socket is polled meanwhile: a client that leaves cancels the job.
 void answer_whole(ServerContext& ctx, const std::shared_ptr<Job>& job, const ReplyMeta& meta,
@@ -99,6 +110,14 @@ void answer_whole(ServerContext& ctx, const std::shared_ptr<Job>& job, const Rep
     if (e->kind == Event::Kind::done) {
       const json lp =
           job->req.logprobs ? logprobs_json(meta.api, m.tokenizer(), lps, 0) : json(nullptr);
+      if (meta.api == Api::chat) {
+        const chat::ChatMessage msg = chat::parse_chat_output(text, meta.parse);
+        if (meta.call_required && msg.tool_calls.empty()) throw no_required_call();
+        send_json(res, 200,
+                  full_response(meta, text, chat_finish_reason(msg, e->finish_reason), e->stats,
+                                lp, json(msg.to_json())));
+        return;
+      }
       send_json(res, 200,
                 meta.api == Api::native
                     ? native_final(meta, text, *e, lp)
@@ -111,7 +130,39 @@ void answer_whole(ServerContext& ctx, const std::shared_ptr<Job>& job, const Rep
 struct StreamState {
   bool role_sent = false;
   size_t text_offset = 0;
+  std::optional<chat::ChatOutputParser> parser;  // chat: the reply split as it streams
 };
+
+// chat: the parsed deltas of one event, then at the end the final chunk, usage and [DONE] (or
+// the error of a required call not made). False when a write failed (as stream_step).
+bool stream_chat(Job& job, const ReplyMeta& meta, StreamState& st, const Event& e, LoadedModel& m,
+                 const std::function<bool(const json&)>& data, httplib::DataSink& sink) {
+  if (!st.parser) st.parser.emplace(meta.parse);
+  const json lp =
+      job.req.logprobs ? logprobs_json(meta.api, m.tokenizer(), e.logprobs, 0) : json(nullptr);
+  const chat::ChatDelta d = st.parser->feed(e.text);
+  if ((!d.empty() || !lp.is_null()) &&
+      !data(chat_delta_chunk(meta, json(chat::delta_to_json(d)), lp)))
+    return false;
+  if (e.kind != Event::Kind::done) return true;
+  const chat::ChatDelta rest = st.parser->finish();
+  if (!rest.empty() && !data(chat_delta_chunk(meta, json(chat::delta_to_json(rest)), nullptr)))
+    return false;
+  if (meta.call_required && st.parser->message().tool_calls.empty()) {
+    // As an error event: the status line is sent already.
+    if (!data(no_required_call().body())) return false;
+    sink.done();
+    return true;
+  }
+  if (!data(final_chunk(meta, chat_finish_reason(st.parser->message(), e.finish_reason),
+                        e.stats)))
+    return false;
+  if (job.req.include_usage && !data(usage_chunk(meta, e.stats))) return false;
+  const std::string end = "data: [DONE]\n\n";
+  if (!sink.write(end.data(), end.size())) return false;
+  sink.done();
+  return true;
+}
 
 // One call of the SSE provider: the role chunk first, then the next event (or a ping when none
 // came within ping_ms). False ends the response (a failed write, which cancels the job).
@@ -146,6 +197,11 @@ bool stream_step(Job& job, const ReplyMeta& meta, StreamState& st, int ping_ms, 
       return true;
     }
     return data(native_chunk(e->text, lp));
+  }
+  if (meta.api == Api::chat) {
+    if (stream_chat(job, meta, st, *e, m, data, sink)) return true;
+    job.cancelled = true;
+    return false;
   }
   if (!e->text.empty() || !e->logprobs.empty()) {
     const json lp = job.req.logprobs
@@ -192,13 +248,25 @@ void generate(ServerContext& ctx, Api api, const httplib::Request& req, httplib:
   Scheduler& sched = ready_scheduler(ctx);
   const json body = parse_body(req.body);
   auto job = std::make_shared<Job>();
-  job->req = api == Api::chat         ? parse_chat_request(body, ctx.opt.defaults)
-             : api == Api::completion ? parse_completion_request(body, ctx.opt.defaults)
-                                      : parse_native_request(body, ctx.opt.defaults);
-  LoadedModel& m = sched.model();
-  job->prompt = prompt_tokens(job->req, m, sched.options().n_ctx_slot);
-  job->id = ctx.next_id.fetch_add(1);
   ReplyMeta meta;
+  std::string chat_prompt;
+  if (api == Api::chat) {
+    // Parsed again with the key order kept: the tools' schemas reach the template as sent.
+    job->req = parse_chat_request(body, nlohmann::ordered_json::parse(req.body), ctx.opt.defaults,
+                                  ctx.opt.chat.defaults);
+    RenderedChat rc = render_chat_prompt(ctx.opt.chat, job->req.chat);
+    chat_prompt = std::move(rc.text);
+    meta.parse = std::move(rc.parse);
+    meta.call_required = job->req.chat.tool_choice == chat::ToolChoice::required;
+  } else {
+    job->req = api == Api::completion ? parse_completion_request(body, ctx.opt.defaults)
+                                      : parse_native_request(body, ctx.opt.defaults);
+  }
+  LoadedModel& m = sched.model();
+  if (!ctx.opt.force_tokens_file.empty())
+    job->req.sampling.forced_tokens = read_forced_tokens(ctx.opt.force_tokens_file, m.tokenizer());
+  job->prompt = prompt_tokens(job->req, chat_prompt, m, sched.options().n_ctx_slot);
+  job->id = ctx.next_id.fetch_add(1);
   meta.api = api;
   meta.id = random_id(api == Api::chat ? "chatcmpl-" : "cmpl-");
   meta.created = unix_now();

@@ -122,6 +122,8 @@ int run_server(ServeConfig cfg, const std::function<std::unique_ptr<LoadedModel>
     });
     model = load();
     if (!model->has_tokenizer()) (void)model->tokenizer();  // throws, naming why
+    // Before the scheduler is published: the handlers read ctx.opt only once it is.
+    set_special_texts(ctx.opt.chat, model->tokenizer());
     SchedulerOptions so;
     so.n_slots = cfg.http.n_slots;
     so.queue_max = cfg.http.queue_max;

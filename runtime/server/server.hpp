@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/engine/chat_format.hpp"
 #include "runtime/server/request.hpp"
 #include "runtime/server/scheduler.hpp"
 
@@ -40,6 +41,12 @@ struct ServerOptions {
   std::string model_alias;  // the id in /v1/models
   std::string model_path;
   RequestDefaults defaults;
+  // The chat template and llama-server's chat flags; the BOS/EOS texts are set from the
+  // vocabulary once the model is loaded (before the first request can reach it).
+  ChatFormat chat;
+  // Test only (FERRY_TEST_FORCE_TOKENS, docs/server.md): every generation replies with this
+  // file's text (read at each request), then the end-of-turn token, whatever the model says.
+  std::string force_tokens_file;
 };
 
 // What the handlers share. The scheduler is null while the model loads (/health: 503).

@@ -42,7 +42,7 @@ $("form").onsubmit = async ev => {
   ev.preventDefault();
   const text = $("input").value.trim(); if (!text) return;
   $("input").value = ""; line("user", text); history.push({role: "user", content: text});
-  const out = line("assistant", ""); let reply = "";
+  const out = line("assistant", ""); let reply = "", thinking = "";
   try {
     const r = await fetch("/v1/chat/completions", {method: "POST", headers: headers(), body: JSON.stringify({messages: history, stream: true})});
     if (!r.ok) { const e = await r.json(); throw new Error(e.error ? e.error.message : r.statusText); }
@@ -57,7 +57,10 @@ $("form").onsubmit = async ev => {
         const j = JSON.parse(data);
         if (j.error) throw new Error(j.error.message);
         const d = j.choices && j.choices[0] && j.choices[0].delta;
-        if (d && d.content) { reply += d.content; out.textContent = reply; }
+        if (d && (d.content || d.reasoning_content)) {  // the reasoning shown first, as llama-cli shows it
+          reply += d.content || ""; thinking += d.reasoning_content || "";
+          out.textContent = (thinking ? "<think>\n" + thinking + "\n</think>\n\n" : "") + reply;
+        }
       }
     }
     history.push({role: "assistant", content: reply});

@@ -1,6 +1,7 @@
 #include "runtime/synth/vocab.hpp"
 
 #include <algorithm>
+#include <array>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -186,9 +187,14 @@ Vocab build_vocab(uint32_t n_vocab, int32_t special_base, int max_merges) {
     bpe = it->second;
   }
   const auto n_bpe = static_cast<int32_t>(bpe.tokens.size());
+  // The chat specials' offsets from <|endoftext|>: Qwen's own ids in the real vocabularies
+  // (151657 <tool_call> ... 151668 </think> in Qwen3's), packed after <|im_end|> in the small ones.
+  const bool real_ids = special_base >= 0;
+  const std::array<int32_t, 4> chat_offsets = real_ids ? std::array<int32_t, 4>{14, 15, 24, 25}
+                                                       : std::array<int32_t, 4>{3, 4, 5, 6};
   if (special_base < 0) special_base = n_bpe;
-  if (special_base < n_bpe || static_cast<int64_t>(special_base) + 3 > n_vocab)
-    fail(ErrorKind::invalid_arg, "vocabulary of {} tokens cannot hold {} BPE tokens and 3 special tokens at {}",
+  if (special_base < n_bpe || static_cast<int64_t>(special_base) + chat_offsets[3] + 1 > n_vocab)
+    fail(ErrorKind::invalid_arg, "vocabulary of {} tokens cannot hold {} BPE tokens and the special tokens at {}",
          n_vocab, n_bpe, special_base);
   Vocab v;
   v.tokens.reserve(n_vocab);
@@ -211,6 +217,14 @@ Vocab build_vocab(uint32_t n_vocab, int32_t special_base, int max_merges) {
   for (const char* s : {"<|endoftext|>", "<|im_start|>", "<|im_end|>"}) {
     v.tokens.emplace_back(s);
     v.token_types.push_back(kTokenControl);
+  }
+  // Reasoning and tool-call tags, user-defined as in Qwen's GGUFs: matched in any text and
+  // rendered in the output (the chat parsers read them).
+  const std::array<const char*, 4> chat_specials = {"<tool_call>", "</tool_call>", "<think>", "</think>"};
+  for (size_t k = 0; k < chat_specials.size(); ++k) {
+    pad_to(special_base + chat_offsets[k]);
+    v.tokens.emplace_back(chat_specials[k]);
+    v.token_types.push_back(kTokenUserDefined);
   }
   pad_to(static_cast<int32_t>(n_vocab));
   return v;

@@ -42,7 +42,9 @@ BpeModel train_bpe(std::string_view text, int max_merges);
 std::string_view training_corpus();
 
 // Builds the vocabulary: BPE tokens, then the specials <|endoftext|>, <|im_start|>, <|im_end|>
-// at special_base (or right after the BPE tokens when special_base < 0), padding elsewhere.
+// at special_base (or right after the BPE tokens when special_base < 0), then the user-defined
+// <tool_call>, </tool_call>, <think>, </think> (at Qwen's ids when special_base is given, else
+// right after <|im_end|>), padding elsewhere.
 Vocab build_vocab(uint32_t n_vocab, int32_t special_base, int max_merges);
 
 }  // namespace ferry::synth

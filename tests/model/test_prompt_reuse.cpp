@@ -166,7 +166,8 @@ TEST_P(PromptReuse, ChatSavesCheckpointsAtMessageStarts) {
   SamplingParams greedy;
   greedy.temp = 0;
   Sampler sampler(greedy);
-  Chat chat(s, sampler, "Answer from the book of Ruth.");
+  const ChatFormat format = load_chat_format(model_->file(), ChatFormatArgs{});  // the model's ChatML
+  Chat chat(s, sampler, format, "Answer from the book of Ruth.");
   GenerateOptions g;
   g.n_predict = 4;
   for (const char* q : {"Who went with Naomi?", "And where did they go?", "Whom did Ruth marry?"})

@@ -393,5 +393,24 @@ TEST(Sampler, RejectsBadParameters) {
   EXPECT_THROW(s.sample(std::span<const float>{}), Error);
 }
 
+// The test-only forcing (FERRY_TEST_FORCE_TOKENS): the scripted ids in order whatever the logits,
+// the last one repeated after the list, and the list from its start again after reset().
+TEST(Sampler, ForcedTokensIgnoreTheLogitsAndRestartOnReset) {
+  SamplingParams p = plain(0.0f);
+  p.forced_tokens = std::make_shared<const std::vector<int32_t>>(std::vector<int32_t>{4, 1, 2});
+  Sampler s(p);
+  const std::vector<float> l = five_logits();  // greedy alone would pick 3
+  EXPECT_EQ(s.sample(l), 4);
+  s.accept(4);  // accepting (prompt tokens too) does not advance the script
+  s.accept(0);
+  EXPECT_EQ(s.sample(l), 1);
+  EXPECT_EQ(s.sample(l), 2);
+  EXPECT_EQ(s.sample(l), 2);
+  s.reset();
+  EXPECT_EQ(s.sample(l), 4);
+  p.forced_tokens = std::make_shared<const std::vector<int32_t>>();  // empty: not forced
+  EXPECT_EQ(Sampler(p).sample(l), 3);
+}
+
 }  // namespace
 }  // namespace ferry

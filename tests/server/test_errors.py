@@ -40,7 +40,8 @@ def test_messages():
     bad_chat({"messages": [5]}, "messages[0]")
     bad_chat({"messages": [{"content": "x"}]}, "messages[0].role")
     bad_chat({"messages": [{"role": 3, "content": "x"}]}, "messages[0].role")
-    bad_chat({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].role")
+    bad_chat({"messages": [{"role": "function", "content": "x"}]}, "messages[0].role")
+    bad_chat({"messages": [{"role": "assistant", "content": "x", "tool_calls": {}}]}, "messages[0].tool_calls")
     bad_chat({"messages": [{"role": "user", "content": "a"}, {"role": "robot", "content": "x"}]}, "messages[1].role")
     bad_chat({"messages": [{"role": "user"}]}, "messages[0].content")
     bad_chat({"messages": [{"role": "user", "content": 5}]}, "messages[0].content")
@@ -64,8 +65,17 @@ def test_sampling_values():
     for value, field in [(5, "logit_bias"), ({"x": 1}, 'logit_bias["x"]'), ({"1": 200}, 'logit_bias["1"]'),
                          ({"1": True}, 'logit_bias["1"]'), ([[1]], "logit_bias[0]"), ({"999999": 1}, "logit_bias")]:
         bad_chat({"logit_bias": value}, field, f"logit_bias={value!r}")
-    bad_chat({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools", "tools")
-    bad_chat({"response_format": {"type": "json_object"}}, "response_format.type", "json mode")
+    # Tools are rendered by the chat template; this model's own is a ChatML without tools, so the
+    # request cannot be rendered faithfully: the server's failure (500), never the tools dropped.
+    tools = [{"type": "function", "function": {"name": "f"}}]
+    status, resp = srv.request("POST", CHAT, {"messages": OK_MSG, "max_tokens": 2, "tools": tools})
+    expect(status, resp, 500, "server_error", "tools", "tools to a template without them")
+    bad_chat({"tools": [{"type": "function"}]}, "tools[0]", "tool without a function")
+    bad_chat({"tools": tools, "tool_choice": "sometimes"}, "tool_choice", "tool_choice")
+    bad_chat({"chat_template_kwargs": {"enable_thinking": "yes"}}, "enable_thinking", "enable_thinking")
+    status, resp = srv.request("POST", "/v1/completions", {"prompt": "x", "max_tokens": 2, "tools": tools})
+    expect(status, resp, 400, "invalid_request_error", "tools", "tools on a completion")
+    bad_chat({"response_format": {"type": "json_object"}}, "grammar-constrained", "json mode")
     bad_chat({"response_format": "json"}, "response_format", "response_format type")
 
 

@@ -86,15 +86,22 @@ TEST(ReplyText, StopStringCutsAndIsHeldUntilDecided) {
   EXPECT_TRUE(stopped);
 }
 
+// A chat body as the route reads it: parsed twice, with and without the key order.
+GenRequest chat_request(const std::string& text, const RequestDefaults& d = {},
+                        const chat::ChatServerDefaults& cd = {}) {
+  const json body = parse_body(text);  // its 400s first, as the route
+  return parse_chat_request(body, nlohmann::ordered_json::parse(text), d, cd);
+}
+
 TEST(Request, ParsesChatWithDefaultsAndCaps) {
   RequestDefaults d;
   d.n_predict = 50;
   d.sampling.temp = 0.5f;
-  const json b = json::parse(
+  const GenRequest r = chat_request(
       R"({"messages":[{"role":"developer","content":"s"},{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}],
     "max_tokens":100,"stop":"x","presence_penalty":1.5,"seed":-1,"unknown_field":{"x":1},"stream":true,
-    "stream_options":{"include_usage":true},"logprobs":true,"top_logprobs":2})");
-  const GenRequest r = parse_chat_request(b, d);
+    "stream_options":{"include_usage":true},"logprobs":true,"top_logprobs":2})",
+      d);
   ASSERT_EQ(r.messages.size(), 2u);
   EXPECT_EQ(r.messages[0].role, "system");
   EXPECT_EQ(r.messages[1].content, "ab");
@@ -110,7 +117,7 @@ TEST(Request, ParsesChatWithDefaultsAndCaps) {
 TEST(Request, ErrorsNameTheField) {
   const auto msg = [](const char* body) -> std::string {
     try {
-      (void)parse_chat_request(parse_body(body), {});
+      (void)chat_request(body);
     } catch (const ApiError& e) {
       EXPECT_EQ(e.status(), 400);
       EXPECT_EQ(e.type(), "invalid_request_error");

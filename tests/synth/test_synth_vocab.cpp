@@ -71,6 +71,9 @@ TEST(SynthVocab, SpecialTokensAndPadding) {
   EXPECT_EQ(tiny.tokens[tiny.im_end], "<|im_end|>");
   EXPECT_EQ(tiny.im_start, tiny.endoftext + 1);
   EXPECT_EQ(tiny.token_types[tiny.im_end], kTokenControl);
+  EXPECT_EQ(tiny.tokens[tiny.im_end + 1], "<tool_call>");
+  EXPECT_EQ(tiny.tokens[tiny.im_end + 4], "</think>");
+  EXPECT_EQ(tiny.token_types[tiny.im_end + 3], kTokenUserDefined);
   EXPECT_EQ(tiny.token_types[0], kTokenNormal);
   EXPECT_EQ(tiny.tokens[767], "[PAD767]");
   EXPECT_EQ(tiny.token_types[767], kTokenUnused);
@@ -83,6 +86,8 @@ TEST(SynthVocab, SpecialTokensAndPadding) {
   EXPECT_EQ(qwen3.tokens[151645], "<|im_end|>");
   EXPECT_EQ(qwen3.tokens[151642], "[PAD151642]");
   EXPECT_EQ(qwen3.tokens[151646], "[PAD151646]");
+  EXPECT_EQ(qwen3.tokens[151657], "<tool_call>");
+  EXPECT_EQ(qwen3.tokens[151668], "</think>");
   EXPECT_EQ(qwen3.merges, tiny.merges);
 
   EXPECT_THROW(build_vocab(300, -1, 500), Error);      // too small for the BPE tokens
