@@ -51,11 +51,11 @@ GenerateResult Chat::turn(const std::string& user, const GenerateOptions& o,
     const std::string piece = text.push(id);
     reply += piece;
     // The end-of-turn token closes the message; it is not the reply's text.
-    if (!tok.is_eog(id)) on_delta(parser.feed(piece));
+    if (!tok.is_eog(id) && on_delta) on_delta(parser.feed(piece));
   });
   reply += text.flush();
   const chat::ChatDelta rest = parser.finish();
-  if (!rest.empty()) on_delta(rest);
+  if (!rest.empty() && on_delta) on_delta(rest);
 
   messages_ = std::move(body["messages"]);
   const chat::ChatMessage& m = parser.message();

@@ -19,7 +19,7 @@ class Chat {
   Chat(Session& s, Sampler& sampler, const ChatFormat& format, std::string system_prompt = {});
 
   // One user turn. The reply's text is split as it streams (the format's reasoning format:
-  // <think>...</think> into reasoning, the rest content) and handed to on_delta. The reply joins
+  // <think>...</think> into reasoning, the rest content) and handed to on_delta (may be empty). The reply joins
   // the conversation as the template's assistant message (content and reasoning_content).
   // ErrorKind::context when the turn does not fit in what is left of the context; the
   // conversation is unchanged then (reset() starts over). Template errors as render_chat's.
