@@ -6,8 +6,9 @@
 # stand-in that prints llama-bench-shaped JSON (avg_ts 1.0) — only here, never on a GPU.
 #
 # A tiny synthetic model, two "cards" of 129 and 128 MiB (the emulator's device has 512 MiB here;
-# bench_ballast holds the rest; Ferry's CUDA workspaces take 125 MiB, so --vram 128M/127M leaves
-# a partial expert cache), -p 2 -n 2 -r 1 without warm-up, 2 threads, depth 4. Fails unless the
+# bench_ballast holds the rest for llama-bench's stand-in; the emulator's memory is per process, so
+# each Ferry run gets the card's size as FERRY_CUDA_EMU_MEMORY and fits it with --fit-target 1 —
+# its CUDA workspaces take 125 MiB, so a budget of 128M/127M leaves a partial expert cache), -p 2 -n 2 -r 1 without warm-up, 2 threads, depth 4. Fails unless the
 # ratio table has every row with a Ferry figure. ctest runs it as gpu.GpuCheckDryRun (~40 s on the
 # 2-core machine: each emulated ferry run takes 5–10 s).
 set -euo pipefail
@@ -30,7 +31,7 @@ ln -s "$build/bench/bench_ballast" "$work/bundle/bin/bench_ballast"
 FERRY_CUDA_EMU_MEMORY=512 OUT="$work/out" GPU_E2E_DIR="$work/models" GPU_E2E_PRESET=tiny GPU_CHECK_E2E=0 \
   GPU_E2E_TYPES="" GPU_CHECK_BUDGET_S=200 GPU_CHECK_SBS_S=180 \
   GPU_CHECK_LLAMA_BENCH="$root/bench/llama_bench_standin.py" \
-  GPU_CHECK_SBS_ARGS="--cards 129M,128M --margin 1M --reserve 1M -p 2 -n 2 -r 1 --no-warmup --threads 2 -d 4 --est-s 1" \
+  GPU_CHECK_SBS_ARGS="--cards 129M,128M --margin 1M --reserve 1M -p 2 -n 2 -r 1 --no-warmup --threads 2 -d 4 --est-s 1 --emulated" \
   bash "$root/bench/gpu-check.sh" "$work/bundle" > "$work/gpu-check.log" 2>&1 || true
 cat "$work/gpu-check.log"
 

@@ -8,8 +8,8 @@ Same GGUF, same threads, same -p/-n/-r, page cache warm; llama-bench and `ferry 
   card <SIZE>  bench_ballast holds all device memory but SIZE before either engine starts, so both
                see the free memory of a SIZE card: llama.cpp with -fitt MARGIN (its --fit) and with
                -ncmoe N, N+1, N-1, N computed from the file's tensor bytes (no search; at the later
-               thread counts only the fastest of the three); Ferry with --vram SIZE - MARGIN,
-               --routing model and locality, the pinned store filled from the page cache. llama.cpp's layer placement does
+               thread counts only the fastest of the three); Ferry with no budget flag: it fits
+               the free memory itself (--fit-target MARGIN, llama.cpp's -fitt), --routing model and locality, the pinned store filled from the page cache. llama.cpp's layer placement does
                not depend on which experts are routed; Ferry's expert cache does, hence two columns.
   depth        tg at -d DEPTH, resident, when the time left allows (a DEPTH prefill per engine)
 
@@ -184,7 +184,10 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--threads", default="16,8", help="first: every scenario; the others: resident and the first card")
     ap.add_argument("--cards", default="16G,12G", help="free memory the ballast leaves, one scenario each")
-    ap.add_argument("--margin", default="1G", help="left unused: llama.cpp -fitt, and Ferry's --vram = card - margin")
+    ap.add_argument("--margin", default="1G", help="left unused: llama.cpp -fitt and Ferry's --fit-target")
+    ap.add_argument("--emulated", action="store_true",
+                    help="the dry run: the CUDA emulator's memory is per process, so the ballast cannot shrink "
+                         "Ferry's; FERRY_CUDA_EMU_MEMORY gives each Ferry run the card's size instead")
     ap.add_argument("--reserve", default="1536M", help="-ncmoe arithmetic: margin + compute buffers + KV + context")
     ap.add_argument("-p", "--n-prompt", type=int, default=512)
     ap.add_argument("-n", "--n-gen", type=int, default=128)
@@ -234,10 +237,11 @@ def main():
     def card(size, t):
         free_mib = parse_size_mib(size)
         n = n_cpu_moe_for(per_layer, gpu_fixed, free_mib * 2**20, parse_size_mib(a.reserve) * 2**20)
-        vram = f"{int(free_mib - margin_mib)}M"
+        fit = ["--fit-target", str(int(margin_mib))]  # Ferry's zero-flag fit: free − margin
+        emu = {"FERRY_CUDA_EMU_MEMORY": str(int(free_mib))} if a.emulated else None
         log(f"\n== as a {size} card, {t} threads: -ncmoe {n} (experts {sum(per_layer) / 2**30:.2f} GiB in "
             f"{len(per_layer)} layers, {gpu_fixed / 2**30:.2f} GiB other weights on the GPU, reserve {a.reserve}); "
-            f"Ferry --vram {vram}")
+            f"Ferry fits free − {int(margin_mib)} MiB itself")
         if runner.left() < 3 * a.est_s:
             log(f"  skipped: {runner.left():.0f} s left")
             return
@@ -257,8 +261,8 @@ def main():
                                                                                            "-ncmoe", str(k)], need_s=a.est_s)))
             # --host-load mmap: the pinned store is filled from the warm page cache rather than read
             # again from disk (uring's O_DIRECT); decode reads the same pinned store either way.
-            fr = runner.run(f"ferry-{size}-t{t}", [*ferry_cmd, "-t", str(t), "--vram", vram, "--routing", "model,locality",
-                                                   "--host-load", "mmap"], need_s=2 * a.est_s)
+            fr = runner.run(f"ferry-{size}-t{t}", [*ferry_cmd, "-t", str(t), *fit, "--routing", "model,locality",
+                                                   "--host-load", "mmap"], env=emu, need_s=2 * a.est_s)
         finally:
             ballast.__exit__(None, None, None)
         if size not in best_n:
