@@ -221,7 +221,8 @@ def main():
             pass
     log(f"page cache: read {os.path.getsize(a.model) / 2**30:.2f} GiB in {time.monotonic() - t0:.1f} s")
     per_layer, gpu_fixed = model_bytes(a.ferry, a.model)
-    ferry_cmd = [a.ferry, "bench", "--device", "cuda", *common]
+    # Ferry fits the free memory itself, leaving the margin llama.cpp's -fitt leaves (--fit-target).
+    ferry_cmd = [a.ferry, "bench", "--device", "cuda", "--fit-target", str(int(margin_mib)), *common]
 
     def resident(t):
         log(f"\n== resident, {t} threads")
@@ -237,7 +238,6 @@ def main():
     def card(size, t):
         free_mib = parse_size_mib(size)
         n = n_cpu_moe_for(per_layer, gpu_fixed, free_mib * 2**20, parse_size_mib(a.reserve) * 2**20)
-        fit = ["--fit-target", str(int(margin_mib))]  # Ferry's zero-flag fit: free − margin
         emu = {"FERRY_CUDA_EMU_MEMORY": str(int(free_mib))} if a.emulated else None
         log(f"\n== as a {size} card, {t} threads: -ncmoe {n} (experts {sum(per_layer) / 2**30:.2f} GiB in "
             f"{len(per_layer)} layers, {gpu_fixed / 2**30:.2f} GiB other weights on the GPU, reserve {a.reserve}); "
@@ -261,7 +261,7 @@ def main():
                                                                                            "-ncmoe", str(k)], need_s=a.est_s)))
             # --host-load mmap: the pinned store is filled from the warm page cache rather than read
             # again from disk (uring's O_DIRECT); decode reads the same pinned store either way.
-            fr = runner.run(f"ferry-{size}-t{t}", [*ferry_cmd, "-t", str(t), *fit, "--routing", "model,locality",
+            fr = runner.run(f"ferry-{size}-t{t}", [*ferry_cmd, "-t", str(t), "--routing", "model,locality",
                                                    "--host-load", "mmap"], env=emu, need_s=2 * a.est_s)
         finally:
             ballast.__exit__(None, None, None)
