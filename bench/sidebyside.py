@@ -222,7 +222,8 @@ def main():
     log(f"page cache: read {os.path.getsize(a.model) / 2**30:.2f} GiB in {time.monotonic() - t0:.1f} s")
     per_layer, gpu_fixed = model_bytes(a.ferry, a.model)
     # Ferry fits the free memory itself, leaving the margin llama.cpp's -fitt leaves (--fit-target).
-    ferry_cmd = [a.ferry, "bench", "--device", "cuda", "--fit-target", str(int(margin_mib)), *common]
+    ferry_base = [a.ferry, "bench", "--device", "cuda", "--fit-target", str(int(margin_mib))]
+    ferry_cmd = [*ferry_base, *common]
 
     def resident(t):
         log(f"\n== resident, {t} threads")
@@ -283,7 +284,7 @@ def main():
         deep = ["-m", a.model, "-p", "0", "-n", str(a.n_gen), "-d", str(a.depth), "-r", "1", "--no-warmup", "-o", "json",
                 "-t", str(threads[0])]
         runs = [("defaults", runner.run("llama-depth", [a.llama_bench, *deep], need_s=3 * a.est_s))]
-        fr = runner.run("ferry-depth", [a.ferry, "bench", "--device", "cuda", *deep], need_s=3 * a.est_s) if runs[0][1] else None
+        fr = runner.run("ferry-depth", [*ferry_base, *deep], need_s=3 * a.est_s) if runs[0][1] else None
         table.add("resident", threads[0], runs, fr)
     log(f"\nside-by-side: {len(table.rows)} rows in {a.budget_s - runner.left():.0f} s; table in {table.path}")
     if runner.failed:
