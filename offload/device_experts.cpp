@@ -112,4 +112,18 @@ class SimExpertKernels final : public DeviceExpertKernels {
 
 std::unique_ptr<DeviceExpertKernels> make_sim_expert_kernels() { return std::make_unique<SimExpertKernels>(); }
 
+void DeviceExpertKernels::experts_decode_sum(const ExpertShape& s, const DecodeSlots& slots, int32_t k,
+                                             const float* x, float* y_slots, const float* weights, float* out,
+                                             Stream& stream) {
+  experts_decode(s, slots, k, x, y_slots, stream);
+  weighted_sum(y_slots, weights, 1, k, s.n_embd, out, stream);
+}
+
+void DeviceExpertKernels::weighted_sum_rows(float* y_slots, const float* rows, const RowIndex& idx, int64_t n_rows,
+                                            const float* weights, int32_t k, int64_t n_embd, float* out,
+                                            Stream& stream) {
+  if (n_rows > 0) scatter_rows(y_slots, rows, idx, n_rows, n_embd, stream);
+  weighted_sum(y_slots, weights, 1, k, n_embd, out, stream);
+}
+
 }  // namespace ferry

@@ -47,6 +47,15 @@ class DeviceExpertKernels {
   // weights: (n_tokens, k) device; out: (n_tokens, n_embd) device.
   virtual void weighted_sum(const float* y_slots, const float* weights, int64_t n_tokens, int32_t k,
                             int64_t n_embd, float* out, Stream& stream) = 0;
+  // The fused forms of a decode step (one token); each default runs exactly the calls it names,
+  // CUDA fuses them (device_experts_cuda.cpp). Every slot on the device: experts_decode(s, slots,
+  // k, x, y_slots), then weighted_sum(y_slots, weights, 1, k, n_embd, out).
+  virtual void experts_decode_sum(const ExpertShape& s, const DecodeSlots& slots, int32_t k, const float* x,
+                                  float* y_slots, const float* weights, float* out, Stream& stream);
+  // The weighted sum with some slots' rows computed elsewhere: scatter_rows(y_slots, rows, idx,
+  // n_rows, n_embd), then weighted_sum(y_slots, weights, 1, k, n_embd, out).
+  virtual void weighted_sum_rows(float* y_slots, const float* rows, const RowIndex& idx, int64_t n_rows,
+                                 const float* weights, int32_t k, int64_t n_embd, float* out, Stream& stream);
   // y_slots[idx[i]] = rows[i], i < n: rows (n, n_embd) device (CPU-computed slots copied up),
   // idx (n) int32 device, distinct row indices t·k + j.
   virtual void scatter_rows(float* y_slots, const float* rows, const int32_t* idx, int64_t n,
@@ -57,8 +66,9 @@ class DeviceExpertKernels {
 };
 
 std::unique_ptr<DeviceExpertKernels> make_sim_expert_kernels();
-// Scratch (n_tokens·k·n_ff floats) is allocated from `dev` and charged to its budget.
+// Scratch (n_tokens·k·n_ff floats) is allocated from `dev` and charged to its budget. fusion:
+// the fused decode forms (CudaOpsOptions::fusion; off: the calls they stand for).
 // ErrorKind::unsupported in a build without CUDA.
-std::unique_ptr<DeviceExpertKernels> make_cuda_expert_kernels(Device& dev);
+std::unique_ptr<DeviceExpertKernels> make_cuda_expert_kernels(Device& dev, bool fusion = true);
 
 }  // namespace ferry

@@ -16,7 +16,7 @@ namespace {
 
 class CudaExpertKernels final : public DeviceExpertKernels {
  public:
-  explicit CudaExpertKernels(Device& dev) : dev_(dev) {}
+  CudaExpertKernels(Device& dev, bool fusion) : dev_(dev), fusion_(fusion) {}
 
   void experts_per_slot(const ExpertShape& s, const ExpertPtrs* table, const int32_t* ids,
                         int64_t n_tokens, int32_t k, const float* x, float* y_slots,
@@ -36,6 +36,28 @@ class CudaExpertKernels final : public DeviceExpertKernels {
     scratch(static_cast<size_t>(k), s, stream);
     cuda::moe_decode_slots(s.gate_type, s.down_type, slots, k, s.n_embd, s.n_ff, x, h_.f32(), y_slots,
                            static_cast<cudaStream_t>(stream.native_handle()));
+  }
+
+  // The gate/up launch and the down projections with the sum in one (cuda::moe_decode_sum).
+  void experts_decode_sum(const ExpertShape& s, const DecodeSlots& slots, int32_t k, const float* x, float* y_slots,
+                          const float* weights, float* out, Stream& stream) override {
+    if (!fusion_ || k > DecodeSlots::kMaxSlots) {
+      DeviceExpertKernels::experts_decode_sum(s, slots, k, x, y_slots, weights, out, stream);
+      return;
+    }
+    scratch(static_cast<size_t>(k), s, stream);
+    cuda::moe_decode_sum(s.gate_type, s.down_type, slots, k, s.n_embd, s.n_ff, x, h_.f32(), weights, out,
+                         static_cast<cudaStream_t>(stream.native_handle()));
+  }
+  // The CPU rows read in place by the sum (cuda::moe_sum_rows): no scatter launch.
+  void weighted_sum_rows(float* y_slots, const float* rows, const RowIndex& idx, int64_t n_rows, const float* weights,
+                         int32_t k, int64_t n_embd, float* out, Stream& stream) override {
+    if (!fusion_) {
+      DeviceExpertKernels::weighted_sum_rows(y_slots, rows, idx, n_rows, weights, k, n_embd, out, stream);
+      return;
+    }
+    cuda::moe_sum_rows(y_slots, rows, idx, n_rows, weights, k, n_embd, out,
+                       static_cast<cudaStream_t>(stream.native_handle()));
   }
 
   void expert_pairs_per_slot(const ExpertShape& s, const ExpertPtrs* expert, const int32_t* pairs,
@@ -81,15 +103,16 @@ class CudaExpertKernels final : public DeviceExpertKernels {
   }
 
   Device& dev_;
+  bool fusion_;
   DeviceBuffer h_;
 };
 
 }  // namespace
 
-std::unique_ptr<DeviceExpertKernels> make_cuda_expert_kernels(Device& dev) {
+std::unique_ptr<DeviceExpertKernels> make_cuda_expert_kernels(Device& dev, bool fusion) {
   if (dev.kind() != DeviceKind::cuda)
     fail(ErrorKind::invalid_arg, "cuda expert kernels on a {} device", device_kind_name(dev.kind()));
-  return std::make_unique<CudaExpertKernels>(dev);
+  return std::make_unique<CudaExpertKernels>(dev, fusion);
 }
 
 }  // namespace ferry
@@ -98,7 +121,7 @@ std::unique_ptr<DeviceExpertKernels> make_cuda_expert_kernels(Device& dev) {
 
 namespace ferry {
 
-std::unique_ptr<DeviceExpertKernels> make_cuda_expert_kernels(Device&) {
+std::unique_ptr<DeviceExpertKernels> make_cuda_expert_kernels(Device&, bool) {
   fail(ErrorKind::unsupported, "this Ferry was built without CUDA (configure with -DFERRY_CUDA=ON)");
 }
 

@@ -209,7 +209,12 @@ void DeviceStep::run(const StepPlan& plan, const MoeStep& req, const MoeStep& de
                      {"experts", static_cast<int64_t>(used.size())},
                      {"cpu", static_cast<int64_t>(cpu.size())},
                      {"streamed", static_cast<int64_t>(streamed.size())}});
-  if (n_direct > 0 && by_value)
+  // A decode step with every slot on the device sums in its down launch (experts_decode_sum).
+  const bool summed = by_value && cpu.empty() && n_direct == K;
+  if (summed)
+    kernels_.experts_decode_sum(shape, slots, static_cast<int32_t>(K), dev.x, y, dev.expert_weights, dev.out,
+                                compute_);
+  else if (n_direct > 0 && by_value)
     kernels_.experts_decode(shape, slots, static_cast<int32_t>(K), dev.x, y, compute_);
   else if (n_direct > 0)
     kernels_.experts_per_slot(shape, d_table, reinterpret_cast<const int32_t*>(d + lay.off_ids), n,
@@ -249,16 +254,17 @@ void DeviceStep::run(const StepPlan& plan, const MoeStep& req, const MoeStep& de
     if (!rows)
       fail(ErrorKind::device,
            "offload: the CPU experts' pinned rows are not readable by the device");
-    if (by_value) {
-      kernels_.scatter_rows(y, rows, row_index, n_rows, E, compute_);
-    } else {
-      compute_.copy_h2d(d + lay.off_rows, row_idx, static_cast<size_t>(n_rows) * 4);
-      kernels_.scatter_rows(y, rows, reinterpret_cast<const int32_t*>(d + lay.off_rows), n_rows,
-                            E, compute_);
-    }
     c.add(Count::cpu_ns, static_cast<uint64_t>(ms_since(tc) * 1e6));
+    if (by_value) {  // the sum reads the rows where they are (weighted_sum_rows)
+      kernels_.weighted_sum_rows(y, rows, row_index, n_rows, dev.expert_weights, static_cast<int32_t>(K), E, dev.out,
+                                 compute_);
+      c.add(Count::compute_ns, static_cast<uint64_t>(ms_since(t0) * 1e6));
+      return;
+    }
+    compute_.copy_h2d(d + lay.off_rows, row_idx, static_cast<size_t>(n_rows) * 4);
+    kernels_.scatter_rows(y, rows, reinterpret_cast<const int32_t*>(d + lay.off_rows), n_rows, E, compute_);
   }
-  kernels_.weighted_sum(y, dev.expert_weights, n, static_cast<int32_t>(K), E, dev.out, compute_);
+  if (!summed) kernels_.weighted_sum(y, dev.expert_weights, n, static_cast<int32_t>(K), E, dev.out, compute_);
   c.add(Count::compute_ns, static_cast<uint64_t>(ms_since(t0) * 1e6));
 }
 

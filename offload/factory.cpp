@@ -82,7 +82,7 @@ OffloadBuild make_offload_executor(OffloadRequest r) {
     o.reserve_fixed = false;  // the dense part, KV cache and workspace are real allocations here
     e = std::make_unique<OffloadExecutor>(
         *cuda_dev, cuda_stream_view(*cuda_dev, cuda_ops_stream(*r.ops)),
-        make_cuda_expert_kernels(*cuda_dev), std::move(r.layers), std::move(o));
+        make_cuda_expert_kernels(*cuda_dev, cuda_ops_fusion(*r.ops)), std::move(r.layers), std::move(o));
   } else {
     DeviceOptions d;
     d.budget_bytes = r.sim_budget_bytes;

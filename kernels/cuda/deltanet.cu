@@ -4,6 +4,7 @@
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/deltanet.cuh"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/norm_device.cuh"
 
 namespace ferry::cuda {
 namespace {
@@ -14,6 +15,26 @@ namespace {
 // registers across all tokens of the call. Per token the two reductions over key rows (Sᵀk and
 // Sᵀq) combine the warps' partial sums through shared memory.
 constexpr int kRowWarps = 4;
+
+// GdnArgs' gated-norm epilogue for head h: the head's blocks (grid.y of them) count themselves in
+// after their outputs are written; the last one normalises the head's rows, one warp per token.
+__device__ __forceinline__ void norm_in_last_block(const GdnArgs& a, int h, int S) {
+  __shared__ bool last;
+  __syncthreads();  // the block's output columns are written
+  if (threadIdx.x == 0) {
+    __threadfence();
+    last = atomicAdd(a.counters + h, 1u) == gridDim.y - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  for (int64_t t = threadIdx.x >> 5; t < a.n_tokens; t += blockDim.x >> 5) {
+    float* o = a.out + t * a.ldo + int64_t{h} * S;
+    detail::norm_row<detail::NormKind::rms_gated, true>(o, a.norm_w, a.z + t * a.ldz + int64_t{h} * S, o, S, a.eps,
+                                                        1.f);
+  }
+  if (threadIdx.x == 0) a.counters[h] = 0;
+}
 
 template <int S>
 __global__ void __launch_bounds__(32 * kRowWarps) gdn_rule_kernel(GdnArgs a) {
@@ -73,6 +94,7 @@ __global__ void __launch_bounds__(32 * kRowWarps) gdn_rule_kernel(GdnArgs a) {
 #pragma unroll
   for (int r = 0; r < R; ++r)
     if (active) st[int64_t{i0 + r} * S + j] = s[r];
+  if (a.counters) norm_in_last_block(a, h, S);
 }
 
 // ---- Chunked form (prefill) -------------------------------------------------------------------
@@ -412,6 +434,8 @@ void check_rule_args(const GdnArgs& a, const char* op) {
 void gdn_delta_rule(const GdnArgs& a, cudaStream_t stream) {
   const char* op = "gdn_delta_rule";
   check_rule_args(a, op);
+  require(!a.counters || (a.z && a.norm_w && a.ldz >= int64_t{a.n_v_heads} * a.head_dim), op,
+          "the gated norm needs z (token stride ≥ H_v·S) and its weight");
   if (a.n_tokens <= 0) return;
   const dim3 grid(static_cast<unsigned>(a.n_v_heads), static_cast<unsigned>((a.head_dim + 31) / 32));
   switch (a.head_dim) {
@@ -436,6 +460,7 @@ void gdn_delta_rule_chunked(const GdnArgs& a, float* scratch, cudaStream_t strea
   const char* op = "gdn_delta_rule_chunked";
   check_rule_args(a, op);
   require(scratch != nullptr, op, "null scratch");
+  require(!a.counters, op, "the gated-norm epilogue is gdn_delta_rule's only");
   if (a.n_tokens <= 0) return;
   // Passes of at most kGdnChunkedMaxTokens tokens bound the scratch; the state carries over.
   for (int64_t t0 = 0; t0 < a.n_tokens; t0 += kGdnChunkedMaxTokens) {

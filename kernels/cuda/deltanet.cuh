@@ -29,6 +29,15 @@ struct GdnArgs {
   int64_t ldo = 0;
   int64_t n_tokens = 0;
   float scale = 1.f;
+  // Optional, gdn_delta_rule only: the gated RMSNorm of each head's output in the same launch,
+  // in place: out ← rmsnorm(out)·norm_w ⊙ silu(z) per head vector (rmsnorm_gated_heads' arithmetic),
+  // run by the last of the head's blocks to finish (the last-block pattern). counters: H_v zeroed
+  // unsigned of device memory, set back to 0 by the launch; launches sharing them must not overlap.
+  const float* z = nullptr;  // (n_tokens, H_v, S), token stride ldz
+  int64_t ldz = 0;
+  const float* norm_w = nullptr;  // (S)
+  float eps = 0.f;
+  unsigned* counters = nullptr;
 };
 
 // Two forms of the delta rule, as on the CPU (kernels/cpu/gdn.hpp), agreeing to float rounding.

@@ -6,6 +6,7 @@
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/matmul.cuh"
 #include "kernels/cuda/quant_device.cuh"
+#include "kernels/cuda/routing_device.cuh"
 
 namespace ferry::cuda {
 namespace {
@@ -18,9 +19,31 @@ struct MultiArgs {
   const uint8_t* up[kMaxMatvecOuts];  // SwiGLU pairs' up matrix, else nullptr
   float* y[kMaxMatvecOuts];
   int64_t row_end[kMaxMatvecOuts];
-  bool f32[kMaxMatvecOuts];
+  GgmlType type[kMaxMatvecOuts];
   int n;
 };
+
+// The last-block router epilogue (RouteEpilogue). Every thread of the block calls it.
+__device__ __forceinline__ void route_in_last_block(const RouteEpilogue& r) {
+  __shared__ bool last;
+  __syncthreads();  // every warp of the block has written its rows
+  if (threadIdx.x == 0) {
+    __threadfence();  // the block's rows are visible to all before the count includes it
+    last = atomicAdd(r.counter, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  FERRY_DYNAMIC_SHARED(float, prob);
+  if (threadIdx.x < 32) detail::route_token(r.logits, r.n_expert, r.k, r.ids, r.weights, r.renormalize, r.scale, prob);
+  if (threadIdx.x == 0) *r.counter = 0;
+}
+
+void check_route_epilogue(const char* op, const RouteEpilogue& r) {
+  require(r.counter && r.logits && r.ids && r.weights, op, "route: null pointer");
+  require(r.n_expert >= 1 && r.n_expert <= 4096 && r.k >= 1 && r.k <= r.n_expert && r.k <= 64, op,
+          "route: n_expert must be in [1, 4096] and k in [1, min(n_expert, 64)]");
+}
 
 template <GgmlType T>
 __device__ __forceinline__ float row_dot(const uint8_t* wrow, int64_t cols, const float* x, int lane) {
@@ -30,28 +53,38 @@ __device__ __forceinline__ float row_dot(const uint8_t* wrow, int64_t cols, cons
   return detail::warp_sum(acc);
 }
 
-// One warp per row of the concatenated matrices; the lane order of each dot is matvec_rows_kernel's.
+// Row r of matrix i (of type T): its dot, or silu(gate·x) ⊙ (up·x) for a SwiGLU pair.
 template <GgmlType T>
+__device__ __forceinline__ float target_row(const MultiArgs& m, int i, int64_t r, int64_t cols, const float* x,
+                                            int lane) {
+  const int64_t rb = detail::row_bytes_of<T>(cols);
+  float s = row_dot<T>(m.w[i] + r * rb, cols, x, lane);
+  if (m.up[i]) {
+    const float u = row_dot<T>(m.up[i] + r * rb, cols, x, lane);
+    s = s / (1.f + expf(-s)) * u;
+  }
+  return s;
+}
+
+// One warp per row of the concatenated matrices, whatever their types (a warp-uniform switch per
+// row); the lane order of each dot is matvec_rows_kernel's. With route.counter, the block that
+// finishes last routes the token from the router's logits (RouteEpilogue).
 __global__ void __launch_bounds__(32 * kWarpsPerBlock)
-    matvec_multi_kernel(MultiArgs m, int64_t cols, const float* __restrict__ x) {
+    matvec_multi_kernel(MultiArgs m, int64_t cols, const float* __restrict__ x, RouteEpilogue route) {
   const int lane = threadIdx.x & 31;
   const int64_t row = int64_t{blockIdx.x} * kWarpsPerBlock + (threadIdx.x >> 5);
   int i = 0;
   while (i < m.n && row >= m.row_end[i]) ++i;
-  if (i == m.n) return;
-  const int64_t r = row - (i == 0 ? 0 : m.row_end[i - 1]);
-  float s;
-  if (m.f32[i]) {
-    s = row_dot<GgmlType::F32>(m.w[i] + r * cols * 4, cols, x, lane);
-  } else {
-    const int64_t rb = detail::row_bytes_of<T>(cols);
-    s = row_dot<T>(m.w[i] + r * rb, cols, x, lane);
-    if (m.up[i]) {
-      const float u = row_dot<T>(m.up[i] + r * rb, cols, x, lane);
-      s = s / (1.f + expf(-s)) * u;
+  if (i < m.n) {
+    const int64_t r = row - (i == 0 ? 0 : m.row_end[i - 1]);
+    float s = 0.f;
+    switch (m.type[i]) {
+      FERRY_WEIGHT_TYPE_CASES(s = target_row<kT>(m, i, r, cols, x, lane))
+      default: break;  // the host checked every type
     }
+    if (lane == 0) m.y[i][r] = s;
   }
-  if (lane == 0) m.y[i][r] = s;
+  if (route.counter) route_in_last_block(route);
 }
 
 // Same expressions as sigmoid_gate_add_kernel, add_kernel and norm_kernel<rms>.
@@ -100,7 +133,8 @@ bool matvec_multi_supported(GgmlType t) {
   }
 }
 
-void matvec_multi(GgmlType t, const MatvecOut* outs, int n, int64_t cols, const float* x, cudaStream_t stream) {
+void matvec_multi(const MatvecOut* outs, int n, int64_t cols, const float* x, const RouteEpilogue* route,
+                  cudaStream_t stream) {
   const char* op = "matvec_multi";
   require(n >= 1 && n <= kMaxMatvecOuts, op, "1.." + std::to_string(kMaxMatvecOuts) + " matrices");
   require(x && aligned(x, 16), op, "x must be non-null and 16-byte aligned");
@@ -109,22 +143,28 @@ void matvec_multi(GgmlType t, const MatvecOut* outs, int n, int64_t cols, const 
   int64_t rows = 0;
   for (int i = 0; i < n; ++i) {
     const MatvecOut& o = outs[i];
-    require(o.type == t || o.type == GgmlType::F32, op, "matrix " + std::to_string(i) + " is neither the group's type nor F32");
+    require(matvec_multi_supported(o.type), op, "matrix " + std::to_string(i) + ": a weight type without a kernel");
     check_weight_args(op, o.type, o.w, o.rows, cols);
     require(o.y != nullptr, op, "null output");
-    require(!o.up || (o.type == t && aligned(o.up, 16)), op, "a SwiGLU pair's up matrix must be of the group's type");
+    require(!o.up || (o.type != GgmlType::F32 && aligned(o.up, 16)), op,
+            "a SwiGLU pair's up matrix must be quantized or 16-bit, like its gate");
     m.w[i] = static_cast<const uint8_t*>(o.w);
     m.up[i] = static_cast<const uint8_t*>(o.up);
     m.y[i] = o.y;
-    m.f32[i] = o.type == GgmlType::F32 && t != GgmlType::F32;
+    m.type[i] = o.type;
     rows += o.rows;
     m.row_end[i] = rows;
   }
   const int64_t blocks = (rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
   require(blocks < (1ll << 31), op, "too many rows");
-  FERRY_DISPATCH_WEIGHT_TYPE(t, op, {
-    launch(matvec_multi_kernel<kT>, static_cast<unsigned>(blocks), 32 * kWarpsPerBlock, 0, stream, m, cols, x);
-  });
+  RouteEpilogue r{};
+  size_t shared = 0;
+  if (route) {
+    check_route_epilogue(op, *route);
+    r = *route;
+    shared = sizeof(float) * static_cast<size_t>(r.n_expert);
+  }
+  launch(matvec_multi_kernel, static_cast<unsigned>(blocks), 32 * kWarpsPerBlock, shared, stream, m, cols, x, r);
   FERRY_CUDA_CHECK_LAUNCH("matvec_multi_kernel");
 }
 

@@ -21,10 +21,27 @@ struct MatvecOut {
 };
 constexpr int kMaxMatvecOuts = 8;
 
+// The router epilogue of a fused decode launch: once every block has written its rows (the
+// router's logits among them), the block that finishes last routes the token (route_topk's
+// arithmetic, kernels/cuda/routing_device.cuh) — the classic last-block pattern: each block fences
+// its writes, then counts itself in. `counter` is one zeroed unsigned of device memory owned by the
+// caller; the last block sets it back to 0, so a recorded graph replays it. Launches that share a
+// counter must not overlap (one stream).
+struct RouteEpilogue {
+  unsigned* counter = nullptr;
+  const float* logits = nullptr;  // (n_expert), written by the launch
+  int n_expert = 0, k = 0;
+  int32_t* ids = nullptr;         // (k)
+  float* weights = nullptr;       // (k)
+  bool renormalize = false;
+  float scale = 1.f;
+};
+
 // y_i = W_i·x for n ≤ kMaxMatvecOuts matrices of `cols` columns sharing the input x (cols floats,
-// 16-byte aligned), in one launch. Every matrix has type t or F32 (F32 matrices ride along with a
-// quantized group: routers and gate vectors). One warp per row, as matvec_rows_kernel<T, 1>.
-void matvec_multi(GgmlType t, const MatvecOut* outs, int n, int64_t cols, const float* x, cudaStream_t stream);
+// 16-byte aligned), in one launch, whatever their weight types. One warp per row, as
+// matvec_rows_kernel<T, 1>. With `route` (one token), also the token's routing from its logits.
+void matvec_multi(const MatvecOut* outs, int n, int64_t cols, const float* x, const RouteEpilogue* route,
+                  cudaStream_t stream);
 // Whether matvec_multi takes matrices of type t (the weight types of FERRY_DISPATCH_WEIGHT_TYPE).
 bool matvec_multi_supported(GgmlType t);
 

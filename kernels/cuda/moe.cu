@@ -126,13 +126,21 @@ __global__ void __launch_bounds__(32 * kWarps)
 
 // out[t][row] = Σ_j (down_e · h[t·k + j])[row] · weights[t·k + j], sum_kernel's roundings.
 // grid.x: row blocks of n_embd; grid.y: token.
-template <GgmlType T>
+// With grid.z = 2, the blocks of z = 1 compute the shared expert's down projection instead
+// (SharedDown: a dense matrix of the same type; matvec_rows_kernel<T, 1>'s dot per row).
+template <GgmlType T, typename Table>
 __global__ void __launch_bounds__(32 * kWarps)
-    down_sum_kernel(DeviceTable table, const float* __restrict__ weights, int k, int64_t n_embd, int64_t n_ff,
-                    const float* __restrict__ h, float* __restrict__ out) {
+    down_sum_kernel(Table table, const float* __restrict__ weights, int k, int64_t n_embd, int64_t n_ff,
+                    const float* __restrict__ h, float* __restrict__ out, SharedDown sh) {
   const int64_t row = int64_t{blockIdx.x} * kWarps + (threadIdx.x >> 5);
   const int64_t t = blockIdx.y;
   if (row >= n_embd) return;
+  if (blockIdx.z == 1) {
+    const ExpertPtrs dense{nullptr, nullptr, sh.w};
+    const float v = down_row<T>(dense, row, sh.ff, sh.h + t * sh.ff);
+    if ((threadIdx.x & 31) == 0) sh.out[t * n_embd + row] = v;
+    return;
+  }
   float acc = 0.f;
   for (int j = 0; j < k; ++j) {
     const int64_t ts = t * k + j;
@@ -177,6 +185,24 @@ __global__ void __launch_bounds__(kElemThreads)
     float acc = __fmul_rn(yt[0], wt[0]);
     for (int j = 1; j < k; ++j) acc = __fadd_rn(acc, __fmul_rn(yt[j * n_embd], wt[j]));
     out[i] = acc;
+  }
+}
+
+// One token: out[c] = Σ_j y_j[c] · weights[j] in slot order with sum_kernel's roundings, where
+// y_j is rows[r] for the slot j = idx.i[r] (r < n_rows) and y_slots[j] otherwise.
+__global__ void __launch_bounds__(kElemThreads)
+    sum_rows_kernel(const float* __restrict__ y, const float* __restrict__ rows, RowIndex idx, int n_rows,
+                    const float* __restrict__ weights, int k, int64_t n_embd, float* __restrict__ out) {
+  for (int64_t c = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; c < n_embd; c += int64_t{gridDim.x} * blockDim.x) {
+    float acc = 0.f;
+    for (int j = 0; j < k; ++j) {
+      const float* src = y + int64_t{j} * n_embd;
+      for (int r = 0; r < n_rows; ++r)
+        if (idx.i[r] == j) src = rows + int64_t{r} * n_embd;
+      const float wv = __fmul_rn(src[c], weights[j]);
+      acc = j == 0 ? wv : __fadd_rn(acc, wv);
+    }
+    out[c] = acc;
   }
 }
 
@@ -236,15 +262,23 @@ void moe_down_slots(GgmlType t_down, const ExpertPtrs* table, const int32_t* ids
 
 void moe_down_sum(GgmlType t_down, const ExpertPtrs* table, const int32_t* ids, const float* weights,
                   int64_t n_tokens, int k, int64_t n_embd, int64_t n_ff, const float* h, float* out,
-                  cudaStream_t stream) {
+                  cudaStream_t stream, const SharedDown* shared) {
   const char* op = "moe_down_sum";
   check_moe_args(op, table, ids, n_tokens, k, h, out);
   require(weights != nullptr, op, "null weights");
   check_weight_args(op, t_down, reinterpret_cast<const void*>(16), n_embd, n_ff);
-  const dim3 grid(static_cast<unsigned>((n_embd + kWarps - 1) / kWarps), static_cast<unsigned>(n_tokens));
+  SharedDown sh{};
+  if (shared) {
+    sh = *shared;
+    check_weight_args(op, t_down, sh.w, n_embd, sh.ff);
+    require(sh.h && sh.out && aligned(sh.h, 16) && aligned(sh.w, 16), op,
+            "the shared expert's input and output must be set, its input and matrix 16-byte aligned");
+  }
+  const dim3 grid(static_cast<unsigned>((n_embd + kWarps - 1) / kWarps), static_cast<unsigned>(n_tokens),
+                  shared ? 2u : 1u);
   FERRY_DISPATCH_WEIGHT_TYPE(t_down, op, {
-    launch(down_sum_kernel<kT>, grid, 32 * kWarps, 0, stream, DeviceTable{table, ids}, weights, k, n_embd, n_ff,
-           h, out);
+    launch(down_sum_kernel<kT, DeviceTable>, grid, 32 * kWarps, 0, stream, DeviceTable{table, ids}, weights, k,
+           n_embd, n_ff, h, out, sh);
   });
   FERRY_CUDA_CHECK_LAUNCH("down_sum_kernel");
 }
@@ -333,6 +367,48 @@ void moe_decode_slots(GgmlType t_gate_up, GgmlType t_down, const DecodeSlots& sl
            y_slots);
   });
   FERRY_CUDA_CHECK_LAUNCH("down_slots_kernel");
+}
+
+void moe_decode_sum(GgmlType t_gate_up, GgmlType t_down, const DecodeSlots& slots, int k, int64_t n_embd,
+                    int64_t n_ff, const float* x, float* h, const float* weights, float* out, cudaStream_t stream) {
+  const char* op = "moe_decode_sum";
+  require(x && h && weights && out, op, "null pointer argument");
+  require(k >= 1 && k <= DecodeSlots::kMaxSlots, op,
+          "k must be in [1, " + std::to_string(DecodeSlots::kMaxSlots) + "], got " + std::to_string(k));
+  require(aligned(x, 16) && aligned(h, 16), op, "activations must be 16-byte aligned");
+  for (int j = 0; j < k; ++j) {  // every slot is computed here (a sum over missing rows is no sum)
+    const ExpertPtrs& p = slots.w[j];
+    require(p.gate && p.up && p.down, op, "slot " + std::to_string(j) + " has no expert");
+    require(aligned(p.gate, 16) && aligned(p.up, 16) && aligned(p.down, 16), op,
+            "expert matrices must be 16-byte aligned");
+  }
+  check_weight_args(op, t_gate_up, reinterpret_cast<const void*>(16), n_ff, n_embd);
+  check_weight_args(op, t_down, reinterpret_cast<const void*>(16), n_embd, n_ff);
+  require(n_ff % 4 == 0, op, "n_ff must be a multiple of 4 (h rows are read with float4)");
+  const InlineTable table{slots};
+  const dim3 g1(static_cast<unsigned>((n_ff + kWarps - 1) / kWarps), static_cast<unsigned>(k));
+  FERRY_DISPATCH_WEIGHT_TYPE(t_gate_up, op, {
+    launch(gate_up_kernel<kT, InlineTable>, g1, 32 * kWarps, 0, stream, table, n_embd, n_ff, k, x, h);
+  });
+  FERRY_CUDA_CHECK_LAUNCH("gate_up_kernel");
+  const dim3 g2(static_cast<unsigned>((n_embd + kWarps - 1) / kWarps), 1u);
+  FERRY_DISPATCH_WEIGHT_TYPE(t_down, op, {
+    launch(down_sum_kernel<kT, InlineTable>, g2, 32 * kWarps, 0, stream, table, weights, k, n_embd, n_ff, h, out,
+           SharedDown{});
+  });
+  FERRY_CUDA_CHECK_LAUNCH("down_sum_kernel");
+}
+
+void moe_sum_rows(const float* y_slots, const float* rows, const RowIndex& idx, int64_t n_rows, const float* weights,
+                  int k, int64_t n_embd, float* out, cudaStream_t stream) {
+  const char* op = "moe_sum_rows";
+  require(y_slots && weights && out && (n_rows == 0 || rows), op, "null pointer argument");
+  require(k >= 1 && k <= kMaxK, op, "k must be in [1, 64], got " + std::to_string(k));
+  require(n_rows >= 0 && n_rows <= RowIndex::kMax && n_embd >= 1, op,
+          "n_rows must be in [0, " + std::to_string(RowIndex::kMax) + "] and n_embd ≥ 1");
+  launch(sum_rows_kernel, elem_grid(n_embd), kElemThreads, 0, stream, y_slots, rows, idx, static_cast<int>(n_rows),
+         weights, k, n_embd, out);
+  FERRY_CUDA_CHECK_LAUNCH("sum_rows_kernel");
 }
 
 void moe_scatter_rows(const float* rows, const RowIndex& idx, int64_t n, int64_t n_embd, float* y,

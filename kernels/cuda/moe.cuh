@@ -63,9 +63,18 @@ void moe_sum(const float* y_slots, const float* weights, int64_t n_tokens, int k
 // (ids ≥ 0; a slot with id < 0 adds 0): out[t] = Σ_j (down_e · h[t][j]) · weights[t][j], the same
 // dots and the same slot-order sum with explicit roundings, so the result is bit-identical to the
 // two kernels'. One warp per output row of one token.
+// With `shared`, the same launch also computes a shared expert's down projection (its own
+// blocks): shared->out[t] = W·shared->h[t], W (n_embd, shared->ff) of type t_down, each row the
+// dot matvec's single-vector kernel computes, so bit for bit the dense matmul it replaces.
+struct SharedDown {
+  const uint8_t* w = nullptr;
+  const float* h = nullptr;  // (n_tokens, ff), 16-byte aligned
+  int64_t ff = 0;
+  float* out = nullptr;      // (n_tokens, n_embd)
+};
 void moe_down_sum(GgmlType t_down, const ExpertPtrs* table, const int32_t* ids, const float* weights,
                   int64_t n_tokens, int k, int64_t n_embd, int64_t n_ff, const float* h, float* out,
-                  cudaStream_t stream);
+                  cudaStream_t stream, const SharedDown* shared = nullptr);
 
 // y[idx[i]] = rows[i] for i < n: places rows computed elsewhere (the CPU experts' per-slot
 // outputs) into y_slots. rows: (n, n_embd) device; idx: (n) int32 device, row indices of y
@@ -81,6 +90,18 @@ void moe_scatter_rows(const float* rows, const int32_t* idx, int64_t n, int64_t 
 void moe_decode_slots(GgmlType t_gate_up, GgmlType t_down, const DecodeSlots& slots, int k,
                       int64_t n_embd, int64_t n_ff, const float* x, float* h, float* y_slots,
                       cudaStream_t stream);
+
+// One token's slots with the weighted sum (the offload engine's decode when every slot is on the
+// device): moe_decode_slots' gate/up launch, then moe_down_sum's over the slots by value:
+// out (n_embd) = Σ_j down_j·h_j · weights[j], bit for bit moe_decode_slots + moe_sum. Every slot
+// must have an expert. h: (k, n_ff) scratch; weights: (k) device.
+void moe_decode_sum(GgmlType t_gate_up, GgmlType t_down, const DecodeSlots& slots, int k, int64_t n_embd,
+                    int64_t n_ff, const float* x, float* h, const float* weights, float* out, cudaStream_t stream);
+// One token's weighted sum where the rows of some slots come from elsewhere: slot idx.i[r]'s row is
+// rows[r] (r < n_rows: the CPU experts' rows, device-readable), every other slot's is y_slots[j];
+// bit for bit moe_scatter_rows + moe_sum, in one launch.
+void moe_sum_rows(const float* y_slots, const float* rows, const RowIndex& idx, int64_t n_rows, const float* weights,
+                  int k, int64_t n_embd, float* out, cudaStream_t stream);
 
 // moe_scatter_rows with at most RowIndex::kMax row indices carried by value in the launch.
 void moe_scatter_rows(const float* rows, const RowIndex& idx, int64_t n, int64_t n_embd, float* y,

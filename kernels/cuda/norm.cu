@@ -4,6 +4,7 @@
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/ops.cuh"
+#include "kernels/cuda/norm_device.cuh"
 #include "kernels/cuda/quant_device.cuh"
 
 namespace ferry::cuda {
@@ -11,7 +12,7 @@ namespace {
 
 constexpr int kWarps = 4;
 
-enum class NormKind { rms, rms_gated, l2 };
+using detail::NormKind;
 
 // Row r is head r % n_heads of token r / n_heads: at x + token·ldx + head·hx (likewise z, y), so
 // one kernel serves plain rows (n_heads = 1) and per-head vectors inside wider token rows.
@@ -24,29 +25,11 @@ __global__ void __launch_bounds__(32 * kWarps)
     norm_kernel(const float* __restrict__ x, const float* __restrict__ w,
                 const float* __restrict__ z, float* y, RowLayout L, int64_t n_rows, int64_t n,
                 float eps, float extra_scale) {
-  const int lane = threadIdx.x & 31;
   const int64_t r = int64_t{blockIdx.x} * kWarps + (threadIdx.x >> 5);
   if (r >= n_rows) return;
   const int64_t tok = r / L.n_heads, head = r % L.n_heads;
-  const float* xr = x + tok * L.ldx + head * L.hx;
-  float ss = 0.f;
-  for (int64_t i = lane; i < n; i += 32) ss += xr[i] * xr[i];
-  ss = detail::warp_sum(ss);
-  float s;
-  if constexpr (K == NormKind::l2) s = extra_scale / fmaxf(sqrtf(ss), eps);
-  else s = 1.f / sqrtf(ss / static_cast<float>(n) + eps);
-  float* yr = y + tok * L.ldy + head * L.hy;
-  for (int64_t i = lane; i < n; i += 32) {
-    float v = xr[i] * s;
-    if constexpr (K != NormKind::l2) {
-      if (w) v *= w[i];
-    }
-    if constexpr (K == NormKind::rms_gated) {
-      const float g = z[tok * L.ldz + head * L.hz + i];
-      v *= g / (1.f + expf(-g));
-    }
-    yr[i] = v;
-  }
+  const float* zr = K == NormKind::rms_gated ? z + tok * L.ldz + head * L.hz : nullptr;
+  detail::norm_row<K>(x + tok * L.ldx + head * L.hx, w, zr, y + tok * L.ldy + head * L.hy, n, eps, extra_scale);
 }
 
 template <NormKind K>

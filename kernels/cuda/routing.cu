@@ -6,6 +6,7 @@
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/ops.cuh"
 #include "kernels/cuda/quant_device.cuh"
+#include "kernels/cuda/routing_device.cuh"
 
 namespace ferry::cuda {
 namespace {
@@ -13,73 +14,15 @@ namespace {
 constexpr int kMaxExperts = 4096;
 constexpr int kMaxTopK = 64;
 
-// Reduce (value, index) to the lane-wide best: larger value wins, lower index on ties.
-__device__ __forceinline__ void warp_best(float& v, int& i) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
-    const int oi = __shfl_xor_sync(0xffffffffu, i, o);
-    if (ov > v || (ov == v && oi < i)) {
-      v = ov;
-      i = oi;
-    }
-  }
-}
+using detail::warp_best;
 
 // One warp per token; probabilities live in shared memory (n_expert floats).
 __global__ void route_topk_kernel(const float* __restrict__ logits, int n_expert, int k,
                                   int32_t* __restrict__ ids, float* __restrict__ weights,
                                   bool renormalize, float scale) {
   FERRY_DYNAMIC_SHARED(float, prob);
-  const int lane = threadIdx.x;
   const int64_t t = blockIdx.x;
-  const float* l = logits + t * n_expert;
-  float mx = -FLT_MAX;
-  for (int e = lane; e < n_expert; e += 32) {
-    prob[e] = l[e];
-    mx = fmaxf(mx, l[e]);
-  }
-  mx = detail::warp_max(mx);
-  float sum = 0.f;
-  for (int e = lane; e < n_expert; e += 32) {
-    const float p = expf(prob[e] - mx);
-    prob[e] = p;
-    sum += p;
-  }
-  sum = detail::warp_sum(sum);
-  const float inv = 1.f / sum;
-  for (int e = lane; e < n_expert; e += 32) prob[e] *= inv;
-  __syncwarp();
-  float chosen_sum = 0.f;
-  float my_w = 0.f;  // lane j keeps slot j's weight (k ≤ 64: lanes hold slots j and j+32)
-  float my_w2 = 0.f;
-  for (int j = 0; j < k; ++j) {
-    float bv = -1.f;
-    int bi = n_expert;
-    for (int e = lane; e < n_expert; e += 32) {
-      const float p = prob[e];
-      if (p > bv) {  // strided scan visits indices in increasing order: first max kept
-        bv = p;
-        bi = e;
-      }
-    }
-    warp_best(bv, bi);
-    chosen_sum += bv;
-    if (lane == (j & 31)) {
-      if (j < 32) my_w = bv;
-      else my_w2 = bv;
-    }
-    if (lane == 0) {
-      ids[t * k + j] = bi;
-      prob[bi] = -2.f;  // taken
-    }
-    __syncwarp();
-  }
-  // As llama.cpp: the sum is clamped to 2^-14 so vanishing probabilities cannot blow up.
-  float norm = renormalize ? 1.f / fmaxf(chosen_sum, 6.103515625e-5f) : 1.f;
-  if (scale != 0.f && scale != 1.f) norm *= scale;
-  if (lane < k) weights[t * k + lane] = my_w * norm;
-  if (lane + 32 < k) weights[t * k + lane + 32] = my_w2 * norm;
+  detail::route_token(logits + t * n_expert, n_expert, k, ids + t * k, weights + t * k, renormalize, scale, prob);
 }
 
 __global__ void argmax_kernel(const float* __restrict__ x, int64_t ld, int64_t n, int32_t* out) {

@@ -40,6 +40,8 @@ class CudaOps final : public Ops {
       blas_ = cuda::Blas::try_load(&why);
       if (!blas_) log::warn("cuda ops: {}; large-batch matmuls use the tiled kernel", why);
     }
+    route_counter_ = dev_.alloc(sizeof(unsigned), "route counter");
+    stream_->memset(route_counter_.data(), 0, sizeof(unsigned));
     if (o.matmul_workspace_bytes) matmul_ws_ = dev_.alloc(o.matmul_workspace_bytes, "matmul workspace");
     if (o.attention_workspace_bytes) attn_ws_ = dev_.alloc(o.attention_workspace_bytes, "attention workspace");
     if (blas_) {
@@ -205,35 +207,52 @@ class CudaOps final : public Ops {
                  matmul_ws_.bytes(), s_, prec, int8_dot_);
   }
 
-  // Decode projections of one input: one matvec_multi launch per weight type (F32 routers and gate
-  // vectors join the first quantized group); other batches, unaligned inputs and the integer
-  // matvec take matmul per target.
+  // Decode projections of one input: one matvec_multi launch for all of them, whatever their
+  // weight types (split only beyond kMaxMatvecOuts targets); other batches, unaligned inputs and
+  // the integer matvec take matmul per target.
+  bool one_launch(std::span<const MatmulTarget> targets, const float* x, int64_t n) const {
+    return fusion_ && n == 1 && !int8_dot_ && cuda::aligned(x, 16) &&
+           std::all_of(targets.begin(), targets.end(), [&](const MatmulTarget& t) {
+             return t.w.cols == targets[0].w.cols && cuda::matvec_multi_supported(t.w.type) &&
+                    (!t.up.data || (t.up.type == t.w.type && t.w.type != GgmlType::F32));
+           });
+  }
+  void launch_multi(std::span<const MatmulTarget> targets, const float* x, const cuda::RouteEpilogue* route) {
+    std::vector<cuda::MatvecOut> outs;
+    for (const MatmulTarget& t : targets) outs.push_back({t.w.type, t.w.data, t.w.rows, t.y, t.up.data});
+    for (size_t i = 0; i < outs.size(); i += cuda::kMaxMatvecOuts) {
+      ++calls_;
+      const int count = static_cast<int>(std::min<size_t>(cuda::kMaxMatvecOuts, outs.size() - i));
+      const bool last = i + cuda::kMaxMatvecOuts >= outs.size();  // routes after every target ran
+      cuda::matvec_multi(outs.data() + i, count, targets[0].w.cols, x, last ? route : nullptr, s_);
+    }
+  }
+
   void matmul_multi(std::span<const MatmulTarget> targets, const float* x, int64_t ldx, int64_t n) override {
-    const bool one_launch = fusion_ && n == 1 && !int8_dot_ && cuda::aligned(x, 16) &&
-                            std::all_of(targets.begin(), targets.end(), [&](const MatmulTarget& t) {
-                              return t.w.cols == targets[0].w.cols && cuda::matvec_multi_supported(t.w.type) &&
-                                     (!t.up.data || (t.up.type == t.w.type && t.w.type != GgmlType::F32));
-                            });
-    if (!one_launch) {
+    if (!one_launch(targets, x, n)) {
       Ops::matmul_multi(targets, x, ldx, n);
       return;
     }
-    std::vector<GgmlType> groups;
-    for (const MatmulTarget& t : targets)
-      if (t.w.type != GgmlType::F32 && std::find(groups.begin(), groups.end(), t.w.type) == groups.end())
-        groups.push_back(t.w.type);
-    if (groups.empty()) groups.push_back(GgmlType::F32);
-    for (size_t g = 0; g < groups.size(); ++g) {
-      std::vector<cuda::MatvecOut> outs;
-      for (const MatmulTarget& t : targets)
-        if (t.w.type == groups[g] || (g == 0 && t.w.type == GgmlType::F32))
-          outs.push_back({t.w.type, t.w.data, t.w.rows, t.y, t.up.data});
-      for (size_t i = 0; i < outs.size(); i += cuda::kMaxMatvecOuts) {
-        ++calls_;
-        const int count = static_cast<int>(std::min<size_t>(cuda::kMaxMatvecOuts, outs.size() - i));
-        cuda::matvec_multi(groups[g], outs.data() + i, count, targets[0].w.cols, x, s_);
-      }
+    launch_multi(targets, x, nullptr);
+  }
+
+  // The router's top-k in the projections' launch: its last block routes (cuda::RouteEpilogue).
+  void matmul_multi_route(std::span<const MatmulTarget> targets, const float* x, int64_t ldx, int64_t n,
+                          const RouteArgs& r) override {
+    if (!one_launch(targets, x, n) || targets.size() > cuda::kMaxMatvecOuts) {
+      Ops::matmul_multi_route(targets, x, ldx, n, r);
+      return;
     }
+    cuda::RouteEpilogue e;
+    e.counter = static_cast<unsigned*>(route_counter_.data());
+    e.logits = r.logits;
+    e.n_expert = r.n_expert;
+    e.k = r.top_k;
+    e.ids = r.ids;
+    e.weights = r.weights;
+    e.renormalize = r.renormalize;
+    e.scale = r.scale;
+    launch_multi(targets, x, &e);
   }
 
   void residual_norm(float* x, int64_t n_tokens, int64_t n, const ResidualNorm& r) override {
@@ -338,6 +357,7 @@ class CudaOps final : public Ops {
   cudaStream_t s_ = nullptr;
   std::unique_ptr<cuda::Blas> blas_;
   DeviceBuffer matmul_ws_, attn_ws_, blas_ws_;
+  DeviceBuffer route_counter_;  // the router epilogue's block count (cuda::RouteEpilogue), 0 between launches
   bool fusion_ = true;     // CudaOpsOptions::fusion
   bool int8_dot_ = false;  // one-token quantized matmuls through cuda::matvec_q8 (matmul_ws_ holds x̃)
   cpu::GdnPrefill gdn_prefill_;  // what make_gdn_ops() hands the DeltaNet ops

@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include "kernels/cpu/gdn.hpp"
+#include "kernels/cuda/check.cuh"
 #include "kernels/cuda/deltanet.cuh"
 #include "runtime/backend/cuda_ops.hpp"
 
@@ -19,7 +20,12 @@ class CudaGdnOps final : public GdnOps {
  public:
   CudaGdnOps(Ops& ops, cpu::GdnPrefill long_batches)
       : ops_(ops), s_(static_cast<cudaStream_t>(cuda_ops_stream(ops))), prefill_(long_batches),
-        fusion_(cuda_ops_fusion(ops)) {}
+        fusion_(cuda_ops_fusion(ops)) {
+    if (fusion_) {
+      counters_ = cuda_ops_device(ops).alloc(kMaxNormHeads * sizeof(unsigned), "gdn norm counters");
+      FERRY_CUDA_CHECK(cudaMemsetAsync(counters_.data(), 0, counters_.bytes(), s_));
+    }
+  }
 
   void conv_silu(const float* x, int64_t ldx, const float* w, int32_t kernel, float* state,
                  float* y, int64_t ldy, int64_t n_tokens, int64_t n_ch) override {
@@ -61,6 +67,50 @@ class CudaGdnOps final : public GdnOps {
   }
   void delta_rule(const cpu::GdnShape& shape, const cpu::GdnInputs& in, int64_t n_tokens,
                   float scale, float* state, float* out, int64_t ldo) override {
+    const cuda::GdnArgs a = rule_args(shape, in, n_tokens, scale, state, out, ldo);
+    // Decode (one token, recorded into step graphs) always takes the recurrent kernel, which needs
+    // no scratch; CudaOpsOptions::gdn_prefill = recurrent keeps it for prefill too.
+    if (recurrent(n_tokens)) {
+      cuda::gdn_delta_rule(a, s_);
+      return;
+    }
+    // Scratch shared by all layers (they run in order on s_), grown when a larger batch comes; the
+    // stream is drained first because queued kernels may still read the old buffer.
+    cuda_ops_grow(ops_, scratch_, cuda::gdn_chunked_scratch_bytes(a), "gdn chunked scratch");
+    cuda::gdn_delta_rule_chunked(a, scratch_.f32(), s_);
+  }
+  // The recurrent kernel normalises each head's output in its last block (GdnArgs::counters).
+  void delta_rule_gated_norm(const cpu::GdnShape& shape, const cpu::GdnInputs& in, int64_t n_tokens, float scale,
+                             float* state, float* out, int64_t ldo, const float* z, int64_t ldz, const float* w,
+                             float eps) override {
+    if (!fusion_ || !recurrent(n_tokens) || shape.n_v_heads > kMaxNormHeads) {
+      GdnOps::delta_rule_gated_norm(shape, in, n_tokens, scale, state, out, ldo, z, ldz, w, eps);
+      return;
+    }
+    cuda::GdnArgs a = rule_args(shape, in, n_tokens, scale, state, out, ldo);
+    a.z = z;
+    a.ldz = ldz;
+    a.norm_w = w;
+    a.eps = eps;
+    a.counters = static_cast<unsigned*>(counters_.data());
+    cuda::gdn_delta_rule(a, s_);
+  }
+  void gated_rms_norm(const float* o, int64_t ldo, const float* z, int64_t ldz, const float* w,
+                      float* out, int64_t ldout, int64_t n_tokens, int32_t n_heads, int32_t dim,
+                      float eps) override {
+    cuda::rmsnorm_gated_heads(o, ldo, z, ldz, w, out, ldout, n_tokens, n_heads, dim, eps, s_);
+  }
+
+ private:
+  Ops& ops_;
+  cudaStream_t s_;
+  cpu::GdnPrefill prefill_;  // the form for batches of kGdnChunkedMinTokens or more
+  // The recurrent form: decode and short batches (and every batch with --gdn-prefill recurrent).
+  bool recurrent(int64_t n_tokens) const {
+    return n_tokens < cuda::kGdnChunkedMinTokens || prefill_ == cpu::GdnPrefill::recurrent;
+  }
+  static cuda::GdnArgs rule_args(const cpu::GdnShape& shape, const cpu::GdnInputs& in, int64_t n_tokens,
+                                 float scale, float* state, float* out, int64_t ldo) {
     cpu::gdn_check_shape(shape);
     cuda::GdnArgs a;
     a.n_k_heads = shape.n_k_heads;
@@ -80,29 +130,13 @@ class CudaGdnOps final : public GdnOps {
     a.ldo = ldo;
     a.n_tokens = n_tokens;
     a.scale = scale;
-    // Decode (one token, recorded into step graphs) always takes the recurrent kernel, which needs
-    // no scratch; CudaOpsOptions::gdn_prefill = recurrent keeps it for prefill too.
-    if (n_tokens < cuda::kGdnChunkedMinTokens || prefill_ == cpu::GdnPrefill::recurrent) {
-      cuda::gdn_delta_rule(a, s_);
-      return;
-    }
-    // Scratch shared by all layers (they run in order on s_), grown when a larger batch comes; the
-    // stream is drained first because queued kernels may still read the old buffer.
-    cuda_ops_grow(ops_, scratch_, cuda::gdn_chunked_scratch_bytes(a), "gdn chunked scratch");
-    cuda::gdn_delta_rule_chunked(a, scratch_.f32(), s_);
-  }
-  void gated_rms_norm(const float* o, int64_t ldo, const float* z, int64_t ldz, const float* w,
-                      float* out, int64_t ldout, int64_t n_tokens, int32_t n_heads, int32_t dim,
-                      float eps) override {
-    cuda::rmsnorm_gated_heads(o, ldo, z, ldz, w, out, ldout, n_tokens, n_heads, dim, eps, s_);
+    return a;
   }
 
- private:
-  Ops& ops_;
-  cudaStream_t s_;
-  cpu::GdnPrefill prefill_;  // the form for batches of kGdnChunkedMinTokens or more
+  static constexpr int32_t kMaxNormHeads = 1024;  // value heads the fused rule + norm takes
   bool fusion_;              // CudaOpsOptions::fusion of the ops
   DeviceBuffer scratch_;     // gdn_chunked_scratch_bytes of the largest chunked call so far
+  DeviceBuffer counters_;    // (kMaxNormHeads) the fused norm's per-head block counts, 0 between launches
 };
 
 }  // namespace

@@ -70,6 +70,13 @@ class GdnOps {
   // (runtime/backend/ops.cpp); CUDA fuses one token into one launch.
   virtual void conv_l2_gates(const GdnPrep& p, int64_t n_tokens);
 
+  // The delta rule, then its output's gated norm in place: delta_rule(shape, in, n_tokens, scale,
+  // state, out, ldo); gated_rms_norm(out, ldo, z, ldz, w, out, ldo, n_tokens, H_v, S, eps) — the
+  // default runs exactly these (runtime/backend/ops.cpp); CUDA decode runs them as one launch.
+  virtual void delta_rule_gated_norm(const cpu::GdnShape& shape, const cpu::GdnInputs& in, int64_t n_tokens,
+                                     float scale, float* state, float* out, int64_t ldo, const float* z,
+                                     int64_t ldz, const float* w, float eps);
+
   // out = rmsnorm(o)·w ⊙ silu(z) per head vector of dim. o, z, out: (n_tokens, n_heads, dim)
   // with strides ldo, ldz, ldout; out may alias o. w: (dim) F32.
   virtual void gated_rms_norm(const float* o, int64_t ldo, const float* z, int64_t ldz,

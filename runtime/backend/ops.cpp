@@ -38,6 +38,12 @@ void Ops::matmul_multi(std::span<const MatmulTarget> targets, const float* x, in
   }
 }
 
+void Ops::matmul_multi_route(std::span<const MatmulTarget> targets, const float* x, int64_t ldx, int64_t n,
+                             const RouteArgs& r) {
+  matmul_multi(targets, x, ldx, n);
+  moe_route(r.logits, n, r.n_expert, r.top_k, r.renormalize, r.scale, r.ids, r.weights);
+}
+
 void Ops::residual_norm(float* x, int64_t n_tokens, int64_t n, const ResidualNorm& r) {
   if (r.b) sigmoid_gated_add(r.b, r.gate_logit, n_tokens, n, r.a);
   add(x, r.a, n_tokens * n, x);
@@ -49,6 +55,13 @@ void GdnOps::conv_l2_gates(const GdnPrep& p, int64_t n_tokens) {
     gates(p.b, p.ldb, p.a, p.lda, p.dt_bias, p.ssm_a, p.beta, p.g, p.ld_out, n_tokens, p.n_heads);
   conv_silu(p.x, p.ldx, p.w, p.kernel, p.state, p.y, p.ldy, n_tokens, p.n_ch);
   l2_norm_heads(p.y, p.ldy, n_tokens, p.n_l2_heads, p.dim, p.eps);
+}
+
+void GdnOps::delta_rule_gated_norm(const cpu::GdnShape& shape, const cpu::GdnInputs& in, int64_t n_tokens,
+                                   float scale, float* state, float* out, int64_t ldo, const float* z, int64_t ldz,
+                                   const float* w, float eps) {
+  delta_rule(shape, in, n_tokens, scale, state, out, ldo);
+  gated_rms_norm(out, ldo, z, ldz, w, out, ldo, n_tokens, shape.n_v_heads, shape.head_dim, eps);
 }
 
 }  // namespace ferry

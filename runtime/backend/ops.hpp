@@ -139,6 +139,17 @@ struct ResidualNorm {
   float* h = nullptr;                   // the normalised rows (with w)
 };
 
+// moe_route's operands, for matmul_multi_route: the router's logits are one of the targets' y.
+struct RouteArgs {
+  const float* logits = nullptr;  // (n_tokens, n_expert)
+  int32_t n_expert = 0;
+  int32_t top_k = 0;
+  bool renormalize = false;
+  float scale = 0.0f;
+  int32_t* ids = nullptr;    // (n_tokens, top_k)
+  float* weights = nullptr;  // (n_tokens, top_k)
+};
+
 // Which backend an Ops is: callers that pair other work with it (the MoE executors, the session's
 // host-memory check) ask this, never the name.
 enum class BackendKind { cpu, cuda };
@@ -245,6 +256,10 @@ class Ops {
   // Several projections of one input: matmul(t.w, x, ldx, n, t.y, t.ldy) for each target in order.
   // Every w has the same cols.
   virtual void matmul_multi(std::span<const MatmulTarget> targets, const float* x, int64_t ldx, int64_t n);
+  // The MoE input's projections, the router among them, then the routing: matmul_multi(targets,
+  // x, ldx, n); moe_route(r.logits, n, r.n_expert, r.top_k, r.renormalize, r.scale, r.ids, r.weights).
+  virtual void matmul_multi_route(std::span<const MatmulTarget> targets, const float* x, int64_t ldx, int64_t n,
+                                  const RouteArgs& r);
   // With b: sigmoid_gated_add(b, gate_logit, n_tokens, n, a); then add(x, a, n_tokens·n, x); then,
   // with w, rmsnorm(x, w, n_tokens, n, n, eps, h).
   virtual void residual_norm(float* x, int64_t n_tokens, int64_t n, const ResidualNorm& r);

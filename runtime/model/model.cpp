@@ -99,6 +99,18 @@ void Model::record_step(int64_t n_tokens, bool moe_capturable, const std::functi
   step();
 }
 
+RouteArgs route_args(const ModelConfig& c, const float* logits, int32_t* ids, float* weights) {
+  RouteArgs r;
+  r.logits = logits;
+  r.n_expert = c.n_expert;
+  r.top_k = c.n_expert_used;
+  r.renormalize = c.expert_weights_norm;
+  r.scale = c.expert_weights_scale;
+  r.ids = ids;
+  r.weights = weights;
+  return r;
+}
+
 void forward_in_batches(ModelState& st, const ModelConfig& c, std::span<const int32_t> tokens,
                         LogitsMode mode, float* logits,
                         const std::function<void(std::span<const int32_t>)>& step,

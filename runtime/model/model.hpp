@@ -154,6 +154,9 @@ StateFootprint state_footprint(const ModelConfig& c, const StateOptions& o);
 std::unique_ptr<Model> load_model(const gguf::File& f, Ops& ops, const MoeExecutorFactory& moe,
                                   const LoadProgress& progress = {});
 
+// The routing of a model's MoE blocks (moe_route's settings from the config) into ids and weights.
+RouteArgs route_args(const ModelConfig& c, const float* logits, int32_t* ids, float* weights);
+
 // The forward driver every architecture shares: checks the context and the token ids, splits the
 // tokens into steps of at most n_batch, runs step(first, count) for each, asks emit(row, n_rows,
 // out) for the logits the mode wants, and advances the state.

@@ -291,7 +291,8 @@ class Hybrid final : public Model {
       end.a = st.moe_out.f32();
       end.b = st.sh_out.f32();
       end.gate_logit = st.sh_logit.f32();
-      end.w = il + 1 < c.n_layer ? layers_[static_cast<size_t>(il) + 1].attn_norm : nullptr;
+      // The last block's join computes the output norm: emit_logits reads h.
+      end.w = il + 1 < c.n_layer ? layers_[static_cast<size_t>(il) + 1].attn_norm : output_norm_;
       end.eps = c.rms_eps;
       end.h = h;
       ops.residual_norm(x, nb, E, end);
@@ -349,14 +350,12 @@ class Hybrid final : public Model {
     const int64_t E = c.n_embd, F = c.n_ff_shexp;
     float* h = st.h.f32();
     // The router, the shared expert's gate and up (with its SwiGLU) and its gate logit all read
-    // h: one multi-matmul.
+    // h: one multi-matmul, which also routes (one launch in CUDA decode).
     const MatmulTarget proj[] = {{L.gate_inp, st.router.f32(), c.n_expert},
                                  {L.gate_shexp, st.sh_gate.f32(), F, L.up_shexp, st.sh_up.f32()},
                                  {L.gate_inp_shexp, st.sh_logit.f32(), 1}};
-    ops.matmul_multi(proj, h, E, nb);
+    ops.matmul_multi_route(proj, h, E, nb, route_args(c, st.router.f32(), st.expert_ids.i32(), st.expert_w.f32()));
     debug("ffn_moe_logits", il, st.router.f32(), nb, c.n_expert);
-    ops.moe_route(st.router.f32(), nb, c.n_expert, c.n_expert_used, c.expert_weights_norm,
-                  c.expert_weights_scale, st.expert_ids.i32(), st.expert_w.f32());
     MoeStep req;
     req.layer = il;
     req.n_tokens = static_cast<int32_t>(nb);
@@ -366,10 +365,19 @@ class Hybrid final : public Model {
     req.expert_ids = st.expert_ids.i32();
     req.expert_weights = st.expert_w.f32();
     req.out = st.moe_out.f32();
+    // The shared expert's down projection: in the executor's down launch where it takes it.
+    const bool shared_in_moe = moe_->takes_shared_down(il, nb, L.down_shexp.type, F);
+    if (shared_in_moe) {
+      req.shared_down = L.down_shexp.data;
+      req.shared_type = L.down_shexp.type;
+      req.shared_ff = F;
+      req.shared_h = st.sh_gate.f32();
+      req.shared_out = st.sh_out.f32();
+    }
     run_moe(*moe_, req);
     debug("ffn_moe_out", il, req.out, nb, E);
 
-    ops.matmul(L.down_shexp, st.sh_gate.f32(), F, nb, st.sh_out.f32(), E);
+    if (!shared_in_moe) ops.matmul(L.down_shexp, st.sh_gate.f32(), F, nb, st.sh_out.f32(), E);
     debug("ffn_shexp", il, st.sh_out.f32(), nb, E);
     // The gate (sigmoid(sh_logit)·sh_out added to moe_out) is applied by the residual join.
   }
@@ -379,8 +387,7 @@ class Hybrid final : public Model {
     const int64_t E = cfg_.n_embd, V = cfg_.n_vocab;
     for (int64_t r = r0; r < r0 + n; r += st.logits_rows) {
       const int64_t m = std::min(st.logits_rows, r0 + n - r);
-      float* hn = st.h.f32() + r * E;
-      ops_.rmsnorm(st.x.f32() + r * E, output_norm_, m, E, E, cfg_.rms_eps, hn);
+      const float* hn = st.h.f32() + r * E;  // rmsnorm(x)·output_norm, by the last residual join
       debug("result_norm", -1, hn, m, E);
       ops_.matmul(output_, hn, E, m, st.logits.f32(), V);
       debug("result_output", -1, st.logits.f32(), m, V);

@@ -119,11 +119,17 @@ void deltanet_forward(const GdnContext& ctx, const Layer& L, int32_t il, State& 
   in.g = st.g.f32();
   in.beta = st.beta.f32();
   float* core = st.core.f32();
-  gdn.delta_rule(shape, in, nb, 1.0f / std::sqrt(static_cast<float>(S)),
-                 st.ssm_state[static_cast<size_t>(il)].f32(), core, V);
-  debug("attn_output", core, nb, V);
-
-  gdn.gated_rms_norm(core, V, z, V, W.norm, core, V, nb, d.n_v_heads, S, eps);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(S));
+  float* state = st.ssm_state[static_cast<size_t>(il)].f32();
+  // The rule and its gated norm as one call (one launch in CUDA decode); apart when a debug hook
+  // reads the rule's output before the norm.
+  if (!ctx.debug) {
+    gdn.delta_rule_gated_norm(shape, in, nb, scale, state, core, V, z, V, W.norm, eps);
+  } else {
+    gdn.delta_rule(shape, in, nb, scale, state, core, V);
+    debug("attn_output", core, nb, V);
+    gdn.gated_rms_norm(core, V, z, V, W.norm, core, V, nb, d.n_v_heads, S, eps);
+  }
   debug("final_output", core, nb, V);
   ops.matmul(W.out, core, V, nb, st.mix_out.f32(), E);
   debug("linear_attn_out", st.mix_out.f32(), nb, E);

@@ -212,10 +212,10 @@ class Qwen3Moe final : public Model {
       ops.residual_norm(x, nb, E, mid);
       debug("ffn_inp", il, x, nb, E);
       debug("ffn_norm", il, h, nb, E);
-      ops.matmul(L.gate_inp, h, E, nb, st.router.f32(), c.n_expert);
+      // The router and its top-k: one launch in CUDA decode (Ops::matmul_multi_route).
+      const MatmulTarget router[] = {{L.gate_inp, st.router.f32(), c.n_expert}};
+      ops.matmul_multi_route(router, h, E, nb, route_args(c, st.router.f32(), st.expert_ids.i32(), st.expert_w.f32()));
       debug("ffn_moe_logits", il, st.router.f32(), nb, c.n_expert);
-      ops.moe_route(st.router.f32(), nb, c.n_expert, c.n_expert_used, c.expert_weights_norm,
-                    c.expert_weights_scale, st.expert_ids.i32(), st.expert_w.f32());
       debug("ffn_moe_weights_norm", il, st.expert_w.f32(), nb, c.n_expert_used);
       MoeStep req;
       req.layer = il;
@@ -230,7 +230,8 @@ class Qwen3Moe final : public Model {
       debug("ffn_moe_out", il, req.out, nb, E);
       ResidualNorm end;
       end.a = req.out;
-      end.w = il + 1 < c.n_layer ? norm(layers_[static_cast<size_t>(il) + 1].attn_norm) : nullptr;
+      // The last block's join computes the output norm: emit_logits reads h.
+      end.w = il + 1 < c.n_layer ? norm(layers_[static_cast<size_t>(il) + 1].attn_norm) : norm(output_norm_);
       end.eps = c.rms_eps;
       end.h = h;
       ops.residual_norm(x, nb, E, end);
@@ -243,8 +244,7 @@ class Qwen3Moe final : public Model {
     const int64_t E = cfg_.n_embd, V = cfg_.n_vocab;
     for (int64_t r = r0; r < r0 + n; r += st.logits_rows) {
       const int64_t m = std::min(st.logits_rows, r0 + n - r);
-      float* hn = st.h.f32() + r * E;
-      ops_.rmsnorm(st.x.f32() + r * E, norm(output_norm_), m, E, E, cfg_.rms_eps, hn);
+      const float* hn = st.h.f32() + r * E;  // rmsnorm(x)·output_norm, by the last residual join
       debug("result_norm", -1, hn, m, E);
       ops_.matmul(output_, hn, E, m, st.logits.f32(), V);
       debug("result_output", -1, st.logits.f32(), m, V);

@@ -36,6 +36,13 @@ class CudaMoeExecutor final : public MoeExecutor {
 
   // Resident experts: every step is device work on the ops stream, the routing log's copies too.
   bool capturable() const override { return true; }
+  // A decode step's shared expert rides in the down launch (cuda::moe_down_sum's SharedDown) when
+  // its down matrix has the routed experts' down type (as llama.cpp's quantization mixes give it).
+  bool takes_shared_down(int32_t layer, int64_t n_tokens, GgmlType type, int64_t ff) const override {
+    if (!cuda_ops_fusion(ops_) || n_tokens != 1 || layer < 0 || static_cast<size_t>(layer) >= layers_.size())
+      return false;
+    return type == layers_[static_cast<size_t>(layer)].t_down && ff > 0;
+  }
 
   void begin_step(int64_t n_tokens) override {
     step_tokens_ = n_tokens;
@@ -77,8 +84,14 @@ class CudaMoeExecutor final : public MoeExecutor {
     cuda::moe_gate_up_swiglu(L.t_gate_up, table, req.expert_ids, req.n_tokens, req.top_k, L.n_embd,
                              L.n_ff, req.x, h_.f32(), s_);
     if (cuda_ops_fusion(ops_)) {
+      cuda::SharedDown sh;
+      if (req.shared_down) {
+        if (!takes_shared_down(req.layer, req.n_tokens, req.shared_type, req.shared_ff))
+          fail(ErrorKind::internal, "cuda moe: layer {}: a shared expert it did not take", req.layer);
+        sh = {static_cast<const uint8_t*>(req.shared_down), req.shared_h, req.shared_ff, req.shared_out};
+      }
       cuda::moe_down_sum(L.t_down, table, req.expert_ids, req.expert_weights, req.n_tokens, req.top_k,
-                         L.n_embd, L.n_ff, h_.f32(), req.out, s_);
+                         L.n_embd, L.n_ff, h_.f32(), req.out, s_, req.shared_down ? &sh : nullptr);
       return;
     }
     // --cuda-no-fusion: the two launches, into per-slot outputs (n_tokens, top_k, n_embd).

@@ -49,6 +49,15 @@ struct MoeStep {
   const int32_t* expert_ids = nullptr;    // (n_tokens, top_k)
   const float* expert_weights = nullptr;  // (n_tokens, top_k), already renormalised
   float* out = nullptr;                   // (n_tokens, n_embd) overwritten with the routed sum
+  // The shared expert's down projection, handed to the executor only when it said it takes it
+  // (MoeExecutor::takes_shared_down): shared_out = W·shared_h per token, W (n_embd, shared_ff) of
+  // shared_type at shared_down. The resident CUDA executor runs it in its down launch; others
+  // leave the shared expert to the model.
+  const void* shared_down = nullptr;
+  GgmlType shared_type = GgmlType::F32;
+  int64_t shared_ff = 0;
+  const float* shared_h = nullptr;  // (n_tokens, shared_ff)
+  float* shared_out = nullptr;      // (n_tokens, n_embd)
 };
 
 // One step's routing as an observer sees it: host memory, valid during the call.
@@ -96,6 +105,12 @@ class MoeExecutor {
  public:
   virtual ~MoeExecutor() = default;
   virtual void run(const MoeStep& step) = 0;
+  // Whether run() would also compute a shared expert's down projection of this type and width
+  // for a step of n_tokens of this layer (MoeStep::shared_down), in a launch it runs anyway.
+  virtual bool takes_shared_down(int32_t layer, int64_t n_tokens, GgmlType type, int64_t ff) const {
+    (void)layer, (void)n_tokens, (void)type, (void)ff;
+    return false;
+  }
   // True when run() only enqueues device work on the backend's stream (no host synchronisation, no
   // allocation, no host-side decision on the routing), so a step can be recorded as a CUDA graph.
   virtual bool capturable() const { return false; }

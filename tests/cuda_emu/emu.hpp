@@ -13,6 +13,7 @@
 //    memory (cudaMallocHost, cudaHostRegister): anything else fails the launch as a GPU would.
 #include <math.h>
 
+#include <atomic>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
@@ -163,6 +164,15 @@ inline unsigned __dp4a(unsigned a, unsigned b, unsigned c) {
   for (int k = 0; k < 4; ++k) acc += uint64_t{(a >> (8 * k)) & 0xFF} * uint64_t{(b >> (8 * k)) & 0xFF};
   return static_cast<unsigned>(acc);
 }
+
+// Global-memory atomics and fences. Blocks of a launch run one after another on the stream's
+// worker thread and fibers switch only at barriers, so within a launch these are trivially atomic;
+// std::atomic_ref keeps them atomic against kernels of other streams (other worker threads).
+inline unsigned atomicAdd(unsigned* p, unsigned v) { return std::atomic_ref<unsigned>(*p).fetch_add(v); }
+inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+// A load that bypasses L1 on a GPU (reads what other blocks wrote before a fence); a load here.
+template <typename T>
+inline T __ldcg(const T* p) { return *p; }
 
 #define FERRY_EMU_CHECK_DEVICE_POINTER(p, what) ::ferry_emu::check_device_pointer(p, what)
 

@@ -12,6 +12,8 @@
 //    kernel pointer argument is checked against the allocations, page-locked host memory
 //    included, and a range outside them fails the call (cudaErrorInvalidValue /
 //    cudaErrorInvalidDevicePointer) with a message on stderr.
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -426,6 +428,25 @@ void check_device_pointer(const void* p, const char* what) {
   fail_block(std::string("illegal address: ") + what + " " + buf + " is not device or page-locked memory");
 }
 
+// FERRY_CUDA_EMU_TRACE=FILE: one line per kernel run, "OFFSET OBJECT" (the kernel's address in
+// its binary), for finding which kernels a step runs: `addr2line -f -C -e OBJECT OFFSET` names
+// them (bench/emu_kernel_trace.py does it for a whole file).
+void trace_kernel(const void* kernel) {
+  static FILE* out = [] {
+    const char* f = std::getenv("FERRY_CUDA_EMU_TRACE");
+    return f && *f ? std::fopen(f, "w") : nullptr;
+  }();
+  if (!out) return;
+  Dl_info info{};
+  if (dladdr(kernel, &info) == 0 || !info.dli_fname) return;
+  static std::mutex mu;
+  std::lock_guard lk(mu);
+  std::fprintf(out, "%#zx %s\n",
+               static_cast<size_t>(reinterpret_cast<uintptr_t>(kernel) - reinterpret_cast<uintptr_t>(info.dli_fbase)),
+               info.dli_fname);
+  std::fflush(out);
+}
+
 void enqueue_kernel(cudaStream_t stream, const void* kernel, dim3 grid, dim3 block, size_t shared_bytes,
                     std::function<void()> body) {
   const unsigned long long threads = 1ull * block.x * block.y * block.z;
@@ -437,9 +458,10 @@ void enqueue_kernel(cudaStream_t stream, const void* kernel, dim3 grid, dim3 blo
     return;
   }
   const LaunchShape shape{grid, block, shared_bytes};
-  const cudaError_t e = submit(stream, [shape, body = std::move(body)] {
+  const cudaError_t e = submit(stream, [shape, kernel, body = std::move(body)] {
     // Counted when it runs: a graph's kernel nodes count once per graph launch.
     counters().kernels.fetch_add(1, std::memory_order_relaxed);
+    trace_kernel(kernel);
     std::vector<unsigned char> shared(std::max<size_t>(shape.shared_bytes, 16));
     for (unsigned z = 0; z < shape.grid.z; ++z)
       for (unsigned y = 0; y < shape.grid.y; ++y)

@@ -2,7 +2,8 @@
 // (experts_per_slot over a permuted table), streamed experts (expert_pairs_per_slot, one call per
 // expert), rows computed apart and placed with scatter_rows, then weighted_sum, must give the bits
 // of the grouped kernels (moe_gate_up_swiglu + moe_down_slots + moe_sum over every slot, as the resident executor runs them): both compute each slot's
-// down row with the same warp code and add w·y in slot order (0 + w₀y₀ is exact).
+// down row with the same warp code and add w·y in slot order (0 + w₀y₀ is exact). A decode step's
+// fused forms (experts_decode_sum, weighted_sum_rows) give the same bits in fewer launches.
 #include <algorithm>
 #include <cstring>
 #include <numeric>
@@ -10,6 +11,7 @@
 
 #include "kernels/cpu/quants.hpp"
 #include "offload/device_experts.hpp"
+#include "runtime/backend/cuda_ops.hpp"
 #include "runtime/backend/device.hpp"
 #include "tests/gpu/gpu_test_util.hpp"
 
@@ -130,6 +132,33 @@ void run_step(GgmlType t_gu, GgmlType t_down, int64_t n_embd, int64_t n_ff, int3
                             " tokens=" + std::to_string(n_tokens) + " k=" + std::to_string(kTopK);
   report_exact("cuda expert kernels per-slot paths == grouped", shape,
                std::memcmp(got.data(), want.data(), want.size() * sizeof(float)) == 0);
+  if (N != 1) return;
+
+  // The fused decode forms: every slot by value with the sum in the down launch (2 launches); and
+  // the slots computed apart read by the sum in place of a scatter (experts_decode, then 1 launch).
+  DecodeSlots all, on_device;
+  RowIndex rows_at;
+  for (int32_t j = 0; j < kTopK; ++j) {
+    all.w[j] = ptrs[ids[j]];
+    if (ids[j] % 3 != 2) on_device.w[j] = ptrs[ids[j]];
+  }
+  for (size_t i = 0; i < idx.size(); ++i) rows_at.i[i] = idx[i];
+  DevBuf<float> dsum(E), dsum_rows(E), dslots2(std::vector<float>(K * E, 1e30f));
+  const uint64_t k0 = cuda_kernels_launched();
+  kernels->experts_decode_sum(s, all, kTopK, dx.get(), dy_slots.get(), dw.get(), dsum.get(), *stream);
+  stream->synchronize();
+  EXPECT_EQ(cuda_kernels_launched() - k0, 2u) << shape;
+  kernels->experts_decode(s, on_device, kTopK, dx.get(), dslots2.get(), *stream);
+  stream->synchronize();  // the emulator counts a kernel when it runs
+  const uint64_t k1 = cuda_kernels_launched();
+  kernels->weighted_sum_rows(dslots2.get(), drows.get(), rows_at, static_cast<int64_t>(idx.size()), dw.get(), kTopK,
+                             E, dsum_rows.get(), *stream);
+  stream->synchronize();
+  EXPECT_EQ(cuda_kernels_launched() - k1, 1u) << shape;
+  const auto sum = dsum.download(), sum_rows = dsum_rows.download();
+  report_exact("experts_decode_sum == grouped", shape, std::memcmp(sum.data(), want.data(), E * sizeof(float)) == 0);
+  report_exact("experts_decode + weighted_sum_rows == grouped", shape,
+               std::memcmp(sum_rows.data(), want.data(), E * sizeof(float)) == 0);
 }
 
 TEST(GpuDeviceExperts, PerSlotPathsMatchGrouped) {

@@ -1,10 +1,12 @@
-// The fused decode ops of CudaOps (Ops::matmul_multi, Ops::residual_norm; kernels/cuda/fused.cu)
-// and of its DeltaNet ops (GdnOps::conv_l2_gates; kernels/cuda/deltanet_step.cu)
+// The fused decode ops of CudaOps (Ops::matmul_multi, matmul_multi_route, residual_norm;
+// kernels/cuda/fused.cu) and of its DeltaNet ops (GdnOps::conv_l2_gates, kernels/cuda/deltanet_step.cu;
+// GdnOps::delta_rule_gated_norm, kernels/cuda/deltanet.cu)
 // on random data (SwiGLU pairs included): against CpuOps (which runs the defining op sequence, ggml's order) within the op
 // table's bounds, bit for bit against the unfused CUDA sequence they replace (the base class's
 // Ops:: composition on the same CudaOps), and in the launches they promise.
 #include "tests/gpu/gpu_test_util.hpp"
 
+#include <cmath>
 #include <cstring>
 
 #include "runtime/backend/cpu_ops.hpp"
@@ -64,7 +66,7 @@ void check_multi(Backends& b, const std::vector<Matrix>& ms, int64_t n, size_t w
   b.gpu->matmul_multi(targets, dx.f32(), cols, n);
   b.gpu->sync();
   if (n == 1) {
-    EXPECT_EQ(cuda_kernels_launched() - k0, want_launches) << shape << ": one launch per weight type";
+    EXPECT_EQ(cuda_kernels_launched() - k0, want_launches) << shape << ": one launch whatever the types";
   }
   for (size_t i = 0; i < ms.size(); ++i) {
     const int64_t rows = ms[i].rows;
@@ -87,12 +89,13 @@ void check_multi(Backends& b, const std::vector<Matrix>& ms, int64_t n, size_t w
 TEST(GpuFusedOps, MatmulMulti) {
   FERRY_REQUIRE_GPU();
   Backends b;
-  // A DeltaNet layer's projections (qkv, z, β, α), an MoE layer's (router, shared gate/up, gate
-  // logit), a mixed-type group (two launches), and more matrices than one launch takes.
+  // A DeltaNet layer's projections (qkv, z, β, α: two weight types, one launch), an MoE layer's
+  // (router, shared gate/up, gate logit), and more matrices than one launch takes.
   const std::vector<Matrix> deltanet = {{GgmlType::Q6_K, 96}, {GgmlType::Q4_K, 64}, {GgmlType::Q4_K, 8}, {GgmlType::Q4_K, 8}};
   const std::vector<Matrix> moe = {{GgmlType::F32, 32}, {GgmlType::Q4_K, 48, true}, {GgmlType::F32, 1}};
   const std::vector<Matrix> wide(9, Matrix{GgmlType::Q8_0, 5});
-  check_multi(b, deltanet, 1, 2);
+  check_multi(b, deltanet, 1, 1);
+  check_multi(b, {{GgmlType::Q4_K, 24}, {GgmlType::Q6_K, 8, true}, {GgmlType::Q8_0, 12}, {GgmlType::F32, 4}}, 1, 1);
   check_multi(b, moe, 1, 1);
   check_multi(b, {{GgmlType::F32, 7}, {GgmlType::F32, 1}}, 1, 1);
   check_multi(b, wide, 1, 2);
@@ -217,6 +220,122 @@ TEST(GpuFusedOps, DeltaNetConvL2Gates) {
     report_exact(std::string("GdnOps::conv_l2_gates ") + names[k] + " vs the unfused CUDA ops", "Hk=2 Hv=4 S=64 K=4",
                  same_bits(got[0][k], got[1][k]));
   }
+}
+
+// The MoE input's projections with the routing in the same launch (Ops::matmul_multi_route: the
+// last block to finish routes): ids and weights bit for bit those of the unfused CUDA sequence
+// (matmul_multi, then moe_route), the same ids as the CPU and weights within bounds. Each case
+// runs twice on the same ops (the block counter must reset itself), and for two tokens (the
+// per-op fallback).
+TEST(GpuFusedOps, MatmulMultiRoute) {
+  FERRY_REQUIRE_GPU();
+  Backends b;
+  const int64_t cols = 512, F = 48;
+  const int32_t n_expert = 64, k = 8;
+  const auto router = random_floats(n_expert * cols, 31, -0.2f, 0.2f);
+  const auto gate_q = quantize_rows(GgmlType::Q4_K, random_floats(F * cols, 32), F, cols, 32);
+  const auto up_q = quantize_rows(GgmlType::Q4_K, random_floats(F * cols, 33), F, cols, 33);
+  const WeightView hr{router.data(), GgmlType::F32, n_expert, cols};
+  const WeightView hg{gate_q.data(), GgmlType::Q4_K, F, cols}, hu{up_q.data(), GgmlType::Q4_K, F, cols};
+  const WeightView dr = b.gpu->resident(hr), dg = b.gpu->resident(hg), du = b.gpu->resident(hu);
+  for (const int64_t n : {1, 2}) {
+    for (const bool renorm : {true, false}) {
+      const std::string shape = "F32x64 router + Q4_Kx48 swiglu, top-8, n=" + std::to_string(n) + (renorm ? " renorm" : " scale 2.5");
+      const float scale = renorm ? 1.f : 2.5f;
+      const auto x = random_floats(n * cols, 34 + n, -2.f, 2.f);
+      // CPU: the defining sequence.
+      std::vector<float> clog(n * n_expert), cg(n * F), cu(n * F), cw(n * k);
+      std::vector<int32_t> cid(n * k);
+      const MatmulTarget ct[] = {{hr, clog.data(), n_expert}, {hg, cg.data(), F, hu, cu.data()}};
+      RouteArgs cr{clog.data(), n_expert, k, renorm, scale, cid.data(), cw.data()};
+      b.cpu.matmul_multi_route(ct, x.data(), cols, n, cr);
+      auto dx = b.up(x);
+      std::vector<int32_t> ids[2];
+      std::vector<float> weights[2], shared[2];
+      for (int unfused = 0; unfused < 2; ++unfused)
+        for (int rep = 0; rep < 2; ++rep) {
+          DeviceBuffer dlog = b.gpu->alloc(n * n_expert * 4), dgo = b.gpu->alloc(n * F * 4), duo = b.gpu->alloc(n * F * 4);
+          DeviceBuffer did = b.gpu->alloc(n * k * 4), dw = b.gpu->alloc(n * k * 4);
+          const MatmulTarget gt[] = {{dr, dlog.f32(), n_expert}, {dg, dgo.f32(), F, du, duo.f32()}};
+          const RouteArgs gr{dlog.f32(), n_expert, k, renorm, scale, did.i32(), dw.f32()};
+          b.gpu->sync();
+          const uint64_t k0 = cuda_kernels_launched();
+          if (unfused) b.gpu->Ops::matmul_multi_route(gt, dx.f32(), cols, n, gr);
+          else b.gpu->matmul_multi_route(gt, dx.f32(), cols, n, gr);
+          b.gpu->sync();
+          if (n == 1) EXPECT_EQ(cuda_kernels_launched() - k0, unfused ? 2u : 1u) << shape;
+          const auto got_ids = b.down<int32_t>(did, cid.size());
+          const auto got_w = b.down<float>(dw, cw.size());
+          const auto got_sh = b.down<float>(dgo, cg.size());
+          if (rep == 1) {
+            EXPECT_EQ(got_ids, ids[unfused]) << shape << ": a second call routes the same";
+            report_exact("CudaOps::matmul_multi_route again", shape, same_bits(got_w, weights[unfused]));
+          }
+          ids[unfused] = got_ids;
+          weights[unfused] = got_w;
+          shared[unfused] = got_sh;
+        }
+      EXPECT_EQ(ids[0], cid) << shape << ": the CPU's experts";
+      report("CudaOps::matmul_multi_route weights vs CpuOps", shape, nmse(cw, weights[0]), 1e-10);
+      report("CudaOps::matmul_multi_route shared gate vs CpuOps", shape, nmse(cg, shared[0]), 1e-4);
+      EXPECT_EQ(ids[0], ids[1]) << shape << ": the unfused CUDA ops' experts";
+      report_exact("CudaOps::matmul_multi_route vs the unfused CUDA ops", shape + " weights", same_bits(weights[0], weights[1]));
+      report_exact("CudaOps::matmul_multi_route vs the unfused CUDA ops", shape + " shared", same_bits(shared[0], shared[1]));
+    }
+  }
+}
+
+// The delta rule with its output's gated norm in the same launch (GdnOps::delta_rule_gated_norm:
+// the last of a head's blocks normalises it): bit for bit the unfused CUDA rule + norm, within the
+// recurrent bound of the CPU; head sizes 64 and 128 (2 and 4 blocks per head), 1 and 3 tokens,
+// twice on the same ops (the per-head counters must reset themselves).
+TEST(GpuFusedOps, DeltaRuleGatedNorm) {
+  FERRY_REQUIRE_GPU();
+  Backends b;
+  auto cpu_gdn = b.cpu.make_gdn_ops();
+  auto gpu_gdn = b.gpu->make_gdn_ops();
+  for (const int32_t S : {64, 128})
+    for (const int64_t n : {1, 3}) {
+      const int32_t Hk = 2, Hv = 4;
+      const int64_t ldk = 2 * Hk * S + Hv * S, V = int64_t{Hv} * S;  // q | k | v in one conv row, as the model
+      const std::string shape = "Hk=2 Hv=4 S=" + std::to_string(S) + " n=" + std::to_string(n);
+      auto conv = random_floats(n * ldk, 41, -0.3f, 0.3f);
+      const auto g = random_floats(n * Hv, 42, -2.f, -0.01f), beta = random_floats(n * Hv, 43, 0.05f, 0.95f);
+      const auto state0 = random_floats(int64_t{Hv} * S * S, 44, -0.3f, 0.3f);
+      const auto z = random_floats(n * V, 45, -3.f, 3.f), w = random_floats(S, 46, 0.5f, 1.5f);
+      const cpu::GdnShape sh{Hk, Hv, S, cpu::GdnKeyHeadMap::tiled};
+      const float scale = 1.f / std::sqrt(static_cast<float>(S)), eps = 1e-6f;
+      auto inputs = [&](const float* c, const float* pg, const float* pb) {
+        return cpu::GdnInputs{c, ldk, c + Hk * S, ldk, c + 2 * Hk * S, ldk, pg, pb};
+      };
+      std::vector<float> cstate = state0, cout(n * V);
+      cpu_gdn->delta_rule_gated_norm(sh, inputs(conv.data(), g.data(), beta.data()), n, scale, cstate.data(), cout.data(),
+                                     V, z.data(), V, w.data(), eps);
+      std::vector<float> got[2][2];  // [fused, unfused][out, state]
+      auto dconv = b.up(conv), dg = b.up(g), dbeta = b.up(beta), dz = b.up(z), dw = b.up(w);
+      for (int unfused = 0; unfused < 2; ++unfused)
+        for (int rep = 0; rep < 2; ++rep) {
+          auto dstate = b.up(state0);
+          DeviceBuffer dout = b.gpu->alloc(n * V * 4);
+          b.gpu->sync();
+          const uint64_t k0 = cuda_kernels_launched();
+          const cpu::GdnInputs in = inputs(dconv.f32(), dg.f32(), dbeta.f32());
+          if (unfused)
+            gpu_gdn->GdnOps::delta_rule_gated_norm(sh, in, n, scale, dstate.f32(), dout.f32(), V, dz.f32(), V, dw.f32(), eps);
+          else
+            gpu_gdn->delta_rule_gated_norm(sh, in, n, scale, dstate.f32(), dout.f32(), V, dz.f32(), V, dw.f32(), eps);
+          b.gpu->sync();
+          EXPECT_EQ(cuda_kernels_launched() - k0, unfused ? 2u : 1u) << shape;
+          const auto out = b.down<float>(dout, cout.size()), state = b.down<float>(dstate, cstate.size());
+          if (rep == 1) report_exact("GdnOps::delta_rule_gated_norm again", shape, same_bits(out, got[unfused][0]));
+          got[unfused][0] = out;
+          got[unfused][1] = state;
+        }
+      report("GdnOps::delta_rule_gated_norm out vs CpuOps", shape, nmse(cout, got[0][0]), 1e-9);
+      report("GdnOps::delta_rule_gated_norm state vs CpuOps", shape, nmse(cstate, got[0][1]), 1e-9);
+      report_exact("GdnOps::delta_rule_gated_norm vs the unfused CUDA ops", shape + " out", same_bits(got[0][0], got[1][0]));
+      report_exact("GdnOps::delta_rule_gated_norm vs the unfused CUDA ops", shape + " state", same_bits(got[0][1], got[1][1]));
+    }
 }
 
 #else

@@ -12,6 +12,7 @@
 #include "tests/gpu/gpu_test_util.hpp"
 
 #if FERRY_HAVE_CUDA
+#include "kernels/cuda/matmul.cuh"
 #include "kernels/cuda/moe.cuh"
 #endif
 
@@ -138,6 +139,24 @@ void run_case(GgmlType t_gu, GgmlType t_down, int64_t n_embd, int64_t n_ff, int6
     const auto fused = dfused.download();
     report_exact("moe_down_sum == moe_down_slots + moe_sum", shape,
                  std::memcmp(fused.data(), composed.data(), composed.size() * sizeof(float)) == 0);
+    // With a shared expert's down projection in the same launch (the resident executor's decode):
+    // the routed sum unchanged, the shared rows those of the dense matvec per token.
+    const int64_t ff_sh = 2 * n_ff;
+    std::vector<uint8_t> sh_pool(static_cast<size_t>(row_bytes(t_down, ff_sh) * n_embd));
+    std::vector<float> sh_dense;
+    quantize_into(t_down, random_floats(n_embd * ff_sh, 500), n_embd, ff_sh, 500, sh_pool, 0, sh_dense);
+    DevBuf<uint8_t> dsh_w(sh_pool);
+    DevBuf<float> dsh_h(random_floats(n_tokens * ff_sh, 501, -1.f, 1.f)), dsh_out(y0), dsh_ref(y0), dboth(y0);
+    const cuda::SharedDown sh{dsh_w.get(), dsh_h.get(), ff_sh, dsh_out.get()};
+    cuda::moe_down_sum(t_down, tab, dids.get(), dw.get(), n_tokens, k, n_embd, n_ff, dh.get(), dboth.get(), nullptr,
+                       &sh);
+    for (int64_t t = 0; t < n_tokens; ++t)
+      cuda::matvec(t_down, dsh_w.get(), n_embd, ff_sh, dsh_h.get() + t * ff_sh, dsh_ref.get() + t * n_embd, nullptr);
+    const auto both = dboth.download(), sh_got = dsh_out.download(), sh_ref = dsh_ref.download();
+    report_exact("moe_down_sum with a shared down: the routed sum unchanged", shape,
+                 std::memcmp(both.data(), fused.data(), fused.size() * sizeof(float)) == 0);
+    report_exact("moe_down_sum with a shared down == matvec per token", shape,
+                 std::memcmp(sh_got.data(), sh_ref.data(), sh_ref.size() * sizeof(float)) == 0);
   }
 
   // Per-slot outputs (the offload device flow): unweighted rows; rows of ids < 0 untouched.
