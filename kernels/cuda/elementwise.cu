@@ -7,6 +7,7 @@
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/ops.cuh"
+#include "kernels/cuda/rope_device.cuh"
 
 namespace ferry::cuda {
 namespace {
@@ -26,14 +27,8 @@ __global__ void rope_neox_kernel(float* x, int head_dim, int n_rot, int64_t ld_t
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   const int half = n_rot / 2;
   if (i >= half) return;
-  float* v = x + int64_t{blockIdx.z} * ld_token + int64_t{blockIdx.y} * ld_head;
-  // As ggml's CUDA rope: theta = pos · theta_scale^i, theta_scale = base^(−2/n_rot).
-  const float theta = static_cast<float>(pos[blockIdx.z]) * powf(theta_scale, static_cast<float>(i));
-  float s, c;
-  sincosf(theta, &s, &c);
-  const float x0 = v[i], x1 = v[i + half];
-  v[i] = x0 * c - x1 * s;
-  v[i + half] = x0 * s + x1 * c;
+  detail::rope_neox_pair(x + int64_t{blockIdx.z} * ld_token + int64_t{blockIdx.y} * ld_head, i, half, pos[blockIdx.z],
+                         theta_scale);
 }
 
 __global__ void swiglu_kernel(const float* g, const float* u, float* y, int64_t n) {
@@ -81,7 +76,7 @@ void rope_neox(float* x, int64_t n_tokens, int n_heads, int head_dim, int n_rot,
   require(n_heads >= 1 && n_heads <= 65535 && n_tokens >= 0 && n_tokens <= 65535, op,
           "n_heads and n_tokens must be ≤ 65535 per launch");
   if (n_tokens == 0) return;
-  const float theta_scale = powf(freq_base, -2.0f / static_cast<float>(n_rot));
+  const float theta_scale = detail::rope_theta_scale(freq_base, n_rot);
   const int threads = std::min(128, n_rot / 2);
   const dim3 grid(static_cast<unsigned>((n_rot / 2 + threads - 1) / threads), static_cast<unsigned>(n_heads),
                   static_cast<unsigned>(n_tokens));

@@ -14,6 +14,7 @@
 
 #include "kernels/cpu/hadamard.hpp"
 #include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/attention_prep.cuh"
 #include "kernels/cuda/blas.hpp"
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/fused.cuh"
@@ -305,14 +306,7 @@ class CudaOps final : public Ops {
     c.q = a.q;
     c.q_ld_token = a.q_token_stride;
     c.q_ld_head = a.q_head_stride;
-    c.k_cache = a.kv.k;
-    c.v_cache = a.kv.v;
-    c.k_type = a.kv.type_k;
-    c.v_type = a.kv.type_v;
-    c.n_rot_k = rot_k(a.kv);
-    c.n_rot_v = rot_v(a.kv);
-    c.rot_scale_k = rotation_scale(c.n_rot_k);
-    c.rot_scale_v = rotation_scale(c.n_rot_v);
+    set_cache(c, a.kv);
     c.gate = a.gate;
     c.gate_ld_token = a.q_token_stride;
     c.gate_ld_head = a.q_head_stride;
@@ -349,6 +343,53 @@ class CudaOps final : public Ops {
   void argmax(const float* x, int64_t n_rows, int64_t n, int32_t* out) override {
     ++calls_;
     cuda::argmax_rows(x, n, n_rows, n, out, s_);
+  }
+
+  // The cache operands cuda::AttentionArgs and cuda::AttentionPrepArgs share: buffers, types and
+  // the Hadamard rotation of quantized rows.
+  template <class Args>
+  static void set_cache(Args& c, const KvLayerView& kv) {
+    c.k_cache = kv.k;
+    c.v_cache = kv.v;
+    c.k_type = kv.type_k;
+    c.v_type = kv.type_v;
+    c.n_rot_k = rot_k(kv);
+    c.n_rot_v = rot_v(kv);
+    c.rot_scale_k = rotation_scale(c.n_rot_k);
+    c.rot_scale_v = rotation_scale(c.n_rot_v);
+  }
+
+  // The attention prologue as one kernel for any batch (kernels/cuda/attention_prep.cu): the q/k
+  // norms, RoPE and the K/V store, bit for bit the unfused kernels' results.
+  void attention_prep(const AttentionPrep& p) override {
+    if (!fusion_) {
+      Ops::attention_prep(p);
+      return;
+    }
+    ++calls_;
+    check_kv_types(p.kv, "attention_prep");
+    if (p.pos0 < 0 || p.pos0 + p.n_tokens > p.kv.n_ctx)
+      fail(ErrorKind::context, "attention_prep: rows [{}, {}) outside the cache of {} positions", p.pos0,
+           p.pos0 + p.n_tokens, p.kv.n_ctx);
+    cuda::AttentionPrepArgs c;
+    c.q = p.q;
+    c.q_ld_head = p.q_head_stride;
+    c.n_head = p.n_head;
+    c.k = p.k;
+    c.v = p.v;
+    c.q_norm = p.q_norm;
+    c.k_norm = p.k_norm;
+    c.eps = p.eps;
+    c.n_rot = p.n_rot;
+    c.pos = p.pos;
+    c.freq_base = p.freq_base;
+    set_cache(c, p.kv);
+    c.n_head_kv = p.kv.n_head_kv;
+    c.head_dim = p.kv.head_dim_k;
+    c.head_dim_v = p.kv.head_dim_v;
+    c.p0 = p.pos0;
+    c.n_tokens = p.n_tokens;
+    cuda::attention_prep(c, s_);
   }
 
  private:

@@ -37,7 +37,7 @@ struct CudaOpsOptions {
   bool int8_dot = false;
   // The fused decode step (kernels/cuda/README.md, "Fused decode"): several projections of one
   // input in one launch, the residual joins with the next norm, the DeltaNet step's small ops, the
-  // resident MoE's down + sum. Results are the unfused kernels' bit for bit; off
+  // resident MoE's down + sum, an attention block's q/k norms + RoPE + KV store. Results are the unfused kernels' bit for bit; off
   // (`--cuda-no-fusion`) launches kernel per op, for measuring what fusion gains.
   bool fusion = true;
   // The Gated DeltaNet delta rule's form for prefill batches (runtime/backend/gdn_cuda.hpp):

@@ -50,6 +50,15 @@ void Ops::residual_norm(float* x, int64_t n_tokens, int64_t n, const ResidualNor
   if (r.w) rmsnorm(x, r.w, n_tokens, n, n, r.eps, r.h);
 }
 
+void Ops::attention_prep(const AttentionPrep& p) {
+  const int64_t hd = p.kv.head_dim_k, n_kv = p.kv.n_head_kv;
+  rmsnorm(p.q, p.q_norm, p.n_tokens * p.n_head, hd, p.q_head_stride, p.eps, p.q);
+  rmsnorm(p.k, p.k_norm, p.n_tokens * n_kv, hd, hd, p.eps, p.k);
+  rope_neox(p.q, p.n_tokens, p.n_head, p.n_head * p.q_head_stride, p.q_head_stride, p.n_rot, p.pos, p.freq_base);
+  rope_neox(p.k, p.n_tokens, n_kv, n_kv * hd, hd, p.n_rot, p.pos, p.freq_base);
+  kv_store(p.kv, p.pos0, p.n_tokens, p.k, p.v);
+}
+
 void GdnOps::conv_l2_gates(const GdnPrep& p, int64_t n_tokens) {
   if (p.b)
     gates(p.b, p.ldb, p.a, p.lda, p.dt_bias, p.ssm_a, p.beta, p.g, p.ld_out, n_tokens, p.n_heads);

@@ -150,6 +150,26 @@ struct RouteArgs {
   float* weights = nullptr;  // (n_tokens, top_k)
 };
 
+// attention_prep's operands: an attention block's prologue after its q/k/v projections — the
+// per-head q and k RMSNorms, NEOX RoPE of both, and the store of k and v into the cache. The head
+// size is kv.head_dim_k, the KV heads kv.n_head_kv.
+struct AttentionPrep {
+  float* q = nullptr;              // token t, head h at q + (t·n_head + h)·q_head_stride; in place
+  int64_t q_head_stride = 0;       // head_dim_k, or 2·head_dim_k for qwen35moe's [q | gate] rows
+  int32_t n_head = 0;
+  float* k = nullptr;              // (n_tokens, n_head_kv, head_dim_k) contiguous; in place
+  const float* v = nullptr;        // (n_tokens, n_head_kv, head_dim_v) contiguous
+  const float* q_norm = nullptr;   // (head_dim_k) F32
+  const float* k_norm = nullptr;   // (head_dim_k) F32
+  float eps = 0.0f;
+  int32_t n_rot = 0;               // RoPE on the first n_rot dims of each head
+  const int32_t* pos = nullptr;    // (n_tokens) positions (backend memory)
+  float freq_base = 0.0f;
+  KvLayerView kv;
+  int64_t pos0 = 0;                // the cache rows [pos0, pos0 + n_tokens) are written
+  int64_t n_tokens = 0;
+};
+
 // Which backend an Ops is: callers that pair other work with it (the MoE executors, the session's
 // host-memory check) ask this, never the name.
 enum class BackendKind { cpu, cuda };
@@ -263,6 +283,11 @@ class Ops {
   // With b: sigmoid_gated_add(b, gate_logit, n_tokens, n, a); then add(x, a, n_tokens·n, x); then,
   // with w, rmsnorm(x, w, n_tokens, n, n, eps, h).
   virtual void residual_norm(float* x, int64_t n_tokens, int64_t n, const ResidualNorm& r);
+  // rmsnorm(q, q_norm, n_tokens·n_head, hd, q_head_stride, eps, q); rmsnorm(k, k_norm,
+  // n_tokens·n_head_kv, hd, hd, eps, k); rope_neox(q, n_tokens, n_head, n_head·q_head_stride,
+  // q_head_stride, n_rot, pos, freq_base); rope_neox(k, n_tokens, n_head_kv, n_head_kv·hd, hd, ...);
+  // kv_store(kv, pos0, n_tokens, k, v) — hd = kv.head_dim_k.
+  virtual void attention_prep(const AttentionPrep& p);
 };
 
 }  // namespace ferry

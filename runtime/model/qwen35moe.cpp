@@ -316,15 +316,25 @@ class Hybrid final : public Model {
     ops.matmul_multi(proj, h, E, nb);
     debug("Qcur_full", il, qg, nb, 2 * nq);
     debug("Vcur", il, v, nb, nv);
-    ops.rmsnorm(qg, L.attn.q_norm, nb * c.n_head, hd, 2 * hd, c.rms_eps, qg);
-    ops.rmsnorm(k, L.attn.k_norm, nb * c.n_head_kv, hd, hd, c.rms_eps, k);
-    debug("Kcur_normed", il, k, nb, nk);
-    ops.rope_neox(qg, nb, c.n_head, 2 * nq, 2 * hd, c.n_rot, st.pos.i32(), c.rope_freq_base);
-    ops.rope_neox(k, nb, c.n_head_kv, nk, hd, c.n_rot, st.pos.i32(), c.rope_freq_base);
-    debug("Kcur", il, k, nb, nk);
 
+    // q/k norms, RoPE and the K/V store as one call (one launch on CUDA); apart when a debug hook
+    // reads k between the norm and RoPE.
     const KvLayerView& kv = st.kv.layer(il);
-    ops.kv_store(kv, st.n_past(), nb, k, v);
+    if (!debug_) {
+      const AttentionPrep prep{.q = qg, .q_head_stride = 2 * hd, .n_head = c.n_head, .k = k, .v = v,
+                               .q_norm = L.attn.q_norm, .k_norm = L.attn.k_norm, .eps = c.rms_eps, .n_rot = c.n_rot,
+                               .pos = st.pos.i32(), .freq_base = c.rope_freq_base, .kv = kv, .pos0 = st.n_past(),
+                               .n_tokens = nb};
+      ops.attention_prep(prep);
+    } else {
+      ops.rmsnorm(qg, L.attn.q_norm, nb * c.n_head, hd, 2 * hd, c.rms_eps, qg);
+      ops.rmsnorm(k, L.attn.k_norm, nb * c.n_head_kv, hd, hd, c.rms_eps, k);
+      debug("Kcur_normed", il, k, nb, nk);
+      ops.rope_neox(qg, nb, c.n_head, 2 * nq, 2 * hd, c.n_rot, st.pos.i32(), c.rope_freq_base);
+      ops.rope_neox(k, nb, c.n_head_kv, nk, hd, c.n_rot, st.pos.i32(), c.rope_freq_base);
+      debug("Kcur", il, k, nb, nk);
+      ops.kv_store(kv, st.n_past(), nb, k, v);
+    }
     AttentionArgs a;
     a.q = qg;
     a.q_token_stride = 2 * nq;

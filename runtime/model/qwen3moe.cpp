@@ -179,17 +179,27 @@ class Qwen3Moe final : public Model {
       const MatmulTarget qkv[] = {{L.wq, q, nq}, {L.wk, k, nk}, {L.wv, v, nv}};
       ops.matmul_multi(qkv, h, E, nb);
       debug("Vcur", il, v, nb, nv);
-      ops.rmsnorm(q, norm(L.q_norm), nb * c.n_head, c.head_dim_k, c.head_dim_k, c.rms_eps, q);
-      ops.rmsnorm(k, norm(L.k_norm), nb * c.n_head_kv, c.head_dim_k, c.head_dim_k, c.rms_eps, k);
-      debug("Qcur_normed", il, q, nb, nq);
-      debug("Kcur_normed", il, k, nb, nk);
-      ops.rope_neox(q, nb, c.n_head, nq, c.head_dim_k, c.n_rot, st.pos.i32(), c.rope_freq_base);
-      ops.rope_neox(k, nb, c.n_head_kv, nk, c.head_dim_k, c.n_rot, st.pos.i32(), c.rope_freq_base);
-      debug("Qcur", il, q, nb, nq);
-      debug("Kcur", il, k, nb, nk);
 
+      // q/k norms, RoPE and the K/V store as one call (one launch on CUDA); apart when a debug
+      // hook reads q and k between the norm and RoPE.
       const KvLayerView& kv = st.kv.layer(il);
-      ops.kv_store(kv, p0, nb, k, v);
+      if (!debug_) {
+        const AttentionPrep prep{.q = q, .q_head_stride = c.head_dim_k, .n_head = c.n_head, .k = k, .v = v,
+                                 .q_norm = norm(L.q_norm), .k_norm = norm(L.k_norm), .eps = c.rms_eps,
+                                 .n_rot = c.n_rot, .pos = st.pos.i32(), .freq_base = c.rope_freq_base, .kv = kv,
+                                 .pos0 = p0, .n_tokens = nb};
+        ops.attention_prep(prep);
+      } else {
+        ops.rmsnorm(q, norm(L.q_norm), nb * c.n_head, c.head_dim_k, c.head_dim_k, c.rms_eps, q);
+        ops.rmsnorm(k, norm(L.k_norm), nb * c.n_head_kv, c.head_dim_k, c.head_dim_k, c.rms_eps, k);
+        debug("Qcur_normed", il, q, nb, nq);
+        debug("Kcur_normed", il, k, nb, nk);
+        ops.rope_neox(q, nb, c.n_head, nq, c.head_dim_k, c.n_rot, st.pos.i32(), c.rope_freq_base);
+        ops.rope_neox(k, nb, c.n_head_kv, nk, c.head_dim_k, c.n_rot, st.pos.i32(), c.rope_freq_base);
+        debug("Qcur", il, q, nb, nq);
+        debug("Kcur", il, k, nb, nk);
+        ops.kv_store(kv, p0, nb, k, v);
+      }
       AttentionArgs a;
       a.q = q;
       a.q_token_stride = nq;
