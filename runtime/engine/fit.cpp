@@ -27,21 +27,21 @@ uint64_t fixed_part(const PlacementInput& p) {
 
 }  // namespace
 
-uint64_t fit_budget_bytes(uint64_t free_bytes, const FitSettings& s) {
+CardBudget fit_budget(uint64_t free_bytes, const FitSettings& s) {
   if (free_bytes <= s.target_bytes)
     fail(ErrorKind::budget,
          "fit: the card has {} free, no more than the {} the fit leaves free (-fitt/--fit-target MiB): "
          "free device memory (close other programs), lower -fitt, or use --device cpu",
          format_size(free_bytes), format_size(s.target_bytes));
-  return free_bytes - s.target_bytes;
+  return CardBudget{free_bytes, s.target_bytes, free_bytes - s.target_bytes};
 }
 
-DeviceFit fit_to_device(const SizesAt& sizes, uint64_t free_bytes, const FitSettings& s, int64_t n_ctx,
+DeviceFit fit_to_device(const SizesAt& sizes, const CardBudget& card, const FitSettings& s, int64_t n_ctx,
                         int64_t default_ctx) {
   DeviceFit f;
-  f.free_bytes = free_bytes;
-  f.margin_bytes = s.target_bytes;
-  f.budget_bytes = fit_budget_bytes(free_bytes, s);
+  f.free_bytes = card.free_bytes;
+  f.margin_bytes = card.margin_bytes;
+  f.budget_bytes = card.budget_bytes;
   const bool user_ctx = n_ctx > 0;
   f.n_ctx_asked = user_ctx ? n_ctx : default_ctx;
   f.n_ctx = f.n_ctx_asked;

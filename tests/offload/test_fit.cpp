@@ -35,9 +35,14 @@ FitSettings margin(uint64_t mib) {
   return s;
 }
 
+// The load's order: the card's budget once, then the fit of the model's sizes into it.
+DeviceFit fit(uint64_t free_bytes, const FitSettings& s, int64_t n_ctx, int64_t default_ctx) {
+  return fit_to_device(sizes_at, fit_budget(free_bytes, s), s, n_ctx, default_ctx);
+}
+
 TEST(Fit, ResidentWhenEverythingFits) {
   // 100 + 64 (KV at 4096) + 3 + 5 + 64 experts = 236 MiB; 300 free − 50 margin = 250.
-  const DeviceFit f = fit_to_device(sizes_at, 300 * MiB, margin(50), 0, 4096);
+  const DeviceFit f = fit(300 * MiB, margin(50), 0, 4096);
   EXPECT_EQ(f.budget_bytes, 250 * MiB);
   EXPECT_EQ(f.need_bytes, 236 * MiB);
   EXPECT_FALSE(f.offload);
@@ -47,7 +52,7 @@ TEST(Fit, ResidentWhenEverythingFits) {
 
 TEST(Fit, OffloadsWhenOnlyTheFixedPartFits) {
   // Budget 200 MiB: fixed part 100 + 64 + 3 + 5 + 2 (top-2 of 1 MiB) = 174 fits, 236 does not.
-  const DeviceFit f = fit_to_device(sizes_at, 250 * MiB, margin(50), 0, 4096);
+  const DeviceFit f = fit(250 * MiB, margin(50), 0, 4096);
   EXPECT_TRUE(f.offload);
   EXPECT_EQ(f.fixed_bytes, 174 * MiB);
   EXPECT_EQ(f.n_ctx, 4096);
@@ -59,14 +64,14 @@ TEST(Fit, OffloadsWhenOnlyTheFixedPartFits) {
 
 TEST(Fit, ShrinksTheDefaultContextNeverTheUsers) {
   // Budget 130 MiB: at 4096 the fixed part is 174; at 1024 it is 100 + 16 + 3 + 5 + 2 = 126.
-  const DeviceFit f = fit_to_device(sizes_at, 180 * MiB, margin(50), 0, 4096);
+  const DeviceFit f = fit(180 * MiB, margin(50), 0, 4096);
   EXPECT_EQ(f.n_ctx, 1024);
   EXPECT_EQ(f.n_ctx_asked, 4096);
   EXPECT_TRUE(f.offload);
   EXPECT_NE(fit_summary(f, "card").find("shrunk from 4096"), std::string::npos);
   // The user's -c 4096 is kept: the fixed part does not fit, a clear error.
   try {
-    fit_to_device(sizes_at, 180 * MiB, margin(50), 4096, 4096);
+    fit(180 * MiB, margin(50), 4096, 4096);
     FAIL() << "expected a budget error";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::budget);
@@ -76,7 +81,7 @@ TEST(Fit, ShrinksTheDefaultContextNeverTheUsers) {
   FitSettings s = margin(50);
   s.min_ctx = 2048;
   try {
-    fit_to_device(sizes_at, 180 * MiB, s, 0, 4096);
+    fit(180 * MiB, s, 0, 4096);
     FAIL() << "expected a budget error";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::budget);
@@ -87,7 +92,7 @@ TEST(Fit, ShrinksTheDefaultContextNeverTheUsers) {
 
 TEST(Fit, NoMemoryBeyondTheMarginIsAnError) {
   try {
-    fit_to_device(sizes_at, 40 * MiB, margin(50), 0, 4096);
+    fit(40 * MiB, margin(50), 0, 4096);
     FAIL() << "expected a budget error";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::budget);
