@@ -12,6 +12,8 @@
 #include "runtime/core/error.hpp"
 #include "runtime/core/host_memory.hpp"
 #include "runtime/core/log.hpp"
+#include "runtime/model/weights.hpp"
+#include "runtime/moe/cpu_experts.hpp"
 
 namespace ferry {
 
@@ -54,10 +56,14 @@ std::unique_ptr<LoadedModel> LoadedModel::load(const std::string& path,
     // Then whether the whole model fits in it, counting the backend's workspaces as the offload
     // plan does; what does not fit is offloaded with the same budget.
     const ModelConfig c = read_config(m->file_);
+    const ExpertShape shape{m->file_.tensor(layer_tensor(0, "ffn_gate_exps")).type,
+                            m->file_.tensor(layer_tensor(0, "ffn_up_exps")).type,
+                            m->file_.tensor(layer_tensor(0, "ffn_down_exps")).type, c.n_embd, c.n_ff_exp};
     const SizesAt sizes = [&](int64_t n_ctx) {
+      const int64_t max_batch = std::min<int64_t>(o.n_batch, n_ctx);
       PlacementInput p = placement_input(m->file_, c, n_ctx, o.type_k, o.type_v, o.n_batch, 0);
-      p.workspace_bytes += cuda_plan_workspace_bytes(
-          *m->ops_, cuda_extra_workspace_bytes(*m->ops_, c, std::min<int64_t>(o.n_batch, n_ctx)));
+      p.workspace_bytes += cuda_plan_workspace_bytes(*m->ops_, cuda_extra_workspace_bytes(*m->ops_, c, max_batch));
+      p.step_bytes = offload_step_bytes(max_batch, shape, c.n_expert_used, c.n_expert);
       return p;
     };
     const DeviceFit fit =

@@ -26,7 +26,7 @@ struct DeviceFit {
   uint64_t free_bytes = 0, margin_bytes = 0;
   uint64_t budget_bytes = 0;  // free − margin: everything Ferry allocates on the card
   uint64_t need_bytes = 0;    // every expert resident with this context
-  uint64_t fixed_bytes = 0;   // dense + KV + state + workspace + one layer's top-k experts
+  uint64_t fixed_bytes = 0;   // the least budget the offload plan accepts (offload_min_budget_bytes)
   uint64_t expert_bytes = 0;  // all routed experts
   int64_t n_ctx = 0;          // the context the session gets
   int64_t n_ctx_asked = 0;    // before shrinking (the default, or -c)

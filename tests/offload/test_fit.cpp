@@ -51,10 +51,15 @@ TEST(Fit, ResidentWhenEverythingFits) {
 }
 
 TEST(Fit, OffloadsWhenOnlyTheFixedPartFits) {
-  // Budget 200 MiB: fixed part 100 + 64 + 3 + 5 + 2 (top-2 of 1 MiB) = 174 fits, 236 does not.
+  // Budget 200 MiB: the fixed part 100 + 64 + 3 + 5 + 2 (two prefill staging slots) + 2 (top-2 of
+  // 1 MiB) = 176 fits, 236 does not.
   const DeviceFit f = fit(250 * MiB, margin(50), 0, 4096);
   EXPECT_TRUE(f.offload);
-  EXPECT_EQ(f.fixed_bytes, 174 * MiB);
+  EXPECT_EQ(f.fixed_bytes, 176 * MiB);
+  // It is the least budget the offload plan accepts: the engine's step buffers count too.
+  PlacementInput with_steps = sizes_at(4096);
+  with_steps.step_bytes = 7 * MiB;
+  EXPECT_EQ(offload_min_budget_bytes(with_steps), 183 * MiB);
   EXPECT_EQ(f.n_ctx, 4096);
   const std::string s = fit_summary(f, "card");
   // 200 − (236 − 64) = 28 of the 64 MiB of experts fit: 44%.
@@ -63,7 +68,7 @@ TEST(Fit, OffloadsWhenOnlyTheFixedPartFits) {
 }
 
 TEST(Fit, ShrinksTheDefaultContextNeverTheUsers) {
-  // Budget 130 MiB: at 4096 the fixed part is 174; at 1024 it is 100 + 16 + 3 + 5 + 2 = 126.
+  // Budget 130 MiB: at 4096 the fixed part is 176; at 1024 it is 100 + 16 + 3 + 5 + 2 + 2 = 128.
   const DeviceFit f = fit(180 * MiB, margin(50), 0, 4096);
   EXPECT_EQ(f.n_ctx, 1024);
   EXPECT_EQ(f.n_ctx_asked, 4096);
@@ -77,7 +82,7 @@ TEST(Fit, ShrinksTheDefaultContextNeverTheUsers) {
     EXPECT_EQ(e.kind(), ErrorKind::budget);
     EXPECT_NE(std::string(e.what()).find("smaller -c"), std::string::npos) << e.what();
   }
-  // --fit-ctx bounds the shrinking: not below 2048, where 100 + 32 + 10 = 142 > 130.
+  // --fit-ctx bounds the shrinking: not below 2048, where 100 + 32 + 3 + 5 + 4 = 144 > 130.
   FitSettings s = margin(50);
   s.min_ctx = 2048;
   try {
