@@ -19,6 +19,16 @@ uint64_t cuda_plan_workspace_bytes(const Ops& ops, uint64_t extra_bytes) {
   return cuda_ops_workspace_bytes(ops) + (32ull << 20) + extra_bytes;
 }
 
+uint64_t offload_step_bytes(int64_t max_batch, const ExpertShape& shape, int32_t top_k, int32_t n_expert) {
+  return device_step_bytes(max_batch, shape, top_k, n_expert);
+}
+
+uint64_t offload_min_budget_bytes(const PlacementInput& in) {
+  PlacementInput all = in;
+  all.budget_bytes = 0;  // plan every expert resident: only the fixed part and classes are read
+  return make_plan(all).min_budget_bytes();
+}
+
 OffloadBuild make_offload_executor(OffloadRequest r) {
   const OffloadSettings& a = r.settings;
   if (r.layers.empty()) fail(ErrorKind::internal, "offload: a model without expert layers");

@@ -116,6 +116,16 @@ struct OffloadBuild {
 // factory plans with it; the engine's fit to the card (runtime/engine/fit.hpp) counts the same.
 uint64_t cuda_plan_workspace_bytes(const Ops& ops, uint64_t extra_bytes);
 
+struct ExpertShape;  // runtime/moe/cpu_experts.hpp
+
+// The offload engine's per-step device buffers for steps of up to max_batch tokens of experts
+// shaped `shape` (PlacementInput::step_bytes, as the factory sets it for the host decode flow).
+uint64_t offload_step_bytes(int64_t max_batch, const ExpertShape& shape, int32_t top_k, int32_t n_expert);
+// The least budget the placement accepts for `in` (its budget ignored): the fixed part — dense,
+// KV, state, workspace, step buffers, the prefill staging slots — and one layer's top-k slots.
+// The engine's fit to the card (runtime/engine/fit.hpp) holds at least this.
+uint64_t offload_min_budget_bytes(const PlacementInput& in);
+
 // Plans the placement (prints/writes it when asked), fills the host store and builds the engine.
 // ErrorKind::budget when the budget cannot hold the fixed part; ErrorKind::io for files.
 OffloadBuild make_offload_executor(OffloadRequest r);

@@ -129,6 +129,11 @@ uint64_t Plan::fixed_bytes() const {
          align_up(in.workspace_bytes) + align_up(in.step_bytes) + staging_bytes;
 }
 
+uint64_t Plan::min_budget_bytes() const {
+  const uint64_t largest = classes.empty() ? 0 : classes.front().expert_bytes;  // largest first
+  return fixed_bytes() + align_up(static_cast<uint64_t>(in.n_expert_used) * largest);
+}
+
 uint64_t Plan::total_bytes() const {
   return fixed_bytes() + align_up(slots_bytes());
 }
@@ -176,7 +181,7 @@ Plan make_plan(const PlacementInput& in, const ExpertProfile* profile,
   uint64_t avail = UINT64_MAX;
   if (in.budget_bytes != 0) {
     const auto min_slots = static_cast<uint64_t>(in.n_expert_used);
-    const uint64_t need = p.fixed_bytes() + align_up(min_slots * sizes.front());
+    const uint64_t need = p.min_budget_bytes();
     if (need > in.budget_bytes)
       fail(ErrorKind::budget,
            "--vram {} is too small for {}: it needs {} (missing {}): dense weights {}, KV cache {} "

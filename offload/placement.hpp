@@ -54,6 +54,9 @@ struct Plan {
   // The cache's partition: a slot takes only experts of its class's layers.
   SlotPartition slot_partition() const;
   uint64_t fixed_bytes() const;  // dense + kv + state + workspace + step + staging
+  // The least budget this input can run under: the fixed part and one slot of the largest class
+  // for each of a step's top-k experts (make_plan refuses a smaller budget).
+  uint64_t min_budget_bytes() const;
   uint64_t total_bytes() const;  // fixed + the slot arena (one allocation, 256-byte units)
   int64_t total_experts() const { return int64_t{in.n_layer} * in.n_expert; }
   double resident_fraction() const;

@@ -176,6 +176,7 @@ class Run {
 
   void book_prefetch(int32_t slot, int32_t layer, Stream& s) {
     const uint64_t bytes = plan_.in.layer_expert_bytes[static_cast<size_t>(layer)];
+    victim_scan(layer);  // the prefetcher's or the admission's insert, just made
     launches(kFillOps);
     const double end = link_copy(bytes, layer, "prefetch");
     if (decoding_) decode_prefetch_bytes_ += bytes;
@@ -189,6 +190,18 @@ class Run {
     const double t0 = now();
     now() += n * r_.launch_us;
     if (decoding_) tok_.launch_us += now() - t0;
+  }
+
+  // An insert into the cache costs the host its victim choice (model revision 8): ExpertCache::
+  // insert scans every slot of the layer's size class (LRFU computes each one's decayed score),
+  // and every slot is taken from the start (the initial hot set fills them), so each insert scans
+  // them all. Charged per insert made: copy-now, prefetch, admission.
+  void victim_scan(int32_t layer) {
+    const auto [begin, end] = cache_->slots_of_layer(layer);
+    const double ns = o_.policy == EvictionPolicy::lru ? r_.scan_lru_ns_per_slot : r_.scan_lrfu_ns_per_slot;
+    const double us = double(end - begin) * ns / 1e3;
+    now() += us;
+    if (decoding_) tok_.cache_scan_us += us;
   }
 
   void step(int64_t n) {
@@ -361,6 +374,7 @@ class Run {
         return r;
       case Decision::copy_now:
         if ((slot = cache_->insert(layer, expert, tick_)) >= 0) {
+          victim_scan(layer);
           prefetcher_->note_evict(slot);
           cache_->pin(slot);
           launches(kFillOps);
@@ -399,6 +413,7 @@ class Run {
     res_.token.gpu_dense_us = tok_.gpu_dense_us / n;
     res_.token.gpu_expert_us = tok_.gpu_expert_us / n;
     res_.token.launch_us = tok_.launch_us / n;
+    res_.token.cache_scan_us = tok_.cache_scan_us / n;
     res_.token.cpu_expert_us = tok_.cpu_expert_us / n;
     res_.token.link_us = tok_.link_us / n;
     for (size_t i = 0; i < res_.token.gpu_wait_us.size(); ++i)

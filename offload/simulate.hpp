@@ -82,6 +82,7 @@ struct SimOptions {
 struct SimTokenTime {
   double total_us = 0;
   double gpu_dense_us = 0, gpu_expert_us = 0, launch_us = 0;
+  double cache_scan_us = 0;  // the expert cache's victim scans on the host (model revision 8)
   double cpu_expert_us = 0;  // CPU expert work (overlaps the GPU)
   double link_us = 0;        // busy time of the host→device link
   std::array<double, kWaitCauses> gpu_wait_us{};  // compute stream idle, by cause (WaitCause)

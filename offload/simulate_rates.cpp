@@ -108,6 +108,8 @@ SimRates sim_rates(const HardwareProfile& gpu, const HardwareProfile& host,
   r.copy_latency_us = 2.0 * r.launch_us;
   r.launches_per_layer = p.number("launches_per_layer");
   r.kernel_floor_us = p.number("kernel_floor_us");
+  r.scan_lrfu_ns_per_slot = p.number("cache_scan_ns_per_slot.lrfu");
+  r.scan_lru_ns_per_slot = p.number("cache_scan_ns_per_slot.lru");
   const HardwareFigure& dram = host.figure("dram_bandwidth_gbps");
   const double stream =
       dram.label == FigureLabel::measured ? dram.value : dram.value * p.number("dram_stream_fraction_of_spec");

@@ -12,6 +12,7 @@
 //   llama.cpp's uploads   = min(link, one thread's rate, host stream): pageable memory, staged
 //   prefill compute       = H200 prefill FLOP rate × (SMs × clock) / (H200 SMs × clock); llama.cpp's:
 //                           its published prefill rate × (SMs × clock) / (that card's SMs × clock)
+//   cache victim scan     = slots of the size class × ns per slot (by policy; one host core)
 #include <cstdint>
 #include <map>
 #include <string>
@@ -32,6 +33,9 @@ struct SimRates {
   double sync_us = 0;      // launch + synchronize round trip (a host-routed MoE step's routing)
   double launches_per_layer = 0;
   double kernel_floor_us = 0;  // the shortest a kernel takes on the GPU (Ferry's eager launches)
+  // Host time per slot the expert cache's victim choice scans (ExpertCache::insert: every slot of
+  // the layer's size class), by eviction policy (model revision 8).
+  double scan_lrfu_ns_per_slot = 0, scan_lru_ns_per_slot = 0;
   double cpu_gbps = 0;        // Ferry's CPU experts, all threads
   double llama_cpu_gbps = 0;  // llama.cpp's CPU experts, all threads
   // llama.cpp's uploads of host experts for a prompt batch: its weights are mmapped (pageable),

@@ -37,10 +37,10 @@ std::string sim_result_text(const SimResult& s) {
   const SimTokenTime& k = s.token;
   t += fmt::format(
       "{}: per decoded token {:.0f} us (estimated): GPU dense {:.0f}, GPU experts {:.0f}, launches "
-      "{:.0f}, CPU experts {:.0f}, link busy {:.0f}; GPU waits: copy {:.0f} ({:.1f}%), cpu_expert "
-      "{:.0f} ({:.1f}%), sync {:.0f} ({:.1f}%)\n",
-      s.strategy_name(), k.total_us, k.gpu_dense_us, k.gpu_expert_us, k.launch_us, k.cpu_expert_us,
-      k.link_us, k.gpu_wait_us[0], pct(k.gpu_wait_us[0], k.total_us), k.gpu_wait_us[1],
+      "{:.0f}, cache scans {:.0f}, CPU experts {:.0f}, link busy {:.0f}; GPU waits: copy {:.0f} "
+      "({:.1f}%), cpu_expert {:.0f} ({:.1f}%), sync {:.0f} ({:.1f}%)\n",
+      s.strategy_name(), k.total_us, k.gpu_dense_us, k.gpu_expert_us, k.launch_us, k.cache_scan_us,
+      k.cpu_expert_us, k.link_us, k.gpu_wait_us[0], pct(k.gpu_wait_us[0], k.total_us), k.gpu_wait_us[1],
       pct(k.gpu_wait_us[1], k.total_us), k.gpu_wait_us[2], pct(k.gpu_wait_us[2], k.total_us));
   return t;
 }

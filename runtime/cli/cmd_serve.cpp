@@ -156,16 +156,18 @@ int serve_main(int argc, char** argv) {
   cfg.session = session;
   apply_prompt_cache_args(cache_args, cfg);
   session.prompt_cache = cfg.session.prompt_cache;
-  // The slots' total context, known before loading: the offload plan must hold it.
+  // The slots' total context, known before loading: the offload plan must hold it. Only a -c is
+  // the user's; the default (what host memory holds) is the load's default context, which fitting
+  // a card may shrink (runtime/engine/fit.hpp), and the slots share what the load settled on.
   {
     const gguf::File f = gguf::File::open(ma.model);
     const ModelConfig c = read_config(f);
     // Before the port is bound: a template that does not parse stops the server at once.
     h.chat = load_chat_format(f, chat_args);
     h.force_tokens_file = forced_tokens_file("ferry serve");
-    cfg.n_ctx_total = ma.ctx > 0 ? ma.ctx : server::default_serve_context(c, h.n_slots, session);
+    cfg.n_ctx_total = ma.ctx;
+    if (ma.ctx == 0) ma.run.options.default_ctx = server::default_serve_context(c, h.n_slots, session);
   }
-  session.n_ctx = cfg.n_ctx_total;
   Observability obs(ma.run.options.observe);
   return server::run_server(
       cfg, [&] { return load_observed(ma, obs, session); },

@@ -26,8 +26,8 @@ struct Flag {
   Apply apply;
 };
 
-// "auto" is resolved before the table is read (default_device_kind); its entry is there for the
-// list of spellings an error names.
+// "auto" is resolved before the table is read (default_device_kind, only when auto is what the
+// flag says); its entry is there for the list of spellings an error names.
 constexpr std::array<Named<DeviceKind>, 4> kDeviceChoices{
     {{"cpu", DeviceKind::cpu}, {"sim", DeviceKind::sim}, {"cuda", DeviceKind::cuda}, {"auto", DeviceKind::cpu}}};
 
@@ -258,10 +258,13 @@ void RunArgs::add(CLI::App& app, bool sweep) {
           f.names, [this, &f](const std::string& v) { checked(f, options, v); }, f.help);
     }
     if (*f.default_text) opt->default_str(f.default_text);
+    // --device's default (auto) is resolved after the parse, and only when no device was given:
+    // auto counts the CUDA devices, which a run on --device cpu must not do.
+    if (!sweep && f.sweep == SweepFlag::device) opt->force_callback();
   }
 }
 
-RunArgs::RunArgs() { options.device = default_device_kind(); }
+RunArgs::RunArgs() = default;
 
 void RunArgs::add_all(CLI::App& app) { add(app, false); }
 void RunArgs::add_sweep(CLI::App& app) { add(app, true); }

@@ -23,9 +23,10 @@ inline constexpr int kSweepFlags = 4;
 
 class RunArgs {
  public:
-  // --device defaults to auto: cuda when a GPU exists (default_device_kind), else cpu.
+  // --device defaults to auto: cuda when a GPU exists (default_device_kind), else cpu; resolved
+  // when add_all's parse ends without a --device (a given device never counts the GPUs).
   RunArgs();
-  RunOptions options;  // what the flags set (defaults: RunOptions', the device resolved)
+  RunOptions options;  // what the flags set (defaults: RunOptions', the device once parsed)
 
   // Every run flag, each value parsed when CLI11 reads it (bad values fail the parse, naming
   // the flag).

@@ -12,6 +12,8 @@
 #include "runtime/core/error.hpp"
 #include "runtime/core/host_memory.hpp"
 #include "runtime/core/log.hpp"
+#include "runtime/model/weights.hpp"
+#include "runtime/moe/cpu_experts.hpp"
 
 namespace ferry {
 
@@ -20,11 +22,13 @@ std::unique_ptr<LoadedModel> LoadedModel::load(const std::string& path,
   const auto t0 = std::chrono::steady_clock::now();
   RunPlan plan = plan_run(options);  // bad combinations fail before anything is loaded
   std::unique_ptr<LoadedModel> m(new LoadedModel(gguf::File::open(path)));
-  uint64_t free_bytes = 0;
+  m->default_n_ctx_ = options.default_ctx;
+  CardBudget card;
   if (plan.fit) {
-    // Zero flags on a card: the budget is its free memory less the margin, whatever the model.
-    free_bytes = cuda_mem_info().free_bytes;
-    plan.cuda_budget_bytes = fit_budget_bytes(free_bytes, options.fit);
+    // Zero flags on a card: the budget is its free memory less the margin, whatever the model
+    // (measured once: the device is made with it, and the fit below splits the same budget).
+    card = fit_budget(cuda_mem_info().free_bytes, options.fit);
+    plan.cuda_budget_bytes = card.budget_bytes;
   }
   const CpuOps* cpu = nullptr;
   if (plan.backend == DeviceKind::cuda) {
@@ -52,13 +56,18 @@ std::unique_ptr<LoadedModel> LoadedModel::load(const std::string& path,
     // Then whether the whole model fits in it, counting the backend's workspaces as the offload
     // plan does; what does not fit is offloaded with the same budget.
     const ModelConfig c = read_config(m->file_);
+    const ExpertShape shape{m->file_.tensor(layer_tensor(0, "ffn_gate_exps")).type,
+                            m->file_.tensor(layer_tensor(0, "ffn_up_exps")).type,
+                            m->file_.tensor(layer_tensor(0, "ffn_down_exps")).type, c.n_embd, c.n_ff_exp};
     const SizesAt sizes = [&](int64_t n_ctx) {
+      const int64_t max_batch = std::min<int64_t>(o.n_batch, n_ctx);
       PlacementInput p = placement_input(m->file_, c, n_ctx, o.type_k, o.type_v, o.n_batch, 0);
-      p.workspace_bytes += cuda_plan_workspace_bytes(
-          *m->ops_, cuda_extra_workspace_bytes(*m->ops_, c, std::min<int64_t>(o.n_batch, n_ctx)));
+      p.workspace_bytes += cuda_plan_workspace_bytes(*m->ops_, cuda_extra_workspace_bytes(*m->ops_, c, max_batch));
+      p.step_bytes = offload_step_bytes(max_batch, shape, c.n_expert_used, c.n_expert);
       return p;
     };
-    const DeviceFit fit = fit_to_device(sizes, free_bytes, o.fit, o.n_ctx, default_context(c));
+    const DeviceFit fit =
+        fit_to_device(sizes, card, o.fit, o.n_ctx, o.default_ctx > 0 ? o.default_ctx : default_context(c));
     log::info("{}", fit_summary(fit, m->device_->name()));
     o.n_ctx = fit.n_ctx;
     m->default_n_ctx_ = fit.n_ctx;
@@ -67,6 +76,8 @@ std::unique_ptr<LoadedModel> LoadedModel::load(const std::string& path,
     plan = plan_run(o);
     plan.cuda_budget_bytes = budget;
   }
+  // The offload plan holds the context a session gets without -c (ferry serve's slots' total).
+  if (o.n_ctx == 0 && m->default_n_ctx_ > 0) o.n_ctx = m->default_n_ctx_;
   m->moe_ = std::make_unique<MoeSetup>(o, plan);
   // cuda with offloading: the experts stay on the host (the offload engine's store), the rest is
   // uploaded as the model loads.

@@ -48,8 +48,8 @@ class LoadedModel {
   // ErrorKind::unsupported / format naming the file when the GGUF carries no usable tokenizer.
   const Tokenizer& tokenizer() const;
   double load_ms() const { return load_ms_; }
-  // The context a session gets without -c: default_context(), or less when fitting the card
-  // shrank it (fit.hpp).
+  // The context a session gets without -c: RunOptions::default_ctx, else default_context(); less
+  // when fitting the card shrank it (fit.hpp).
   int64_t default_n_ctx() const;
 
  private:

@@ -26,7 +26,7 @@ struct DeviceFit {
   uint64_t free_bytes = 0, margin_bytes = 0;
   uint64_t budget_bytes = 0;  // free − margin: everything Ferry allocates on the card
   uint64_t need_bytes = 0;    // every expert resident with this context
-  uint64_t fixed_bytes = 0;   // dense + KV + state + workspace + one layer's top-k experts
+  uint64_t fixed_bytes = 0;   // the least budget the offload plan accepts (offload_min_budget_bytes)
   uint64_t expert_bytes = 0;  // all routed experts
   int64_t n_ctx = 0;          // the context the session gets
   int64_t n_ctx_asked = 0;    // before shrinking (the default, or -c)
@@ -37,12 +37,19 @@ struct DeviceFit {
 // The placement input (dense, experts, KV, state, workspace) of the model for a context.
 using SizesAt = std::function<PlacementInput(int64_t n_ctx)>;
 
-// free − margin; ErrorKind::budget when the card has no more than the margin free.
-uint64_t fit_budget_bytes(uint64_t free_bytes, const FitSettings& s);
+// The card's memory as the fit splits it, computed once per load: the device is made with the
+// budget before the model's sizes (its workspaces) are known, and the fit splits the same budget.
+struct CardBudget {
+  uint64_t free_bytes = 0, margin_bytes = 0;
+  uint64_t budget_bytes = 0;  // free − margin
+};
 
-// Fits the model to free_bytes of device memory. n_ctx: the user's -c (0: default_ctx, which may
-// shrink). ErrorKind::budget, naming the sizes and what to do, when nothing fits.
-DeviceFit fit_to_device(const SizesAt& sizes, uint64_t free_bytes, const FitSettings& s, int64_t n_ctx,
+// free − margin; ErrorKind::budget when the card has no more than the margin free.
+CardBudget fit_budget(uint64_t free_bytes, const FitSettings& s);
+
+// Fits the model to the card's budget. n_ctx: the user's -c, never changed (0: default_ctx, which
+// may shrink). ErrorKind::budget, naming the sizes and what to do, when nothing fits.
+DeviceFit fit_to_device(const SizesAt& sizes, const CardBudget& card, const FitSettings& s, int64_t n_ctx,
                         int64_t default_ctx);
 
 // The one line `ferry run` prints: the card's free memory, the margin, and what stays on the host.

@@ -41,8 +41,12 @@ struct RunOptions {
   BackendSwitches backend;
   OffloadSettings offload;
   ObserveSettings observe;
-  // The session the offload plan must hold (n_ctx 0: the model's default context).
+  // The session the offload plan must hold (n_ctx 0: the model's default context). Only n_ctx is
+  // the user's -c, which the fit never changes; default_ctx is the context a run gets without it
+  // (0: default_context(); ferry serve: its slots' total, default_serve_context), which the fit
+  // may shrink as llama.cpp's fit shrinks a context the user did not set.
   int64_t n_ctx = 0;
+  int64_t default_ctx = 0;
   GgmlType type_k = GgmlType::F16, type_v = GgmlType::F16;
   int32_t n_batch = 512;
   Tracer* tracer = nullptr;             // --trace (not owned; may be null)

@@ -130,9 +130,7 @@ int run_server(ServeConfig cfg, const std::function<std::unique_ptr<LoadedModel>
     so.n_batch = cfg.n_batch;
     so.session = cfg.session;
     so.slot_similarity = cfg.slot_similarity;
-    const int64_t total = cfg.n_ctx_total > 0
-                              ? cfg.n_ctx_total
-                              : default_serve_context(model->config(), so.n_slots, cfg.session);
+    const int64_t total = cfg.n_ctx_total > 0 ? cfg.n_ctx_total : model->default_n_ctx();
     so.n_ctx_slot = total / so.n_slots;
     if (so.n_ctx_slot < 8)
       fail(ErrorKind::invalid_arg, "-c {} split over {} slots leaves {} tokens per slot: too small",

@@ -12,7 +12,8 @@ namespace ferry::server {
 
 struct ServeConfig {
   ServerOptions http;
-  // Slots and context: n_ctx_total 0 picks default_serve_context() for the model.
+  // Slots and context: n_ctx_total 0 (no -c) takes the loaded model's default_n_ctx(), which
+  // ferry serve sets to default_serve_context() and fitting a card may shrink.
   int64_t n_ctx_total = 0;
   int32_t n_batch = 512;
   SessionOptions session;  // KV types, host memory, checkpoints (per slot)

@@ -35,9 +35,14 @@ FitSettings margin(uint64_t mib) {
   return s;
 }
 
+// The load's order: the card's budget once, then the fit of the model's sizes into it.
+DeviceFit fit(uint64_t free_bytes, const FitSettings& s, int64_t n_ctx, int64_t default_ctx) {
+  return fit_to_device(sizes_at, fit_budget(free_bytes, s), s, n_ctx, default_ctx);
+}
+
 TEST(Fit, ResidentWhenEverythingFits) {
   // 100 + 64 (KV at 4096) + 3 + 5 + 64 experts = 236 MiB; 300 free − 50 margin = 250.
-  const DeviceFit f = fit_to_device(sizes_at, 300 * MiB, margin(50), 0, 4096);
+  const DeviceFit f = fit(300 * MiB, margin(50), 0, 4096);
   EXPECT_EQ(f.budget_bytes, 250 * MiB);
   EXPECT_EQ(f.need_bytes, 236 * MiB);
   EXPECT_FALSE(f.offload);
@@ -46,10 +51,15 @@ TEST(Fit, ResidentWhenEverythingFits) {
 }
 
 TEST(Fit, OffloadsWhenOnlyTheFixedPartFits) {
-  // Budget 200 MiB: fixed part 100 + 64 + 3 + 5 + 2 (top-2 of 1 MiB) = 174 fits, 236 does not.
-  const DeviceFit f = fit_to_device(sizes_at, 250 * MiB, margin(50), 0, 4096);
+  // Budget 200 MiB: the fixed part 100 + 64 + 3 + 5 + 2 (two prefill staging slots) + 2 (top-2 of
+  // 1 MiB) = 176 fits, 236 does not.
+  const DeviceFit f = fit(250 * MiB, margin(50), 0, 4096);
   EXPECT_TRUE(f.offload);
-  EXPECT_EQ(f.fixed_bytes, 174 * MiB);
+  EXPECT_EQ(f.fixed_bytes, 176 * MiB);
+  // It is the least budget the offload plan accepts: the engine's step buffers count too.
+  PlacementInput with_steps = sizes_at(4096);
+  with_steps.step_bytes = 7 * MiB;
+  EXPECT_EQ(offload_min_budget_bytes(with_steps), 183 * MiB);
   EXPECT_EQ(f.n_ctx, 4096);
   const std::string s = fit_summary(f, "card");
   // 200 − (236 − 64) = 28 of the 64 MiB of experts fit: 44%.
@@ -58,25 +68,25 @@ TEST(Fit, OffloadsWhenOnlyTheFixedPartFits) {
 }
 
 TEST(Fit, ShrinksTheDefaultContextNeverTheUsers) {
-  // Budget 130 MiB: at 4096 the fixed part is 174; at 1024 it is 100 + 16 + 3 + 5 + 2 = 126.
-  const DeviceFit f = fit_to_device(sizes_at, 180 * MiB, margin(50), 0, 4096);
+  // Budget 130 MiB: at 4096 the fixed part is 176; at 1024 it is 100 + 16 + 3 + 5 + 2 + 2 = 128.
+  const DeviceFit f = fit(180 * MiB, margin(50), 0, 4096);
   EXPECT_EQ(f.n_ctx, 1024);
   EXPECT_EQ(f.n_ctx_asked, 4096);
   EXPECT_TRUE(f.offload);
   EXPECT_NE(fit_summary(f, "card").find("shrunk from 4096"), std::string::npos);
   // The user's -c 4096 is kept: the fixed part does not fit, a clear error.
   try {
-    fit_to_device(sizes_at, 180 * MiB, margin(50), 4096, 4096);
+    fit(180 * MiB, margin(50), 4096, 4096);
     FAIL() << "expected a budget error";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::budget);
     EXPECT_NE(std::string(e.what()).find("smaller -c"), std::string::npos) << e.what();
   }
-  // --fit-ctx bounds the shrinking: not below 2048, where 100 + 32 + 10 = 142 > 130.
+  // --fit-ctx bounds the shrinking: not below 2048, where 100 + 32 + 3 + 5 + 4 = 144 > 130.
   FitSettings s = margin(50);
   s.min_ctx = 2048;
   try {
-    fit_to_device(sizes_at, 180 * MiB, s, 0, 4096);
+    fit(180 * MiB, s, 0, 4096);
     FAIL() << "expected a budget error";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::budget);
@@ -87,7 +97,7 @@ TEST(Fit, ShrinksTheDefaultContextNeverTheUsers) {
 
 TEST(Fit, NoMemoryBeyondTheMarginIsAnError) {
   try {
-    fit_to_device(sizes_at, 40 * MiB, margin(50), 0, 4096);
+    fit(40 * MiB, margin(50), 0, 4096);
     FAIL() << "expected a budget error";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::budget);

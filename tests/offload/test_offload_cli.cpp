@@ -333,6 +333,46 @@ TEST_F(OffloadCli, CudaAutoFitsTheCard) {
   EXPECT_EQ(slurp(dir_ + "/auto-none.npy"), slurp(dir_ + "/auto-cpu-ref.npy"));
 }
 
+// ferry serve's default context (what host memory holds, here the model's trained 4096) is not a
+// -c: on a card whose budget holds the fixed part at 2048 tokens (or less) but not at 4096, the fit
+// shrinks it and the slots share what is left, where a -c 4096 is refused, naming -c.
+TEST_F(OffloadCli, CudaAutoFitsServeContext) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+#if !defined(FERRY_CUDA_EMU)
+  GTEST_SKIP() << "sets the emulated card's memory (FERRY_CUDA_EMU_MEMORY)";
+#endif
+  // The server's fixed part at each context, from the fit's refusal of a -c on a card its
+  // workspaces just fit (each run bounded: a load cannot outlive the test).
+  const std::string serve_cmd = "timeout -k 5 120 " + ferry_binary() + " serve -t 2 --port 0 -m " + model_;
+  const auto fixed_mib = [&](int ctx) {
+    std::string out;
+    EXPECT_NE(run("FERRY_CUDA_EMU_MEMORY=1110 " + serve_cmd + " -c " + std::to_string(ctx), out), 0);
+    const size_t at = out.find("cannot hold the fixed part of ");
+    EXPECT_NE(at, std::string::npos) << out;
+    const size_t open = out.find(" (", out.find(" at -c ", at));
+    return at == std::string::npos ? 0.0 : std::atof(out.c_str() + open + 2);  // "129.21 MiB: ..."
+  };
+  const double f4096 = fixed_mib(4096), f2048 = fixed_mib(2048);
+  ASSERT_GT(f4096, f2048 + 1) << f4096 << " " << f2048;
+  const std::string card = "FERRY_CUDA_EMU_MEMORY=" + std::to_string(1024 + static_cast<int>((f4096 + f2048) / 2));
+  // Without -c: the server starts; stopped once ready (or failed).
+  const std::string log = dir_ + "/serve-default.log";
+  std::string fitted;
+  run(card + " " + serve_cmd + " > " + log + " 2>&1 & p=$!; for i in $(seq 900); do grep -q 'ready:\\|error' " + log +
+          " && break; sleep 0.1; done; kill $p; wait $p; cat " + log,
+      fitted);
+  const size_t shrunk = fitted.find(" (shrunk from 4096 to fit)");
+  ASSERT_NE(shrunk, std::string::npos) << fitted;
+  const size_t c_at = fitted.rfind("-c ", shrunk) + 3;
+  const std::string ctx = fitted.substr(c_at, shrunk - c_at);
+  EXPECT_EQ(ctx, "2048") << fitted;
+  EXPECT_NE(fitted.find("ready: 1 slots of 2048 tokens (-c 2048)"), std::string::npos) << fitted;
+  // The same card with -c 4096: refused, naming -c.
+  std::string given;
+  EXPECT_NE(run(card + " " + serve_cmd + " -c 4096", given), 0);
+  EXPECT_NE(given.find("use a smaller -c"), std::string::npos) << given;
+}
+
 // `ferry bench` sweeps the offloaded cuda decode flows: a row each, the table row with its hit
 // rate and link bytes but no host-wait figure (its stalls are inside the kernels).
 TEST_F(OffloadCli, CudaBenchSweepsTheDecodeFlows) {

@@ -4,6 +4,7 @@
 // offload/simulate_llamacpp.hpp states.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -119,6 +120,43 @@ class LlamaPlacements : public ::testing::Test {
   ModelSizes sizes_;
   SimRates rates_;
 };
+
+// Each insert into the expert cache costs the host a scan of its size class (model revision 8):
+// with --cold copy and no prediction (no decision depends on time) every decode miss is one
+// copy-now insert, so the scans' time per token is the misses × a class's slots × the per-slot
+// cost, and the same decisions at another per-slot cost move the token's time by exactly that.
+using SimulateCacheScan = LlamaPlacements;
+
+TEST_F(SimulateCacheScan, EachInsertScansItsSizeClass) {
+  SimOptions o;
+  o.budget_bytes = 16ull << 30;
+  o.n_prompt = 0;
+  o.n_decode = 16;
+  o.cold = ColdMode::copy;
+  o.routing.mode = SimRoutingMode::uniform;
+  const SimModel& m = sizes_.sim;
+  const Plan plan = sim_plan(m, o.budget_bytes);
+  ASSERT_EQ(plan.classes.size(), 2u);  // 35b-a3b Q4_K_M: Q6_K and Q4_K down projections
+  const double lo_slots = std::min(plan.classes[0].n_slots, plan.classes[1].n_slots);
+  const double hi_slots = std::max(plan.classes[0].n_slots, plan.classes[1].n_slots);
+  const SimResult a = simulate_ferry(m, rates_, o);
+  ASSERT_GT(a.copy_now, 0u);
+  EXPECT_EQ(a.copy_now, a.misses);  // every miss copied, nothing admitted or prefetched
+  const double per_insert_us = a.token.cache_scan_us * double(a.decode_tokens) / double(a.copy_now);
+  EXPECT_GE(per_insert_us, lo_slots * rates_.scan_lrfu_ns_per_slot / 1e3 - 1e-6);
+  EXPECT_LE(per_insert_us, hi_slots * rates_.scan_lrfu_ns_per_slot / 1e3 + 1e-6);
+  SimRates twice = rates_;
+  twice.scan_lrfu_ns_per_slot *= 2;
+  const SimResult b = simulate_ferry(m, twice, o);
+  EXPECT_EQ(b.copy_now, a.copy_now);
+  EXPECT_NEAR(b.token.cache_scan_us, 2 * a.token.cache_scan_us, 1e-6 * a.token.cache_scan_us);
+  EXPECT_NEAR(b.token.total_us - a.token.total_us, a.token.cache_scan_us, 1e-6 * a.token.total_us);
+  // LRU compares last uses only: its own per-slot cost.
+  o.policy = EvictionPolicy::lru;
+  const SimResult c = simulate_ferry(m, rates_, o);
+  EXPECT_NEAR(c.token.cache_scan_us * double(c.decode_tokens) / double(c.copy_now) / per_insert_us,
+              rates_.scan_lru_ns_per_slot / rates_.scan_lrfu_ns_per_slot, 0.01);
+}
 
 TEST_F(LlamaPlacements, NcmoeFirstLayersFitLastLayers) {
   const SimModel& m = sizes_.sim;
