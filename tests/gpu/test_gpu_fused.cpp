@@ -263,7 +263,9 @@ TEST(GpuFusedOps, MatmulMultiRoute) {
           if (unfused) b.gpu->Ops::matmul_multi_route(gt, dx.f32(), cols, n, gr);
           else b.gpu->matmul_multi_route(gt, dx.f32(), cols, n, gr);
           b.gpu->sync();
-          if (n == 1) EXPECT_EQ(cuda_kernels_launched() - k0, unfused ? 2u : 1u) << shape;
+          if (n == 1) {
+            EXPECT_EQ(cuda_kernels_launched() - k0, unfused ? 2u : 1u) << shape;
+          }
           const auto got_ids = b.down<int32_t>(did, cid.size());
           const auto got_w = b.down<float>(dw, cw.size());
           const auto got_sh = b.down<float>(dgo, cg.size());
