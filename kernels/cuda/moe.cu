@@ -335,50 +335,22 @@ void moe_scatter_rows(const float* rows, const int32_t* idx, int64_t n, int64_t 
   FERRY_CUDA_CHECK_LAUNCH("scatter_rows_kernel");
 }
 
-void moe_decode_slots(GgmlType t_gate_up, GgmlType t_down, const DecodeSlots& slots, int k,
-                      int64_t n_embd, int64_t n_ff, const float* x, float* h, float* y_slots,
-                      cudaStream_t stream) {
-  const char* op = "moe_decode_slots";
-  require(x && h && y_slots, op, "null pointer argument");
-  require(k >= 1 && k <= DecodeSlots::kMaxSlots, op,
-          "k must be in [1, " + std::to_string(DecodeSlots::kMaxSlots) + "], got " +
-              std::to_string(k));
-  require(aligned(x, 16) && aligned(h, 16) && aligned(y_slots, 16), op,
-          "activations must be 16-byte aligned");
-  for (int j = 0; j < k; ++j)  // the pointers are here on the host: check them all
-    if (const ExpertPtrs& p = slots.w[j]; p.gate) {
-      require(p.up && p.down, op, "slot " + std::to_string(j) + " has a null up or down");
-      require(aligned(p.gate, 16) && aligned(p.up, 16) && aligned(p.down, 16), op,
-              "expert matrices must be 16-byte aligned");
-    }
-  check_weight_args(op, t_gate_up, reinterpret_cast<const void*>(16), n_ff, n_embd);
-  check_weight_args(op, t_down, reinterpret_cast<const void*>(16), n_embd, n_ff);
-  require(n_ff % 4 == 0, op, "n_ff must be a multiple of 4 (h rows are read with float4)");
-  const InlineTable table{slots};
-  const dim3 g1(static_cast<unsigned>((n_ff + kWarps - 1) / kWarps), static_cast<unsigned>(k));
-  FERRY_DISPATCH_WEIGHT_TYPE(t_gate_up, op, {
-    launch(gate_up_kernel<kT, InlineTable>, g1, 32 * kWarps, 0, stream, table, n_embd, n_ff, k, x,
-           h);
-  });
-  FERRY_CUDA_CHECK_LAUNCH("gate_up_kernel");
-  const dim3 g2(static_cast<unsigned>((n_embd + kWarps - 1) / kWarps), static_cast<unsigned>(k));
-  FERRY_DISPATCH_WEIGHT_TYPE(t_down, op, {
-    launch(down_slots_kernel<kT, InlineTable>, g2, 32 * kWarps, 0, stream, table, n_embd, n_ff, h,
-           y_slots);
-  });
-  FERRY_CUDA_CHECK_LAUNCH("down_slots_kernel");
-}
+namespace {
 
-void moe_decode_sum(GgmlType t_gate_up, GgmlType t_down, const DecodeSlots& slots, int k, int64_t n_embd,
-                    int64_t n_ff, const float* x, float* h, const float* weights, float* out, cudaStream_t stream) {
-  const char* op = "moe_decode_sum";
-  require(x && h && weights && out, op, "null pointer argument");
+// A decode step's checks and its gate/up launch over the slots by value (the first half of
+// moe_decode_slots and moe_decode_sum). every_slot: each slot must have an expert.
+InlineTable decode_gate_up(const char* op, GgmlType t_gate_up, GgmlType t_down, const DecodeSlots& slots, int k,
+                           int64_t n_embd, int64_t n_ff, const float* x, float* h, bool every_slot,
+                           cudaStream_t stream) {
+  require(x && h, op, "null pointer argument");
   require(k >= 1 && k <= DecodeSlots::kMaxSlots, op,
           "k must be in [1, " + std::to_string(DecodeSlots::kMaxSlots) + "], got " + std::to_string(k));
   require(aligned(x, 16) && aligned(h, 16), op, "activations must be 16-byte aligned");
-  for (int j = 0; j < k; ++j) {  // every slot is computed here (a sum over missing rows is no sum)
+  for (int j = 0; j < k; ++j) {  // the pointers are here on the host: check them all
     const ExpertPtrs& p = slots.w[j];
-    require(p.gate && p.up && p.down, op, "slot " + std::to_string(j) + " has no expert");
+    require(p.gate || !every_slot, op, "slot " + std::to_string(j) + " has no expert");
+    if (!p.gate) continue;
+    require(p.up && p.down, op, "slot " + std::to_string(j) + " has a null up or down");
     require(aligned(p.gate, 16) && aligned(p.up, 16) && aligned(p.down, 16), op,
             "expert matrices must be 16-byte aligned");
   }
@@ -391,6 +363,31 @@ void moe_decode_sum(GgmlType t_gate_up, GgmlType t_down, const DecodeSlots& slot
     launch(gate_up_kernel<kT, InlineTable>, g1, 32 * kWarps, 0, stream, table, n_embd, n_ff, k, x, h);
   });
   FERRY_CUDA_CHECK_LAUNCH("gate_up_kernel");
+  return table;
+}
+
+}  // namespace
+
+void moe_decode_slots(GgmlType t_gate_up, GgmlType t_down, const DecodeSlots& slots, int k,
+                      int64_t n_embd, int64_t n_ff, const float* x, float* h, float* y_slots,
+                      cudaStream_t stream) {
+  const char* op = "moe_decode_slots";
+  require(y_slots && aligned(y_slots, 16), op, "y_slots must be non-null and 16-byte aligned");
+  const InlineTable table = decode_gate_up(op, t_gate_up, t_down, slots, k, n_embd, n_ff, x, h, false, stream);
+  const dim3 g2(static_cast<unsigned>((n_embd + kWarps - 1) / kWarps), static_cast<unsigned>(k));
+  FERRY_DISPATCH_WEIGHT_TYPE(t_down, op, {
+    launch(down_slots_kernel<kT, InlineTable>, g2, 32 * kWarps, 0, stream, table, n_embd, n_ff, h,
+           y_slots);
+  });
+  FERRY_CUDA_CHECK_LAUNCH("down_slots_kernel");
+}
+
+void moe_decode_sum(GgmlType t_gate_up, GgmlType t_down, const DecodeSlots& slots, int k, int64_t n_embd,
+                    int64_t n_ff, const float* x, float* h, const float* weights, float* out, cudaStream_t stream) {
+  const char* op = "moe_decode_sum";
+  require(weights && out, op, "null pointer argument");
+  // Every slot is computed here (a sum over rows computed elsewhere is moe_sum_rows').
+  const InlineTable table = decode_gate_up(op, t_gate_up, t_down, slots, k, n_embd, n_ff, x, h, true, stream);
   const dim3 g2(static_cast<unsigned>((n_embd + kWarps - 1) / kWarps), 1u);
   FERRY_DISPATCH_WEIGHT_TYPE(t_down, op, {
     launch(down_sum_kernel<kT, InlineTable>, g2, 32 * kWarps, 0, stream, table, weights, k, n_embd, n_ff, h, out,
