@@ -136,7 +136,13 @@ gen=()
 command -v ninja >/dev/null 2>&1 && gen=(-G Ninja)
 
 mkdir -p "$build"
-rm -rf "$build/CMakeCache.txt" "$build/CMakeFiles"  # a build made with other compilers starts over
+# A build made with other compilers or flags starts over; an interrupted one with the same resumes
+# where it stopped (the CUDA variant is hours of work at one or two jobs: it spans sessions).
+configured="$version ${flags[*]}"
+if [[ "$(cat "$build/.ferry-configured" 2>/dev/null)" != "$configured" ]]; then
+  rm -rf "$build/CMakeCache.txt" "$build/CMakeFiles"
+fi
+echo "$configured" >"$build/.ferry-configured"
 echo "[build-llamacpp] configuring $variant in $build" >&2
 cmake -S "$src" -B "$build" "${gen[@]}" "${flags[@]}" >"$build.configure.log" 2>&1 || {
   tail -n 30 "$build.configure.log" >&2
