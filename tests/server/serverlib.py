@@ -4,6 +4,7 @@ FERRY_BIN names the binary (the ASan pass points it at the sanitizer build); FER
 checkout (for the trained reference model).
 """
 import atexit
+import contextlib
 import json
 import os
 import re
@@ -159,3 +160,14 @@ def run_tests(tests):
             print(f"FAIL {t.__name__}: {type(e).__name__}: {e}", flush=True)
     if failed:
         sys.exit(1)
+
+
+@contextlib.contextmanager
+def stopped_cleanly(srv):
+    """Stops `srv` when the block ends; when the block passed, a SIGTERM exit other than 0 fails."""
+    try:
+        yield srv
+    finally:
+        rc = srv.stop()
+    if rc != 0:
+        raise SystemExit(f"ferry serve exited {rc} after SIGTERM")

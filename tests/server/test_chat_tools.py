@@ -18,7 +18,7 @@ import sys
 
 import openai
 
-from serverlib import SOURCE_DIR, Server, check, ferry_bin, run_tests
+from serverlib import SOURCE_DIR, Server, check, ferry_bin, run_tests, stopped_cleanly
 
 sys.path.insert(0, os.path.join(SOURCE_DIR, "tests", "chat"))
 from test_template_parity import make_env  # noqa: E402 - the oracle, after the path is set
@@ -241,16 +241,12 @@ def main():
     force("")
     env = dict(os.environ, FERRY_TEST_FORCE_TOKENS=FORCE)
     srv = Server("-c", "4096", "--jinja", model=MODEL_T, env=env)
-    try:
+    with stopped_cleanly(srv):
         check(any("FERRY_TEST_FORCE_TOKENS" in line for line in srv.lines), "no test-mode warning on stderr")
         client = openai.OpenAI(base_url=srv.base + "/v1", api_key="none", max_retries=0, timeout=120)
         run_tests([test_props_and_specials, test_reasoning_split, test_tool_calls_xml, test_tool_calls_hermes_and_choice,
                    test_malformed_call_is_content, test_agent_round_trip, test_ferry_chat_reasoning,
                    test_reasoning_budget_zero_server])
-    finally:
-        rc = srv.stop()
-    if rc != 0:
-        raise SystemExit(f"ferry serve exited {rc} after SIGTERM")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 {"error": {"code", "message", "type"}}, and the field the message names."""
 import socket
 
-from serverlib import Server, check, run_tests
+from serverlib import Server, check, run_tests, stopped_cleanly
 
 srv = None
 CHAT = "/v1/chat/completions"
@@ -163,14 +163,10 @@ def test_refused_when_not_loopback_without_key():
 def main():
     global srv
     srv = Server("-c", "256", "--max-body", "65536")
-    try:
+    with stopped_cleanly(srv):
         run_tests([test_malformed_json, test_messages, test_sampling_values, test_completion_prompt, test_context_exceeded,
                    test_not_found_and_methods, test_body_too_large, test_native_errors, test_auth, test_queue_full,
                    test_refused_when_not_loopback_without_key])
-    finally:
-        rc = srv.stop()
-    if rc != 0:
-        raise SystemExit(f"ferry serve exited {rc} after SIGTERM")
 
 
 if __name__ == "__main__":

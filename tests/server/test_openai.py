@@ -3,7 +3,7 @@ streamed, usage and timings, stop sequences, max_tokens, seed reproducibility, c
 logprobs, penalties, and errors as the client's typed exceptions."""
 import openai
 
-from serverlib import Server, check, run_tests
+from serverlib import Server, check, run_tests, stopped_cleanly
 
 srv = None
 client = None
@@ -215,15 +215,11 @@ def test_native_endpoints():
 def main():
     global srv, client
     srv = Server("-c", "1024", "-np", "2", "--metrics")
-    try:
+    with stopped_cleanly(srv):
         client = openai.OpenAI(base_url=srv.base + "/v1", api_key="none", max_retries=0, timeout=120)
         run_tests([test_models, test_chat_plain_usage_timings, test_chat_stream_matches_plain, test_max_tokens_and_length,
                    test_stop_sequences, test_seed_reproducible, test_completions, test_logprobs,
                    test_penalties_change_greedy_text, test_logit_bias, test_message_forms, test_native_completion, test_native_endpoints, test_typed_errors])
-    finally:
-        rc = srv.stop()
-    if rc != 0:
-        raise SystemExit(f"ferry serve exited {rc} after SIGTERM")
 
 
 if __name__ == "__main__":

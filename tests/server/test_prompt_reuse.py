@@ -8,7 +8,7 @@ that slot rather than the least recently used one. About 10 s."""
 import os
 import sys
 
-from serverlib import SOURCE_DIR, Server, check, run_tests
+from serverlib import SOURCE_DIR, Server, check, run_tests, stopped_cleanly
 
 sys.path.insert(0, os.path.join(SOURCE_DIR, "tests", "chat"))
 from test_template_parity import make_env  # noqa: E402  the transformers-like jinja2 oracle
@@ -90,13 +90,9 @@ def main():
         hybrid = is_hybrid
         srv = Server("-c", "2048", "-np", "2", "--checkpoint-min-step", "16",
                      model=os.path.join(SOURCE_DIR, "tests", "data", "trained", name))
-        try:
+        with stopped_cleanly(srv):
             print(name, flush=True)
             run_tests([test_turns_reuse_the_prefix, test_slot_with_the_longest_prefix])
-        finally:
-            rc = srv.stop()
-        if rc != 0:
-            raise SystemExit(f"ferry serve exited {rc} after SIGTERM")
 
 
 if __name__ == "__main__":
