@@ -255,16 +255,17 @@ void DeviceStep::run(const StepPlan& plan, const MoeStep& req, const MoeStep& de
       fail(ErrorKind::device,
            "offload: the CPU experts' pinned rows are not readable by the device");
     c.add(Count::cpu_ns, static_cast<uint64_t>(ms_since(tc) * 1e6));
-    if (by_value) {  // the sum reads the rows where they are (weighted_sum_rows)
+    if (by_value) {  // the sum reads the rows where they are
       kernels_.weighted_sum_rows(y, rows, row_index, n_rows, dev.expert_weights, static_cast<int32_t>(K), E, dev.out,
                                  compute_);
-      c.add(Count::compute_ns, static_cast<uint64_t>(ms_since(t0) * 1e6));
-      return;
+    } else {
+      compute_.copy_h2d(d + lay.off_rows, row_idx, static_cast<size_t>(n_rows) * 4);
+      kernels_.scatter_rows(y, rows, reinterpret_cast<const int32_t*>(d + lay.off_rows), n_rows, E, compute_);
+      kernels_.weighted_sum(y, dev.expert_weights, n, static_cast<int32_t>(K), E, dev.out, compute_);
     }
-    compute_.copy_h2d(d + lay.off_rows, row_idx, static_cast<size_t>(n_rows) * 4);
-    kernels_.scatter_rows(y, rows, reinterpret_cast<const int32_t*>(d + lay.off_rows), n_rows, E, compute_);
+  } else if (!summed) {
+    kernels_.weighted_sum(y, dev.expert_weights, n, static_cast<int32_t>(K), E, dev.out, compute_);
   }
-  if (!summed) kernels_.weighted_sum(y, dev.expert_weights, n, static_cast<int32_t>(K), E, dev.out, compute_);
   c.add(Count::compute_ns, static_cast<uint64_t>(ms_since(t0) * 1e6));
 }
 

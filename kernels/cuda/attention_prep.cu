@@ -8,6 +8,7 @@
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/kv_store_device.cuh"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/norm_device.cuh"
 #include "kernels/cuda/quant_device.cuh"
 #include "kernels/cuda/rope_device.cuh"
 
@@ -17,19 +18,11 @@ namespace {
 // norm_kernel's block (one warp per row); the K/V stores need no particular size (kv_store_row).
 constexpr int kWarps = 4;
 
-// One warp: row r (n floats, in place) ← rmsnorm(r)·w with norm_kernel<rms>'s expressions and lane
-// order, then rope_neox's rotation of its first n_rot dims at position pos.
+// One warp: row r (n floats, in place) ← rmsnorm(r)·w (norm_kernel<rms>'s row, norm_device.cuh),
+// then rope_neox's rotation of its first n_rot dims at position pos.
 __device__ void norm_rope_row(float* r, const float* __restrict__ w, int n, float eps, int n_rot, int32_t pos,
                               float theta_scale, int lane) {
-  float ss = 0.f;
-  for (int64_t i = lane; i < n; i += 32) ss += r[i] * r[i];
-  ss = detail::warp_sum(ss);
-  const float s = 1.f / sqrtf(ss / static_cast<float>(n) + eps);
-  for (int64_t i = lane; i < n; i += 32) {
-    float v = r[i] * s;
-    v *= w[i];
-    r[i] = v;
-  }
+  detail::norm_row<detail::NormKind::rms>(r, w, nullptr, r, n, eps, 1.f);
   __syncwarp();  // the pairs below read values other lanes normed
   const int half = n_rot / 2;
   for (int i = lane; i < half; i += 32) detail::rope_neox_pair(r, i, half, pos, theta_scale);

@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <mutex>
@@ -218,14 +219,18 @@ class CudaOps final : public Ops {
                     (!t.up.data || (t.up.type == t.w.type && t.w.type != GgmlType::F32));
            });
   }
+  // In chunks of kMaxMatvecOuts targets, described on the stack (a decode hot path).
   void launch_multi(std::span<const MatmulTarget> targets, const float* x, const cuda::RouteEpilogue* route) {
-    std::vector<cuda::MatvecOut> outs;
-    for (const MatmulTarget& t : targets) outs.push_back({t.w.type, t.w.data, t.w.rows, t.y, t.up.data});
-    for (size_t i = 0; i < outs.size(); i += cuda::kMaxMatvecOuts) {
+    for (size_t i = 0; i < targets.size(); i += cuda::kMaxMatvecOuts) {
       ++calls_;
-      const int count = static_cast<int>(std::min<size_t>(cuda::kMaxMatvecOuts, outs.size() - i));
-      const bool last = i + cuda::kMaxMatvecOuts >= outs.size();  // routes after every target ran
-      cuda::matvec_multi(outs.data() + i, count, targets[0].w.cols, x, last ? route : nullptr, s_);
+      const size_t count = std::min<size_t>(cuda::kMaxMatvecOuts, targets.size() - i);
+      std::array<cuda::MatvecOut, cuda::kMaxMatvecOuts> outs;
+      for (size_t j = 0; j < count; ++j) {
+        const MatmulTarget& t = targets[i + j];
+        outs[j] = {t.w.type, t.w.data, t.w.rows, t.y, t.up.data};
+      }
+      const bool last = i + count == targets.size();  // routes after every target ran
+      cuda::matvec_multi(outs.data(), static_cast<int>(count), targets[0].w.cols, x, last ? route : nullptr, s_);
     }
   }
 
@@ -279,6 +284,13 @@ class CudaOps final : public Ops {
         fail(ErrorKind::unsupported, "cuda {}: KV cache type {} is not supported (use one of {})", op,
              type_name(t), kv_cache_type_names());
   }
+  // A store of n_tokens rows at pos0: cache types this backend takes, rows inside the cache.
+  void check_cache_rows(const KvLayerView& kv, int64_t pos0, int64_t n_tokens, const char* op) const {
+    check_kv_types(kv, op);
+    if (pos0 < 0 || pos0 + n_tokens > kv.n_ctx)
+      fail(ErrorKind::context, "{}: rows [{}, {}) outside the cache of {} positions", op, pos0, pos0 + n_tokens,
+           kv.n_ctx);
+  }
 
   // llama.cpp's Hadamard rotation of a quantized cache, sized as the CPU backend does
   // (kernels/cpu/hadamard.hpp), with the CPU's float scale 1/√n.
@@ -288,9 +300,7 @@ class CudaOps final : public Ops {
 
   void kv_store(const KvLayerView& kv, int64_t pos0, int64_t n_tokens, const float* k, const float* v) override {
     ++calls_;
-    check_kv_types(kv, "kv_store");
-    if (pos0 < 0 || pos0 + n_tokens > kv.n_ctx)
-      fail(ErrorKind::context, "kv_store: rows [{}, {}) outside the cache of {} positions", pos0, pos0 + n_tokens, kv.n_ctx);
+    check_cache_rows(kv, pos0, n_tokens, "kv_store");
     const int64_t kw = int64_t{kv.n_head_kv} * kv.head_dim_k, vw = int64_t{kv.n_head_kv} * kv.head_dim_v;
     const int32_t nk = rot_k(kv), nv = rot_v(kv);
     cuda::kv_store(k, kw, kv.k, kv.type_k, pos0, n_tokens, kw, s_, nk, rotation_scale(nk));
@@ -367,10 +377,7 @@ class CudaOps final : public Ops {
       return;
     }
     ++calls_;
-    check_kv_types(p.kv, "attention_prep");
-    if (p.pos0 < 0 || p.pos0 + p.n_tokens > p.kv.n_ctx)
-      fail(ErrorKind::context, "attention_prep: rows [{}, {}) outside the cache of {} positions", p.pos0,
-           p.pos0 + p.n_tokens, p.kv.n_ctx);
+    check_cache_rows(p.kv, p.pos0, p.n_tokens, "attention_prep");
     cuda::AttentionPrepArgs c;
     c.q = p.q;
     c.q_ld_head = p.q_head_stride;
