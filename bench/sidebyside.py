@@ -49,7 +49,9 @@ class Runner:
     def left(self):
         return self.deadline - time.monotonic()
 
-    def run(self, name, cmd, env=None, need_s=10):
+    def run(self, name, cmd, env=None, need_s=10, may_not_fit=False):
+        """may_not_fit: a probe below the computed fit (-ncmoe N-1); its failure is "did not fit",
+        not a failed run."""
         if self.left() < need_s:
             log(f"  {name}: skipped, {self.left():.0f} s left of the budget (needs ~{need_s} s)")
             return None
@@ -78,6 +80,9 @@ class Runner:
             rows = []
         if r.returncode != 0 or not rows:
             tail = " | ".join(r.stderr.strip().splitlines()[-2:])
+            if may_not_fit and r.returncode != 0:
+                log(f"  {name}: did not fit (exit {r.returncode}) {tail}")
+                return None
             log(f"  {name}: FAILED (exit {r.returncode}) {tail}")
             self.failed.append(name)
             return None
@@ -259,7 +264,8 @@ def main():
             for k in (n, n + 1, n - 1) if size not in best_n else (best_n[size],):
                 if 0 <= k <= len(per_layer):
                     runs.append((f"-ncmoe {k}", runner.run(f"llama-ncmoe{k}-{size}-t{t}", [a.llama_bench, *common, "-t", str(t),
-                                                                                           "-ncmoe", str(k)], need_s=a.est_s)))
+                                                                                           "-ncmoe", str(k)], need_s=a.est_s,
+                                                                     may_not_fit=k < n)))
             # --host-load mmap: the pinned store is filled from the warm page cache rather than read
             # again from disk (uring's O_DIRECT); decode reads the same pinned store either way.
             fr = runner.run(f"ferry-{size}-t{t}", [*ferry_cmd, "-t", str(t), "--routing", "model,locality",
