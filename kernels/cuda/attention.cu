@@ -56,6 +56,7 @@ constexpr int kMaxSplits = 128;
 template <int HD, class C>
 __global__ void __launch_bounds__(32 * kWarps)
     attention_rows_kernel(AttentionArgs a, int n_split, int64_t keys_per_split) {
+  FERRY_PDL_WAIT();
   constexpr int M = HD / 32;
   __shared__ float sm_m[kWarps], sm_l[kWarps];
   __shared__ float sm_acc[kWarps][HD];
@@ -173,6 +174,7 @@ __global__ void __launch_bounds__(32 * kWarps)
 // converted to float in shared memory once and used by all 16 queries of the block.
 template <int HD, class C>
 __global__ void __launch_bounds__(32 * kWarps) attention_tiled_kernel(AttentionArgs a) {
+  FERRY_PDL_WAIT();
   constexpr int M = HD / 32;
   constexpr int QW = kTileQ / kWarps;
   __shared__ float Ks[kTileKV][HD];

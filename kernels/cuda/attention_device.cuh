@@ -105,6 +105,7 @@ __device__ __forceinline__ float rescale(float m, float M) { return m == -INFINI
 // kRotateOut (general path, rotated V) warp 0 rotates the merged row back.
 template <int HD, bool kRotateOut>
 __global__ void attention_combine_kernel(AttentionArgs a, int n_split) {
+  FERRY_PDL_WAIT();
   const int h = blockIdx.x, d = threadIdx.x;
   const int64_t t = blockIdx.y;
   const float* part = static_cast<const float*>(a.workspace) + (t * a.n_head + h) * n_split * (HD + 2);

@@ -47,6 +47,7 @@ __device__ void store_row(const float* src, float* x, int64_t row_elems, void* c
 __global__ void __launch_bounds__(32 * kWarps)
     attention_prep_kernel(AttentionPrepArgs a, float theta_scale, int64_t q_blocks, int64_t k_row_bytes,
                           int64_t v_row_bytes) {
+  FERRY_PDL_WAIT();
   FERRY_DYNAMIC_SHARED(float, x);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t b = blockIdx.x;

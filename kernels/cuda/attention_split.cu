@@ -54,6 +54,7 @@ constexpr int kTile = 4;
 template <int HD, int G, class C>
 __global__ void __launch_bounds__(32 * kWarps)
     attention_split_kernel(AttentionArgs a, int n_split, int64_t keys_per_split) {
+  FERRY_PDL_WAIT();
   constexpr int M = HD / 32;
   __shared__ float sm_m[kWarps][G], sm_l[kWarps][G];
   __shared__ float sm_acc[kWarps][G][HD];
@@ -180,6 +181,7 @@ int split_plan(const AttentionArgs& a) {
 constexpr int kMergeWarps = 8;
 template <int HD>
 __global__ void __launch_bounds__(32 * kMergeWarps) attention_merge_kernel(AttentionArgs a, int n_split) {
+  FERRY_PDL_WAIT();
   __shared__ float sm_m[kMergeWarps], sm_l[kMergeWarps], sm_o[kMergeWarps][32];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int h = blockIdx.x, d = blockIdx.z * 32 + lane;

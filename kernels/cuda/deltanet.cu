@@ -38,6 +38,7 @@ __device__ __forceinline__ void norm_in_last_block(const GdnArgs& a, int h, int 
 
 template <int S>
 __global__ void __launch_bounds__(32 * kRowWarps) gdn_rule_kernel(GdnArgs a) {
+  FERRY_PDL_WAIT();
   constexpr int R = S / kRowWarps;  // key rows per warp
   __shared__ float ks[S], qs[S];
   __shared__ float part[kRowWarps][32];
@@ -132,6 +133,7 @@ __host__ __device__ constexpr int64_t chunk_scratch_floats(int S) {
 template <int S>
 __global__ void __launch_bounds__(kChunkThreads, 2) gdn_chunk_prep_kernel(GdnArgs a, float* scratch,
                                                                       int64_t n_chunks) {
+  FERRY_PDL_WAIT();
   constexpr int C = kChunk, NT = kChunkThreads;
   constexpr int KT = S < 32 ? S : 32;       // tile width over the key / value dimension
   constexpr int KP = KT + 1;                // padded row: column reads kt[s][i] conflict-free
@@ -265,6 +267,7 @@ __global__ void __launch_bounds__(kChunkThreads, 2) gdn_chunk_prep_kernel(GdnArg
 template <int S>
 __global__ void __launch_bounds__(kChunkThreads) gdn_chunk_state_kernel(GdnArgs a, const float* scratch,
                                                                        int64_t n_chunks) {
+  FERRY_PDL_WAIT();
   constexpr int C = kChunk, NT = kChunkThreads;
   constexpr int JB = S < 32 ? S : 32;  // value columns per block, and the tile width
   constexpr int RG = NT / JB;          // thread owns column j, rows rg + RG·m
@@ -386,6 +389,7 @@ template <int K>
 __global__ void conv_silu_kernel(const float* __restrict__ x, int64_t ldx, const float* __restrict__ w,
                                  float* state, float* __restrict__ y, int64_t ldy, int64_t n_tokens,
                                  int64_t n_ch) {
+  FERRY_PDL_WAIT();
   const int64_t c = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (c >= n_ch) return;
   float win[K];  // win[0] oldest
@@ -410,6 +414,7 @@ __global__ void conv_silu_kernel(const float* __restrict__ x, int64_t ldx, const
 __global__ void gates_kernel(const float* b_raw, int64_t ldb, const float* a_raw, int64_t lda,
                              const float* dt_bias, const float* ssm_a, float* beta, float* g,
                              int64_t ld_out, int64_t n_tokens, int n_heads) {
+  FERRY_PDL_WAIT();
   const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (i >= n_tokens * n_heads) return;
   const int64_t t = i / n_heads;

@@ -16,6 +16,7 @@ namespace {
 // when h < n_l2_heads). The last block: the gates of every value head.
 template <int K>
 __global__ void __launch_bounds__(32) decode_prep_kernel(GdnDecodePrep p) {
+  FERRY_PDL_WAIT();
   const int lane = threadIdx.x;
   const int64_t n_conv_heads = p.n_ch / p.dim;
   if (blockIdx.x == n_conv_heads) {

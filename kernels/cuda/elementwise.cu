@@ -24,6 +24,7 @@ unsigned grid_for(int64_t n, int threads) {
 __global__ void rope_neox_kernel(float* x, int head_dim, int n_rot, int64_t ld_token,
                                  int64_t ld_head, const int32_t* __restrict__ pos,
                                  float theta_scale) {
+  FERRY_PDL_WAIT();
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   const int half = n_rot / 2;
   if (i >= half) return;
@@ -32,6 +33,7 @@ __global__ void rope_neox_kernel(float* x, int head_dim, int n_rot, int64_t ld_t
 }
 
 __global__ void swiglu_kernel(const float* g, const float* u, float* y, int64_t n) {
+  FERRY_PDL_WAIT();
   FERRY_GRID_STRIDE(i, n) {
     const float a = g[i];
     y[i] = a / (1.f + expf(-a)) * u[i];
@@ -39,15 +41,18 @@ __global__ void swiglu_kernel(const float* g, const float* u, float* y, int64_t 
 }
 
 __global__ void add_kernel(const float* a, const float* b, float* y, int64_t n) {
+  FERRY_PDL_WAIT();
   FERRY_GRID_STRIDE(i, n) y[i] = a[i] + b[i];
 }
 
 __global__ void scale_kernel(const float* x, float s, float* y, int64_t n) {
+  FERRY_PDL_WAIT();
   FERRY_GRID_STRIDE(i, n) y[i] = x[i] * s;
 }
 
 __global__ void sigmoid_gate_add_kernel(float* y, const float* s, const float* gate_logit,
                                         int64_t n_tokens, int64_t n) {
+  FERRY_PDL_WAIT();
   FERRY_GRID_STRIDE(i, n_tokens * n) {
     const float g = 1.f / (1.f + expf(-gate_logit[i / n]));
     y[i] += g * s[i];
@@ -57,6 +62,7 @@ __global__ void sigmoid_gate_add_kernel(float* y, const float* s, const float* g
 template <typename T>
 __global__ void kv_store_kernel(const float* __restrict__ src, int64_t ld_src, T* cache,
                                 int64_t p0, int64_t n_tokens, int64_t row_elems) {
+  FERRY_PDL_WAIT();
   FERRY_GRID_STRIDE(i, n_tokens * row_elems) {
     const int64_t t = i / row_elems, e = i % row_elems;
     const float v = src[t * ld_src + e];

@@ -71,6 +71,7 @@ __device__ __forceinline__ float target_row(const MultiArgs& m, int i, int64_t r
 // finishes last routes the token from the router's logits (RouteEpilogue).
 __global__ void __launch_bounds__(32 * kWarpsPerBlock)
     matvec_multi_kernel(MultiArgs m, int64_t cols, const float* __restrict__ x, RouteEpilogue route) {
+  FERRY_PDL_WAIT();
   const int lane = threadIdx.x & 31;
   const int64_t row = int64_t{blockIdx.x} * kWarpsPerBlock + (threadIdx.x >> 5);
   int i = 0;
@@ -91,6 +92,7 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock)
 __global__ void __launch_bounds__(32 * kWarpsPerBlock)
     residual_norm_kernel(float* x, float* a, const float* __restrict__ b, const float* __restrict__ gate_logit,
                          const float* __restrict__ w, float* h, int64_t n_rows, int64_t n, float eps) {
+  FERRY_PDL_WAIT();
   const int lane = threadIdx.x & 31;
   const int64_t r = int64_t{blockIdx.x} * kWarpsPerBlock + (threadIdx.x >> 5);
   if (r >= n_rows) return;

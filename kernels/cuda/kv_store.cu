@@ -20,6 +20,7 @@ constexpr int kStoreThreads = 128;
 __global__ void __launch_bounds__(kStoreThreads)
     kv_store_quant_kernel(const float* src, int64_t ld_src, uint8_t* cache, GgmlType type, int64_t p0,
                           int64_t row_elems, int64_t row_bytes, int n_rot, float rot_scale) {
+  FERRY_PDL_WAIT();
   FERRY_DYNAMIC_SHARED(float, x);
   const int64_t t = blockIdx.x;
   detail::kv_store_row(src + t * ld_src, x, row_elems, cache + (p0 + t) * row_bytes, type, row_bytes, n_rot, rot_scale);

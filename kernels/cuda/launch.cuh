@@ -21,16 +21,48 @@ namespace detail {
 // Every launch() call of the process, for kernels_launched() (launch_count.hpp, defined in
 // launch_count.cpp): launches per decoded token is what fusing kernels lowers.
 extern std::atomic<uint64_t> launch_calls;
+// Programmatic dependent launch (set_pdl, launch_count.hpp): launches carry the programmatic
+// stream serialization attribute, so a kernel's blocks may start while the previous kernel of the
+// stream still runs; every kernel's first statement, FERRY_PDL_WAIT(), waits for that kernel to
+// finish (and its writes to be visible) before anything else.
+extern std::atomic<bool> pdl_launches;
 }  // namespace detail
 template <typename... P, typename... A>
 inline void launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
                    A&&... args) {
   detail::launch_calls.fetch_add(1, std::memory_order_relaxed);
+  if (detail::pdl_launches.load(std::memory_order_relaxed)) {
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = shared_bytes;
+    cfg.stream = stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    // Errors surface as after <<<>>>: through cudaGetLastError (FERRY_CUDA_CHECK_LAUNCH).
+    (void)cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);
+    return;
+  }
   kernel<<<grid, block, shared_bytes, stream>>>(std::forward<A>(args)...);
 }
 }  // namespace ferry::cuda
+// The first statement of every kernel (tests/layers/check_kernels.py holds it): under programmatic
+// dependent launch, wait until the stream's previous kernel has finished. Without the launch
+// attribute (or below sm_90) it returns at once.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define FERRY_PDL_WAIT() asm volatile("griddepcontrol.wait;" ::: "memory")
+#else
+#define FERRY_PDL_WAIT() ((void)0)
+#endif
 // `extern __shared__ T name[]`: the block's dynamic shared memory, as a T*.
 #define FERRY_DYNAMIC_SHARED(type, name) extern __shared__ type name[]
 // The emulator checks pointers kernels read from device tables; nothing on a GPU.
 #define FERRY_EMU_CHECK_DEVICE_POINTER(p, what) ((void)0)
+#endif
+#if defined(FERRY_CUDA_EMU)
+// The emulator runs a stream's kernels one after another: nothing to wait for.
+#define FERRY_PDL_WAIT() ((void)0)
 #endif

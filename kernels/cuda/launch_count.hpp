@@ -12,4 +12,11 @@ namespace ferry::cuda {
 
 uint64_t kernels_launched();
 
+// Programmatic dependent launch for every launch() from now on (`--cuda-pdl`, CudaOpsOptions::pdl):
+// on when `on` and the current device is sm_90 or newer. Returns whether it is on. Process-wide, like
+// the launches it changes. The emulator ignores it (its kernels run one after another anyway) but
+// reports it as asked, so the switch is tested there.
+bool set_pdl(bool on);
+bool pdl_enabled();
+
 }  // namespace ferry::cuda

@@ -27,6 +27,7 @@ __global__ void __launch_bounds__(kTiledThreads)
     matmul_tiled_kernel(const uint8_t* __restrict__ W, int64_t rows, int64_t cols,
                         const float* __restrict__ X, int64_t ldx, int64_t n_batch,
                         float* __restrict__ Y, int64_t ldy) {
+  FERRY_PDL_WAIT();
   using U = Unit<T>;
   __shared__ float Ws[kTileRows][kTileCols + 1];
   __shared__ float Xs[kTileBatch][kTileCols + 1];
@@ -83,6 +84,7 @@ __global__ void __launch_bounds__(kTiledThreads)
 template <typename Out>
 __global__ void pack_activations_kernel(const float* __restrict__ X, int64_t ldx, int64_t n,
                                         int64_t cols, Out* __restrict__ dst) {
+  FERRY_PDL_WAIT();
   const int64_t total = n * cols;
   for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < total;
        i += int64_t{gridDim.x} * blockDim.x) {

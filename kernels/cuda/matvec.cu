@@ -22,6 +22,7 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock)
     matmul_direct_kernel(const uint8_t* __restrict__ W, int64_t rows, int64_t cols,
                          const float* __restrict__ X, int64_t ldx, int64_t n_batch,
                          float* __restrict__ Y, int64_t ldy) {
+  FERRY_PDL_WAIT();
   static_assert(NB > 1, "single vectors use matvec_rows_kernel");
   using U = Unit<T>;
   const int lane = threadIdx.x & 31;
@@ -73,6 +74,7 @@ template <GgmlType T, int RPW>
 __global__ void __launch_bounds__(32 * kWarpsPerBlock)
     matvec_rows_kernel(const uint8_t* __restrict__ W, int64_t rows, int64_t cols,
                        const float* __restrict__ x, float* __restrict__ y) {
+  FERRY_PDL_WAIT();
   const int lane = threadIdx.x & 31;
   const int64_t row0 = (int64_t{blockIdx.x} * kWarpsPerBlock + (threadIdx.x >> 5)) * RPW;
   if (row0 >= rows) return;
@@ -100,6 +102,7 @@ constexpr int64_t kMultiRowMinRows = 8192;
 // One block per row; threads walk the row's units.
 template <GgmlType T, typename Out>
 __global__ void dequantize_kernel(const uint8_t* __restrict__ W, int64_t cols, Out* __restrict__ dst) {
+  FERRY_PDL_WAIT();
   const int64_t row = blockIdx.x;
   const uint8_t* wrow = W + row * detail::row_bytes_of<T>(cols);
   const int64_t n_units = cols / Unit<T>::kValues;
@@ -110,6 +113,7 @@ __global__ void dequantize_kernel(const uint8_t* __restrict__ W, int64_t cols, O
 template <GgmlType T>
 __global__ void embed_kernel(const uint8_t* __restrict__ table, int64_t n_vocab, int64_t n_embd,
                              const int32_t* __restrict__ ids, float* __restrict__ out) {
+  FERRY_PDL_WAIT();
   const int64_t t = blockIdx.x;
   const int32_t id = ids[t];
   float* o = out + t * n_embd;

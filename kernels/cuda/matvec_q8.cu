@@ -22,6 +22,7 @@ constexpr int64_t kMultiRowMinRows = 8192;  // as matvec.cu: 4 rows per warp fro
 __global__ void __launch_bounds__(32 * kWarpsPerBlock)
     quantize_q8_kernel(const float* __restrict__ x, int64_t n_blocks, int8_t* __restrict__ xq,
                        float2* __restrict__ xds) {
+  FERRY_PDL_WAIT();
   const int lane = threadIdx.x & 31;
   const int64_t ib = int64_t{blockIdx.x} * kWarpsPerBlock + (threadIdx.x >> 5);
   if (ib >= n_blocks) return;  // whole warps only
@@ -41,6 +42,7 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock)
     matvec_q8_kernel(const uint8_t* __restrict__ W, int64_t rows, int64_t cols,
                      const int8_t* __restrict__ xq, const float2* __restrict__ xds,
                      float* __restrict__ y) {
+  FERRY_PDL_WAIT();
   using D = Q8Dot<T>;
   const int lane = threadIdx.x & 31;
   const int64_t row0 = (int64_t{blockIdx.x} * kWarpsPerBlock + (threadIdx.x >> 5)) * RPW;

@@ -84,6 +84,7 @@ template <GgmlType T, typename Table>
 __global__ void __launch_bounds__(32 * kWarps)
     gate_up_kernel(Table table, int64_t n_embd, int64_t n_ff, int k, const float* __restrict__ x,
                    float* __restrict__ h) {
+  FERRY_PDL_WAIT();
   const int lane = threadIdx.x & 31;
   const int64_t row = int64_t{blockIdx.x} * kWarps + (threadIdx.x >> 5);
   const int64_t ts = blockIdx.y;  // token * k + slot
@@ -103,6 +104,7 @@ template <GgmlType T>
 __global__ void __launch_bounds__(32 * kWarps)
     gate_up_pairs_kernel(const ExpertPtrs* __restrict__ expert, const int32_t* __restrict__ pairs, int64_t n_embd,
                          int64_t n_ff, int k, const float* __restrict__ x, float* __restrict__ h) {
+  FERRY_PDL_WAIT();
   const int64_t row = int64_t{blockIdx.x} * kWarps + (threadIdx.x >> 5);
   if (row >= n_ff) return;
   const int64_t ts = pairs[blockIdx.y];
@@ -115,6 +117,7 @@ template <GgmlType T, typename Table>
 __global__ void __launch_bounds__(32 * kWarps)
     down_slots_kernel(Table table, int64_t n_embd, int64_t n_ff, const float* __restrict__ h,
                       float* __restrict__ y) {
+  FERRY_PDL_WAIT();
   const int64_t row = int64_t{blockIdx.x} * kWarps + (threadIdx.x >> 5);
   const int64_t ts = blockIdx.y;
   if (row >= n_embd) return;
@@ -132,6 +135,7 @@ template <GgmlType T, typename Table>
 __global__ void __launch_bounds__(32 * kWarps)
     down_sum_kernel(Table table, const float* __restrict__ weights, int k, int64_t n_embd, int64_t n_ff,
                     const float* __restrict__ h, float* __restrict__ out, SharedDown sh) {
+  FERRY_PDL_WAIT();
   const int64_t row = int64_t{blockIdx.x} * kWarps + (threadIdx.x >> 5);
   const int64_t t = blockIdx.y;
   if (row >= n_embd) return;
@@ -158,6 +162,7 @@ __global__ void __launch_bounds__(32 * kWarps)
     down_pairs_slots_kernel(const ExpertPtrs* __restrict__ expert,
                             const int32_t* __restrict__ pairs, int64_t n_embd, int64_t n_ff,
                             const float* __restrict__ h, float* __restrict__ y) {
+  FERRY_PDL_WAIT();
   const int64_t row = int64_t{blockIdx.x} * kWarps + (threadIdx.x >> 5);
   if (row >= n_embd) return;
   const float v = down_row<T>(*expert, row, n_ff, h + int64_t{blockIdx.y} * n_ff);
@@ -177,6 +182,7 @@ unsigned elem_grid(int64_t n) {
 __global__ void __launch_bounds__(kElemThreads)
     sum_kernel(const float* __restrict__ y, const float* __restrict__ weights, int64_t n_tokens,
                int k, int64_t n_embd, float* __restrict__ out) {
+  FERRY_PDL_WAIT();
   for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n_tokens * n_embd;
        i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t t = i / n_embd;
@@ -193,6 +199,7 @@ __global__ void __launch_bounds__(kElemThreads)
 __global__ void __launch_bounds__(kElemThreads)
     sum_rows_kernel(const float* __restrict__ y, const float* __restrict__ rows, RowIndex idx, int n_rows,
                     const float* __restrict__ weights, int k, int64_t n_embd, float* __restrict__ out) {
+  FERRY_PDL_WAIT();
   for (int64_t c = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; c < n_embd; c += int64_t{gridDim.x} * blockDim.x) {
     float acc = 0.f;
     for (int j = 0; j < k; ++j) {
@@ -211,6 +218,7 @@ template <typename Index>
 __global__ void __launch_bounds__(kElemThreads)
     scatter_rows_kernel(const float* __restrict__ rows, Index idx, int64_t n, int64_t n_embd,
                         float* __restrict__ y) {
+  FERRY_PDL_WAIT();
   for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n * n_embd;
        i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t r = i / n_embd;

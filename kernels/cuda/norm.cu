@@ -25,6 +25,7 @@ __global__ void __launch_bounds__(32 * kWarps)
     norm_kernel(const float* __restrict__ x, const float* __restrict__ w,
                 const float* __restrict__ z, float* y, RowLayout L, int64_t n_rows, int64_t n,
                 float eps, float extra_scale) {
+  FERRY_PDL_WAIT();
   const int64_t r = int64_t{blockIdx.x} * kWarps + (threadIdx.x >> 5);
   if (r >= n_rows) return;
   const int64_t tok = r / L.n_heads, head = r % L.n_heads;

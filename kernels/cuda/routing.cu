@@ -20,12 +20,14 @@ using detail::warp_best;
 __global__ void route_topk_kernel(const float* __restrict__ logits, int n_expert, int k,
                                   int32_t* __restrict__ ids, float* __restrict__ weights,
                                   bool renormalize, float scale) {
+  FERRY_PDL_WAIT();
   FERRY_DYNAMIC_SHARED(float, prob);
   const int64_t t = blockIdx.x;
   detail::route_token(logits + t * n_expert, n_expert, k, ids + t * k, weights + t * k, renormalize, scale, prob);
 }
 
 __global__ void argmax_kernel(const float* __restrict__ x, int64_t ld, int64_t n, int32_t* out) {
+  FERRY_PDL_WAIT();
   __shared__ float sv[32];
   __shared__ int si[32];
   const float* r = x + int64_t{blockIdx.x} * ld;

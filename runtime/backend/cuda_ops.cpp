@@ -32,6 +32,8 @@ class CudaOps final : public Ops {
  public:
   CudaOps(Device& dev, const CudaOpsOptions& o) : dev_(dev), stream_(dev.create_stream()) {
     s_ = static_cast<cudaStream_t>(stream_->native_handle());
+    if (o.pdl && !cuda::set_pdl(true)) log::warn("cuda ops: --cuda-pdl needs an sm_90 or newer device; launches stay plain");
+    pdl_ = o.pdl;
     graphs_on_ = o.graphs;
     segments_on_ = o.graph_segments;
     int8_dot_ = o.int8_dot;
@@ -71,6 +73,7 @@ class CudaOps final : public Ops {
   ~CudaOps() override {
     for (cudaGraphExec_t e : graph_execs_)
       if (e) (void)cudaGraphExecDestroy(e);
+    if (pdl_) cuda::set_pdl(false);
   }
 
   // Each one-token step is recorded anew (its kernel arguments change: position, KV length) and
@@ -403,6 +406,7 @@ class CudaOps final : public Ops {
   Device& dev_;
   std::unique_ptr<Stream> stream_;
   cudaStream_t s_ = nullptr;
+  bool pdl_ = false;  // this Ops turned programmatic dependent launch on (and turns it off)
   std::unique_ptr<cuda::Blas> blas_;
   DeviceBuffer matmul_ws_, attn_ws_, blas_ws_;
   DeviceBuffer route_counter_;  // the router epilogue's block count (cuda::RouteEpilogue), 0 between launches

@@ -45,6 +45,11 @@ struct CudaOpsOptions {
   // a 512-token step of 32 heads on an H200 (bench/results/2026-12-04-gpu-check-h200.md); chunked
   // stays selectable (`--gdn-prefill chunked`). Decode always takes the recurrent kernel.
   cpu::GdnPrefill gdn_prefill = cpu::GdnPrefill::recurrent;
+  // Programmatic dependent launch on sm_90+ (`--cuda-pdl`; kernels/cuda/launch.cuh): each kernel's
+  // blocks may be scheduled while the previous kernel runs and wait for it at their first
+  // instruction, hiding the launch gap between the decode step's small kernels. Process-wide while
+  // this Ops lives. Off until a GPU run measures it (docs/decisions/0013-cuda-pdl.md).
+  bool pdl = false;
 };
 
 // Graph use of a CudaOps: launches, instantiations (an update that cannot reuse the executable

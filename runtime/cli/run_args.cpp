@@ -187,8 +187,12 @@ const std::vector<Flag>& flags() {
        }},
       {"--cuda-int8-dot",
        "cuda: integer dp4a matvec for one-token quantized matmuls (every type but F32/F16/BF16; activations "
-       "rounded to 8 bits); no faster end to end on an H200, where decode is launch-bound",
+       "rounded to 8 bits); 0.86x end to end on an H100 (twice the launches; docs/decisions/0011-cuda-int8-dot.md)",
        Group::backend, true, {}, "", [](RunOptions& o, const std::string&) { o.backend.cuda.int8_dot = true; }},
+      {"--cuda-pdl",
+       "cuda: programmatic dependent launch on sm_90+ (each kernel scheduled while the previous one runs, "
+       "waiting for it at its first instruction); off until measured (docs/decisions/0013-cuda-pdl.md)",
+       Group::backend, true, {}, "", [](RunOptions& o, const std::string&) { o.backend.cuda.pdl = true; }},
       {"--cuda-no-fusion",
        "cuda: launch the decode step kernel per op instead of the fused kernels (same results; for measuring "
        "what fusion gains)",

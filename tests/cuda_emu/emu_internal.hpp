@@ -15,6 +15,8 @@ struct LaunchShape {
 
 // Runs one block of `shape` to completion on the calling thread; throws std::runtime_error on a
 // barrier deadlock. `shared` is the block's dynamic shared memory.
+// FERRY_CUDA_EMU_ORDER=reverse: blocks and threads run last to first (runtime.cpp, fiber.cpp).
+bool reverse_order();
 void run_block(const LaunchShape& shape, uint3 block_idx, const std::function<void()>& body,
                std::vector<unsigned char>& shared);
 

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -195,6 +196,14 @@ unsigned char* warp_exchange_slots() { return block_run->warps[block_run->runnin
 
 void* dynamic_shared() { return block_run->dynamic_shared->data(); }
 
+bool reverse_order() {
+  static const bool r = [] {
+    const char* v = std::getenv("FERRY_CUDA_EMU_ORDER");
+    return v && std::strcmp(v, "reverse") == 0;
+  }();
+  return r;
+}
+
 void run_block(const LaunchShape& shape, uint3 block_idx, const std::function<void()>& body,
                std::vector<unsigned char>& shared) {
   const unsigned n = shape.block.x * shape.block.y * shape.block.z;
@@ -232,7 +241,9 @@ void run_block(const LaunchShape& shape, uint3 block_idx, const std::function<vo
   unsigned done = 0;
   while (done < n) {
     bool progressed = false;
-    for (auto& f : b.fibers) {
+    const bool reverse = reverse_order();
+    for (unsigned k = 0; k < n; ++k) {
+      Fiber& f = b.fibers[reverse ? n - 1 - k : k];
       if (f.state != FiberState::runnable) continue;
       b.running = &f;
       current = &f.ts;

@@ -463,9 +463,18 @@ void enqueue_kernel(cudaStream_t stream, const void* kernel, dim3 grid, dim3 blo
     counters().kernels.fetch_add(1, std::memory_order_relaxed);
     trace_kernel(kernel);
     std::vector<unsigned char> shared(std::max<size_t>(shape.shared_bytes, 16));
-    for (unsigned z = 0; z < shape.grid.z; ++z)
-      for (unsigned y = 0; y < shape.grid.y; ++y)
-        for (unsigned x = 0; x < shape.grid.x; ++x) run_block(shape, uint3{x, y, z}, body, shared);
+    // FERRY_CUDA_EMU_ORDER=reverse runs the blocks (and each block's threads, fiber.cpp) last to
+    // first: a kernel whose result depends on the order (a race a GPU may run either way) then
+    // differs between the two orders.
+    const bool reverse = ::ferry_emu::reverse_order();
+    const unsigned nb = shape.grid.x * shape.grid.y * shape.grid.z;
+    for (unsigned i = 0; i < nb; ++i) {
+      const unsigned b = reverse ? nb - 1 - i : i;
+      // A block's dynamic shared memory starts undefined on a GPU, not as the last block left it.
+      std::memset(shared.data(), 0xFF, shared.size());
+      run_block(shape, uint3{b % shape.grid.x, (b / shape.grid.x) % shape.grid.y, b / (shape.grid.x * shape.grid.y)},
+                body, shared);
+    }
   }, kernel);
   if (e != cudaSuccess) last_error = e;
 }
@@ -604,6 +613,9 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
     std::free(p);
     return result(cudaErrorMemoryAllocation);
   }
+  // cudaMalloc's memory holds whatever was there before; fresh host pages are zeros, which would
+  // hide a kernel that reads memory nothing wrote. 0xFF bytes read as NaN floats and -1 integers.
+  std::memset(p, 0xFF, bytes);
   *ptr = p;
   return cudaSuccess;
 }

@@ -5,6 +5,7 @@
 // which bench/gpu-check.sh collects into its summary table.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -106,6 +107,58 @@ inline void report_exact(const std::string& op, const std::string& shape, bool e
   std::printf("[gpu-op] %s | %s | exact | - | %s\n", op.c_str(), shape.c_str(), equal ? "PASS" : "FAIL");
   std::fflush(stdout);
   EXPECT_TRUE(equal) << op << " " << shape << ": not bit-exact";
+}
+
+// The first blocks (of block_bytes) where two byte images differ, as hex, for a failure line: what
+// a GPU run must bring back when it cannot be rerun at once. Empty when they are equal.
+inline std::string byte_mismatch(const std::vector<uint8_t>& want, const std::vector<uint8_t>& got, size_t block_bytes,
+                                 int max_blocks = 3) {
+  std::string out;
+  if (want.size() != got.size()) return "sizes " + std::to_string(want.size()) + " vs " + std::to_string(got.size());
+  int shown = 0;
+  size_t differing = 0;
+  for (size_t b0 = 0; b0 < want.size(); b0 += block_bytes) {
+    const size_t n = std::min(block_bytes, want.size() - b0);
+    if (std::equal(want.begin() + b0, want.begin() + b0 + n, got.begin() + b0)) continue;
+    ++differing;
+    if (shown++ >= max_blocks) continue;
+    char buf[8];
+    out += "\n  block " + std::to_string(b0 / block_bytes) + " want";
+    for (size_t i = 0; i < n; ++i) out += (std::snprintf(buf, sizeof buf, " %02x", want[b0 + i]), buf);
+    out += "\n  block " + std::to_string(b0 / block_bytes) + " got ";
+    for (size_t i = 0; i < n; ++i) out += (std::snprintf(buf, sizeof buf, " %02x", got[b0 + i]), buf);
+  }
+  return differing ? std::to_string(differing) + " of " + std::to_string((want.size() + block_bytes - 1) / block_bytes) +
+                         " blocks differ:" + out
+                   : out;
+}
+
+// report_exact of two byte images; on a mismatch the first differing blocks are printed.
+inline void report_bytes(const std::string& op, const std::string& shape, const std::vector<uint8_t>& want,
+                         const std::vector<uint8_t>& got, size_t block_bytes) {
+  report_exact(op, shape, want == got);
+  if (want != got) {
+    std::printf("[gpu-detail] %s | %s | %s\n", op.c_str(), shape.c_str(), byte_mismatch(want, got, block_bytes).c_str());
+    std::fflush(stdout);
+  }
+}
+
+// The first elements where got differs from ref by more than a relative tol, as (row, column) of
+// rows of row_len values, for a failure line.
+inline std::string float_mismatch(const std::vector<float>& ref, const std::vector<float>& got, size_t row_len,
+                                  double tol = 1e-3, int max_shown = 6) {
+  std::string out;
+  int shown = 0;
+  for (size_t i = 0; i < ref.size() && i < got.size() && shown < max_shown; ++i) {
+    const double d = std::fabs(static_cast<double>(got[i]) - ref[i]);
+    if (!(d <= tol * (1.0 + std::fabs(static_cast<double>(ref[i]))))) {
+      char buf[160];
+      std::snprintf(buf, sizeof buf, " [%zu,%zu] ref %.7g got %.7g;", i / row_len, i % row_len, ref[i], got[i]);
+      out += buf;
+      ++shown;
+    }
+  }
+  return out;
 }
 
 #if FERRY_HAVE_CUDA

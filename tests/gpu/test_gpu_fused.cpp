@@ -81,7 +81,23 @@ void check_multi(Backends& b, const std::vector<Matrix>& ms, int64_t n, size_t w
     }
     const auto got = b.down<float>(fused[i], ycpu.size());
     const std::string what = shape + " #" + std::to_string(i);
-    report("CudaOps::matmul_multi vs CpuOps", what, nmse(ycpu, got), ms[i].type == GgmlType::F32 ? 1e-10 : 1e-4);
+    const double bound = ms[i].type == GgmlType::F32 ? 1e-10 : 1e-4;
+    report("CudaOps::matmul_multi vs CpuOps", what, nmse(ycpu, got), bound);
+    if (!(nmse(ycpu, got) <= bound)) {
+      // Which half differs (a failure seen only on a GPU): the gate/up products or the SwiGLU.
+      std::vector<float> gcpu(n * rows);
+      b.cpu.matmul(hw[i], x.data(), cols, n, gcpu.data(), rows);
+      b.gpu->matmul(dw[i], dx.f32(), cols, n, single[i].f32(), rows);
+      std::printf("[gpu-detail] %s | gate product: nmse %.3g%s\n", what.c_str(), nmse(gcpu, b.down<float>(single[i], gcpu.size())),
+                  float_mismatch(gcpu, b.down<float>(single[i], gcpu.size()), static_cast<size_t>(rows)).c_str());
+      if (ms[i].swiglu_pair) {
+        b.gpu->matmul(dup[i], dx.f32(), cols, n, scratch[i].f32(), rows);
+        std::printf("[gpu-detail] %s | up product: nmse %.3g%s\n", what.c_str(), nmse(ucpu, b.down<float>(scratch[i], ucpu.size())),
+                    float_mismatch(ucpu, b.down<float>(scratch[i], ucpu.size()), static_cast<size_t>(rows)).c_str());
+      }
+      std::printf("[gpu-detail] %s | result:%s\n", what.c_str(), float_mismatch(ycpu, got, static_cast<size_t>(rows)).c_str());
+      std::fflush(stdout);
+    }
     report_exact("CudaOps::matmul_multi vs CudaOps::matmul", what, same_bits(got, b.down<float>(single[i], ycpu.size())));
   }
 }

@@ -77,8 +77,9 @@ TEST(GpuKvQuant, StoreWritesTheCpuBytes) {
       }
       const auto kg = b.down<uint8_t>(c.k_gpu, c.k_cpu.size()), vg = b.down<uint8_t>(c.v_gpu, c.v_cpu.size());
       const std::string shape = "2 heads d=" + std::to_string(hd) + " 5+3 tokens of 12";
-      report_exact("CudaOps::kv_store K vs CpuOps " + std::string(type_name(t)), shape, kg == c.k_cpu);
-      report_exact("CudaOps::kv_store V vs CpuOps " + std::string(type_name(t)), shape, vg == c.v_cpu);
+      const size_t block = static_cast<size_t>(row_bytes(t, type_info(t).block_values));
+      report_bytes("CudaOps::kv_store K vs CpuOps " + std::string(type_name(t)), shape, c.k_cpu, kg, block);
+      report_bytes("CudaOps::kv_store V vs CpuOps " + std::string(type_name(t)), shape, c.v_cpu, vg, block);
     }
   }
 }
@@ -99,8 +100,11 @@ TEST(GpuKvQuant, StoreZeroBlocksLikeTheCpu) {
     auto dk = b.up(k), dv = b.up(v);
     b.cpu.kv_store(c.cpu, 1, 2, k.data(), v.data());
     b.gpu->kv_store(c.gpu, 1, 2, dk.f32(), dv.f32());
-    const bool eq = b.down<uint8_t>(c.k_gpu, c.k_cpu.size()) == c.k_cpu && b.down<uint8_t>(c.v_gpu, c.v_cpu.size()) == c.v_cpu;
-    report_exact("CudaOps::kv_store zero heads vs CpuOps", std::string(type_name(t)), eq);
+    const size_t block = static_cast<size_t>(row_bytes(t, type_info(t).block_values));
+    report_bytes("CudaOps::kv_store zero heads K vs CpuOps", std::string(type_name(t)), c.k_cpu,
+                 b.down<uint8_t>(c.k_gpu, c.k_cpu.size()), block);
+    report_bytes("CudaOps::kv_store zero heads V vs CpuOps", std::string(type_name(t)), c.v_cpu,
+                 b.down<uint8_t>(c.v_gpu, c.v_cpu.size()), block);
   }
 }
 
