@@ -61,13 +61,28 @@ TEST(HardwareProfile, ShippedProfilesLoadWithLabelledFigures) {
   // A GPU's plausible hosts exist.
   for (const HardwareProfile& g : gpus)
     for (const std::string& h : g.hosts) EXPECT_NO_THROW(find_hardware_profile(kDir, ProfileKind::host, h)) << g.id;
-  // Only the H200's figures are measured today (issue 28).
+  // Only the two GPU machines' figures are measured (the H200's, and since 2026-12-05 the H100's).
   for (const HardwareProfile& g : gpus)
     for (const auto& [key, f] : g.figures) {
-      if (g.id != "h200") {
+      if (g.id != "h200" && g.id != "h100-sxm-80g") {
         EXPECT_EQ(f.label, FigureLabel::spec) << g.id << " " << key;
       }
     }
+  // The H100's measured figures name the run they come from; its host is the machine's own.
+  const HardwareProfile h100 = find_hardware_profile(kDir, ProfileKind::gpu, "h100-sxm-80g");
+  for (const char* key : {"copy_bandwidth_gbps", "h2d_pinned_gbps", "vram_bytes"}) {
+    EXPECT_EQ(h100.figure(key).label, FigureLabel::measured) << key;
+    EXPECT_NE(h100.figure(key).source.find("2026-12-05-gpu-check-h100"), std::string::npos) << key;
+  }
+  EXPECT_DOUBLE_EQ(h100.number("copy_bandwidth_gbps"), 3024.0);
+  EXPECT_EQ(h100.figure("mem_bandwidth_gbps").label, FigureLabel::spec);
+  ASSERT_EQ(h100.hosts.size(), 1u);
+  const HardwareProfile h100_host = find_hardware_profile(kDir, ProfileKind::host, h100.hosts[0]);
+  EXPECT_EQ(h100_host.number("cores"), 16.0);
+  EXPECT_EQ(h100_host.text("isa"), "avx512");
+  EXPECT_EQ(h100_host.figure("store_load_gbps").label, FigureLabel::measured);
+  // Its DRAM figures were measured on the H200 machine's host, and say so.
+  EXPECT_NE(h100_host.figure("dram_bandwidth_gbps").source.find("not on this one"), std::string::npos);
   const HardwareProfile sim = load_hardware_profile(kDir + "/simulator.json");
   EXPECT_EQ(sim.kind, ProfileKind::simulator);
 }
