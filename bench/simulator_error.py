@@ -254,8 +254,9 @@ def main():
     print("\n## Summary of errors\n")
     for name, errs in (("Issue 28's figures (H200 and published)", errors), ("H100 figures", h100_errors)):
         over = [n for n, e in errs if e > 0.20]
-        print(f"- {name}: {len(errs)} figures; {len(errs) - len(over)} within 20%; over 20%: "
-              + (", ".join(over) if over else "none"))
+        mean = 100.0 * sum(e for _, e in errs) / len(errs)
+        print(f"- {name}: {len(errs)} figures; {len(errs) - len(over)} within 20%; mean |error| {mean:.1f}% "
+              "(hit rates: relative); over 20%: " + (", ".join(over) if over else "none"))
 
 
 if __name__ == "__main__":

@@ -152,9 +152,24 @@ TEST(HardwareProfile, DerivedRates) {
   EXPECT_NEAR(r3060.llama_prefill_gflops, 45217.0 * 28 * 1777 / (188.0 * 2617), 0.01);
   // A spec host bandwidth is scaled to a stream, then to the CPU kernels' share.
   EXPECT_NEAR(r3060.cpu_gbps, 51.2 * 0.80 * 0.73, 0.01);
-  // llama.cpp's uploads from its mapped (pageable) weights: one staging thread under the link.
+  // llama.cpp's uploads from its mapped (pageable) weights: one staging thread under the link, at
+  // the host's own measured one-thread rate where its profile has one (model revision 9).
   EXPECT_DOUBLE_EQ(r3060.llama_upload_gbps, 17.7);
   EXPECT_LT(r3060.llama_upload_gbps, r3060.link_gbps);
+  EXPECT_DOUBLE_EQ(h200.llama_upload_gbps, 12.8);
+  // The H100: its measured copy bandwidth and link as they are. The attention decode's fixed time
+  // is latency, taken as measured on every card (as the kernel floor).
+  const SimRates h100 = sim_rates(find_hardware_profile(kDir, ProfileKind::gpu, "h100-sxm-80g"),
+                                  find_hardware_profile(kDir, ProfileKind::host, "h100-host-16c"), params);
+  EXPECT_DOUBLE_EQ(h100.mem_gbps, 3024.0);
+  EXPECT_DOUBLE_EQ(h100.link_gbps, 54.7);
+  EXPECT_DOUBLE_EQ(h100.attention_fixed_us, 17.2);
+  EXPECT_DOUBLE_EQ(r3060.attention_fixed_us, 17.2);
+  EXPECT_NEAR(h100.attention_mem_fraction * h100.mem_gbps, 705.0, 0.5);
+  // llama.cpp's decode kernels per layer, counted per architecture; an unknown one is an error.
+  EXPECT_DOUBLE_EQ(h100.llama_nodes("qwen35moe"), 55.0);
+  EXPECT_DOUBLE_EQ(h100.llama_nodes("qwen3moe"), 35.5);
+  EXPECT_THROW(h100.llama_nodes("llama"), Error);
   // Decisions use the engine's start-up calibration of those durations: its split of the timed
   // copy keeps a third of latency min(3 x 10 us, half the copy), so the estimate is two thirds of
   // that under the timed copy (57 us here: 9.5 us under); the CPU keeps the base hand-off (10 us,
