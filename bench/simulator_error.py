@@ -82,6 +82,73 @@ def decision_diagnostic(h200):
     print()
 
 
+H100 = f"simulate {M35} --gpu h100-sxm-80g --host h100-host-16c"
+H100_SRC = "bench/results/2026-12-05-gpu-check-h100.md"
+
+
+def h100_section(errors):
+    """The H100 run (2026-12-05): `ferry bench` at --vram budgets, and the side by side on the
+    card partly held by bench_ballast, where both engines fit themselves to the free memory Ferry's
+    fit printed (15.49 / 11.49 GiB free): simulated with --free."""
+    print(f"## H100 (measured: {H100_SRC} and its folder; 16 threads)\n")
+    print("| source | budget / card | routing | test | measured | simulated | error | measured hit / H2D / wait | "
+          "simulated hit / H2D / wait | simulate command (`ferry ...`) |")
+    print("|---|---|---|---|---:|---:|---:|---|---|---|")
+
+    def row(src, card, routing, test, ref, sim, cmd, extra=("", "")):
+        print(f"| {src} | {card} | {routing} | {test} | {ref:.1f} | {sim:.1f} | {err(sim, ref)} | {extra[0]} | "
+              f"{extra[1]} | `{cmd}` |")
+        errors.append((f"H100 {src} {card} {routing} {test}", abs(sim - ref) / ref))
+
+    bench = {  # `ferry bench --device cuda [--vram V] [--routing locality] -p 512 -n 64 -r 3 -t 16`
+        ("none", "model"): (1953.98, 147.21, 100.0, 0.0, 0.0),
+        ("none", "locality"): (1974.80, 142.65, 100.0, 0.0, 0.0),
+        ("16G", "model"): (1509.99, 77.03, 78.5, 125.16, 24.4),
+        ("16G", "locality"): (1574.78, 118.69, 97.9, 11.95, 3.6),
+        ("12G", "model"): (1277.16, 58.31, 56.1, 255.03, 37.7),
+        ("12G", "locality"): (1371.51, 112.42, 95.4, 26.68, 7.6),
+    }
+    for (vram, routing), (pp, tg, hit, h2d, wait) in bench.items():
+        sim_routing = "uniform" if routing == "model" else "locality"
+        budget = "" if vram == "none" else f" --vram {vram}"
+        pc = f"{H100} --strategy ferry{budget} --routing {sim_routing} -p 512 -n 0"
+        tc = f"{H100} --strategy ferry{budget} --routing {sim_routing} -p 0 -n 64"
+        p, t = blocks(run(pc), "ferry")[0], blocks(run(tc), "ferry")[0]
+        row("ferry bench", vram, routing, "pp512", pp, p["pp"], pc)
+        row("ferry bench", vram, routing, "tg64", tg, t["tg"], tc,
+            (f"{hit:.1f}% / {h2d:.2f} MiB / {wait:.1f}%",
+             f"{t['hit']:.1f}% / {t['h2d']:.2f} MiB / {t['wait_copy_cpu']:.1f}%"))
+    # sidebyside.log: Ferry `bench --fit-target 1024 -p 512 -n 128 -r 3 -t 16` (+ `--routing
+    # model,locality --host-load mmap` on the ballast cards); llama-bench `-p 512 -n 128 -r 3 -t 16`.
+    cards = {"resident": "", "16G card": " --free 15862M", "12G card": " --free 11766M"}
+    sbs_ferry = {("resident", "model"): (1941.22, 144.32),
+                 ("16G card", "model"): (1409.44, 67.91), ("16G card", "locality"): (1494.85, 117.46),
+                 ("12G card", "model"): (1204.08, 53.86), ("12G card", "locality"): (1299.63, 110.41)}
+    for (card, routing), (pp, tg) in sbs_ferry.items():
+        sim_routing = "uniform" if routing == "model" else "locality"
+        cmd = f"{H100}{cards[card]} --strategy ferry --routing {sim_routing} -p 512 -n 128"
+        f = blocks(run(cmd), "ferry")[0]
+        row("side by side, Ferry", card, routing, "pp512", pp, f["pp"], cmd)
+        row("side by side, Ferry", card, routing, "tg128", tg, f["tg"], cmd)
+    sbs_llama = {("resident", "fit (defaults)", None): (5259.31, 245.46),
+                 ("16G card", "-fitt 1024", None): (764.67, 150.74),
+                 ("16G card", "-ncmoe 11", 11): (820.37, 141.04), ("16G card", "-ncmoe 12", 12): (659.35, 139.03),
+                 ("12G card", "-fitt 1024", None): (464.60, 116.33),
+                 ("12G card", "-ncmoe 20", 20): (438.66, 113.46), ("12G card", "-ncmoe 21", 21): (469.12, 116.39)}
+    for (card, config, n), (pp, tg) in sbs_llama.items():
+        nc = "" if n is None else f" --ncmoe {n}"
+        cmd = f"{H100}{cards[card]} --strategy llamacpp{nc} -p 512 -n 128"
+        f = blocks(run(cmd), "llamacpp_fit" if n is None else "llamacpp_ncmoe")[0]
+        row(f"side by side, llama.cpp {config}", card, "-", "pp512", pp, f["pp"], cmd)
+        row(f"side by side, llama.cpp {config}", card, "-", "tg128", tg, f["tg"], cmd)
+    cmd = f"{H100} -c 33280 --routing uniform -p 32768 -n 128"
+    out = run(cmd)
+    row("side by side, Ferry", "resident", "model", "tg128 @ d32768", 126.98, blocks(out, "ferry")[0]["tg"], cmd)
+    row("side by side, llama.cpp fit (defaults)", "resident", "-", "tg128 @ d32768", 220.68,
+        blocks(out, "llamacpp_fit")[0]["tg"], cmd)
+    print()
+
+
 def record_trained():
     held = os.path.join(TMP, "held3k.txt")
     with open(os.path.join(ROOT, "tests/data/trained/heldout.txt"), "rb") as f:
@@ -182,9 +249,14 @@ def main():
                   f"{rng(e['ferry'], 'tg_tps')} | {rng(e['llamacpp_fit'], 'tg_tps')} | "
                   f"{rng(e['llamacpp_ncmoe'], 'tg_tps')} (N={e['llamacpp_ncmoe']['n_cpu_moe']}) | "
                   f"{rng(e['ferry'], 'pp_tps')} | {rng(e['llamacpp_fit'], 'pp_tps')} | {rng(e['llamacpp_ncmoe'], 'pp_tps')} |")
+    h100_errors = []
+    h100_section(h100_errors)
     print("\n## Summary of errors\n")
-    over = [n for n, e in errors if e > 0.20]
-    print(f"{len(errors)} figures; {len(errors) - len(over)} within 20%; over 20%: " + (", ".join(over) if over else "none"))
+    for name, errs in (("Issue 28's figures (H200 and published)", errors), ("H100 figures", h100_errors)):
+        over = [n for n, e in errs if e > 0.20]
+        mean = 100.0 * sum(e for _, e in errs) / len(errs)
+        print(f"- {name}: {len(errs)} figures; {len(errs) - len(over)} within 20%; mean |error| {mean:.1f}% "
+              "(hit rates: relative); over 20%: " + (", ".join(over) if over else "none"))
 
 
 if __name__ == "__main__":

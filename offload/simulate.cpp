@@ -217,8 +217,13 @@ class Run {
       const double layer_t0 = now();
       launches(r_.launches_per_layer);
       layer_enqueue_ = layer_t0 + r_.launch_us;
-      const double dense = std::max(gpu_us(r_, L.dense, n) + attention_us(L, n),
-                                    (r_.launches_per_layer - kMoeKernels) * r_.kernel_floor_us);
+      // A decoded token's attention is its own kernel, timed from its measured decode rows (model
+      // revision 9); a batch's reads K and V with the dense work.
+      const bool attn_kernel = decoding_ && L.attention;
+      const double dense =
+          std::max(gpu_us(r_, L.dense, n) + (attn_kernel ? 0.0 : attention_us(L, n)),
+                   (r_.launches_per_layer - kMoeKernels - (attn_kernel ? 1.0 : 0.0)) * r_.kernel_floor_us) +
+          (attn_kernel ? attention_decode_us() : 0.0);
       if (decoding_) tok_.gpu_dense_us += dense;
       gpu(dense, WaitCause::sync, "dense", l, 0, layer_enqueue_);
       for (int64_t t = 0; t < n; ++t) router_.next(l, ids_.data() + t * m_.top_k);
@@ -244,6 +249,13 @@ class Run {
     if (!L.attention || m_.kv_bytes_per_position == 0) return 0.0;
     const double per_layer = double(m_.kv_bytes_per_position) / double(attention_layers());
     return per_layer * double(pos_ + n) / (r_.mem_gbps * 1e3);
+  }
+  // One token's attention kernel: a fixed time plus K and V of every position so far at the
+  // measured share of the memory rate, never under the shortest kernel.
+  double attention_decode_us() const {
+    const double per_layer = double(m_.kv_bytes_per_position) / double(attention_layers());
+    return std::max(r_.kernel_floor_us, r_.attention_fixed_us + per_layer * double(pos_ + 1) /
+                                                                   (r_.mem_gbps * r_.attention_mem_fraction * 1e3));
   }
   int32_t attention_layers() const {
     int32_t a = 0;

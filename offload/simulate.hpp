@@ -45,6 +45,7 @@ struct SimLayer {
 
 struct SimModel {
   std::string name;
+  std::string arch;  // general.architecture: llama.cpp's decode graph has its own kernels per layer
   int32_t n_layer = 0, n_expert = 0, top_k = 0;
   std::vector<SimLayer> layers;      // (n_layer)
   std::vector<TypedBytes> head;      // output norm + lm head, read once per step

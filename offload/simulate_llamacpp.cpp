@@ -172,6 +172,8 @@ SimResult simulate_llamacpp(const SimModel& m, const SimRates& r, const LlamaPla
   const double h = cache_hit_rate(m, p, o);
   if (p.cache_slots > 0)
     s.note += fmt::format(", a VRAM cache of {} experts (hit rate {:.1f}%)", p.cache_slots, 100 * h);
+  // llama.cpp's own kernels per layer (model revision 9), each at the graph's per-node cost.
+  const double nodes_per_layer = r.llama_nodes(m.arch);
   SimTokenTime t;
   for (int32_t l = 0; l < m.n_layer; ++l) {
     const SimLayer& L = m.layers[static_cast<size_t>(l)];
@@ -179,7 +181,7 @@ SimResult simulate_llamacpp(const SimModel& m, const SimRates& r, const LlamaPla
     const double f = p.cpu_fraction[static_cast<size_t>(l)] * (1.0 - h);
     t.gpu_dense_us += weights_us(r, L.dense) + (L.attention ? kv_layer * depth / (r.mem_gbps * 1e3) : 0);
     t.gpu_expert_us += weights_us(r, expert_weights(L.expert), k * (1.0 - f));
-    t.launch_us += r.launches_per_layer * r.llama_graph_node_us;
+    t.launch_us += nodes_per_layer * r.llama_graph_node_us;
     if (f > 0) {
       t.cpu_expert_us += k * f * double(L.expert.expert_bytes()) / (r.llama_cpu_gbps * 1e3);
       t.gpu_wait_us[static_cast<size_t>(WaitCause::sync)] += r.llama_split_syncs * r.sync_us;

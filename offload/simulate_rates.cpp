@@ -14,6 +14,9 @@ constexpr GgmlType kKernelTypes[] = {
     GgmlType::Q6_K, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0,   GgmlType::Q5_1,
     GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS, GgmlType::MXFP4};
 
+// simulator.json's llama.cpp decode-graph counts: this prefix, then the architecture.
+constexpr std::string_view kLlamaNodesKey = "llamacpp_graph_nodes_per_layer.";
+
 std::string lower(std::string_view s) {
   std::string o(s);
   for (char& c : o) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -40,6 +43,15 @@ double SimRates::kernel_us(GgmlType t, uint64_t bytes, bool llama) const {
   // Types without a kernel figure (F32 norms and small vectors) stream at the memory rate.
   const double gbps = it == table.end() ? mem_gbps : it->second;
   return static_cast<double>(bytes) / (gbps * 1e3);
+}
+
+double SimRates::llama_nodes(const std::string& arch) const {
+  const auto it = llama_nodes_per_layer.find(arch);
+  if (it == llama_nodes_per_layer.end())
+    fail(ErrorKind::unsupported,
+         "simulator: no llama.cpp decode-graph kernel count for architecture '{}' "
+         "(profiles/hardware/simulator.json {}<arch>)", arch, kLlamaNodesKey);
+  return it->second;
 }
 
 HardwareRates SimRates::cost_rates(GgmlType gate, GgmlType up, GgmlType down) const {
@@ -123,12 +135,21 @@ SimRates sim_rates(const HardwareProfile& gpu, const HardwareProfile& host,
   // host buffer when mapped: its llama_model_loader), so a prompt batch's expert uploads come from
   // pageable memory: the driver copies them into a pinned staging buffer on the calling thread,
   // pipelined with the DMA, so one host thread's rate bounds them below the pinned link.
-  r.llama_upload_gbps = std::min({r.link_gbps, per_thread, stream});
+  // The host's own measured one-thread read rate where its profile has one (model revision 9:
+  // the GPU machines' hosts), else the parameter's desktop figure.
+  r.llama_upload_gbps =
+      std::min({r.link_gbps, host.number_or("thread_read_gbps", per_thread), stream});
   r.prefill_gflops = p.number("ref_prefill_gflops") * compute_scale;
   // llama.cpp's prefill kernels are not Ferry's: its own published rate on its reference card.
   r.llama_prefill_gflops = p.number("llamacpp_ref_prefill_gflops") * sm_ghz /
                            (p.number("llamacpp_ref_sm_count") * p.number("llamacpp_ref_boost_clock_mhz") / 1e3);
   r.llama_graph_node_us = p.number("llamacpp_graph_node_us");
+  for (const auto& [key, fig] : p.figures)
+    if (std::string_view(key).starts_with(kLlamaNodesKey))
+      r.llama_nodes_per_layer[key.substr(kLlamaNodesKey.size())] = p.number(key);
+  // The fixed part is latency, as the kernel floor: one wave of a few blocks per head, not scaled.
+  r.attention_fixed_us = p.number("attention_decode_fixed_us");
+  r.attention_mem_fraction = p.number("attention_decode_fraction_of_copy");
   r.llama_split_syncs = p.number("llamacpp_split_syncs");
   r.llama_ubatch = static_cast<int64_t>(p.number("llamacpp_ubatch"));
   r.llama_offload_min_batch = static_cast<int64_t>(p.number("llamacpp_offload_min_batch"));

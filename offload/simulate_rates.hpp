@@ -10,6 +10,10 @@
 //   host stream           = measured host bandwidth, or spec × stream fraction (assumed)
 //   CPU experts           = min(host stream × CPU kernel fraction, threads × per-thread rate)
 //   llama.cpp's uploads   = min(link, one thread's rate, host stream): pageable memory, staged
+//                           (one thread's rate: the host's measured one, else the parameter)
+//   llama.cpp's decode    = its graph's kernels per layer (by architecture) × per-node cost
+//                           + weights at its kernels' rates (+ host experts, split syncs)
+//   attention (Ferry)     = max(kernel floor, fixed time + K,V bytes / (memory × fraction))
 //   prefill compute       = H200 prefill FLOP rate × (SMs × clock) / (H200 SMs × clock); llama.cpp's:
 //                           its published prefill rate × (SMs × clock) / (that card's SMs × clock)
 //   cache victim scan     = slots of the size class × ns per slot (by policy; one host core)
@@ -44,6 +48,12 @@ struct SimRates {
   double prefill_gflops = 0;  // GPU prefill, FLOP/s / 1e9 (Ferry's kernels)
   double llama_prefill_gflops = 0;  // llama.cpp's GPU prefill (its own published reference)
   double llama_graph_node_us = 0;  // llama.cpp: per kernel inside its CUDA graph
+  // llama.cpp's kernels per layer in its one-token decode graph, by architecture (model revision
+  // 9: counted in llama.cpp's own graph; before, Ferry's launches per layer stood in for them).
+  std::map<std::string, double, std::less<>> llama_nodes_per_layer;
+  // Ferry's attention decode kernel (model revision 9): a fixed time (as measured, like the kernel
+  // floor) plus K and V bytes at a measured share of the memory rate.
+  double attention_fixed_us = 0, attention_mem_fraction = 0;
   double llama_split_syncs = 0;    // llama.cpp: synchronisations per GPU↔CPU graph split
   int64_t llama_ubatch = 512;
   int64_t llama_offload_min_batch = 32;
@@ -54,6 +64,9 @@ struct SimRates {
 
   // One-token kernel time of `bytes` of type t (Ferry's kernels, or llama.cpp's).
   double kernel_us(GgmlType t, uint64_t bytes, bool llama = false) const;
+  // llama.cpp's decode kernels per layer for this architecture; ErrorKind::unsupported naming it
+  // when simulator.json has no count for it.
+  double llama_nodes(const std::string& arch) const;
   // The cost model's rates on this hardware for experts of this shape (the same fields a
   // profiles/hardware file gives a real run through --hw-profile).
   HardwareRates cost_rates(GgmlType gate, GgmlType up, GgmlType down) const;

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "runtime/backend/device_size.hpp"
 #include "runtime/cli/command.hpp"
 #include "runtime/cli/common_args.hpp"
 #include "runtime/cli/plan_args.hpp"
@@ -61,17 +62,19 @@ void print_sizes(const ModelSizes& m, const PlanArgs& a, double load_gbps) {
 void print_cards(const std::vector<CardRow>& rows) {
   std::printf("\nwhich GPUs can run it (tok/s are simulator estimates; a range is the band over the card's "
               "plausible hosts):\n");
-  std::printf("%-16s %6s %5s %8s %8s %12s %12s %14s\n", "gpu", "VRAM", "fits", "experts", "max ctx",
-              "ferry tg", "llama fit tg", "llama ncmoe tg");
+  std::printf("%-16s %6s %5s %8s %8s %12s %12s %14s  %s\n", "gpu", "VRAM", "fits", "experts", "max ctx",
+              "ferry tg", "llama fit tg", "llama ncmoe tg", "ferry / best llama.cpp: tg, pp (>1: faster)");
   for (const CardRow& r : rows) {
     const std::string nc = r.llamacpp_ncmoe.fits
                                ? fmt::format("{} (-ncmoe {})", tps(r.llamacpp_ncmoe, true),
                                              r.llamacpp_ncmoe.n_cpu_moe)
                                : "-";
-    std::printf("%-16s %5.0fG %5s %7.0f%% %8lld %12s %12s %14s\n", r.gpu.c_str(), gib(r.vram_bytes),
+    const double tg = r.ferry_vs_llamacpp_tg(), pp = r.ferry_vs_llamacpp_pp();
+    const std::string vs = tg > 0 ? fmt::format("{:.2f}x, {:.2f}x", tg, pp) : "-";
+    std::printf("%-16s %5.0fG %5s %7.0f%% %8lld %12s %12s %14s  %s\n", r.gpu.c_str(), gib(r.vram_bytes),
                 r.fits ? "yes" : "no", 100.0 * r.experts_on_gpu_fraction,
                 static_cast<long long>(r.max_context), tps(r.ferry, true).c_str(),
-                tps(r.llamacpp_fit, true).c_str(), nc.c_str());
+                tps(r.llamacpp_fit, true).c_str(), nc.c_str(), vs.c_str());
   }
 }
 
@@ -107,7 +110,7 @@ json plan_json(const ModelSizes& m, const PlanArgs& a, const std::vector<CardRow
                {"ram_bytes", m.expert_bytes + m.dense_bytes},
                {"load_seconds_estimate", double(m.expert_bytes) / (load_gbps * 1e9)}};
   json cards = json::array();
-  for (const CardRow& r : rows)
+  for (const CardRow& r : rows) {
     cards.push_back({{"gpu", r.gpu},
                      {"host", r.hosts.size() == 1 ? json(r.hosts[0]) : json(r.hosts)},
                      {"vram_bytes", r.vram_bytes},
@@ -119,6 +122,11 @@ json plan_json(const ModelSizes& m, const PlanArgs& a, const std::vector<CardRow
                       {{"ferry", estimate_json(r.ferry, "ferry")},
                        {"llamacpp_fit", estimate_json(r.llamacpp_fit, "llamacpp_fit")},
                        {"llamacpp_ncmoe", estimate_json(r.llamacpp_ncmoe, "llamacpp_ncmoe")}}}});
+    if (r.ferry_vs_llamacpp_tg() > 0)
+      cards.back()["ferry_vs_llamacpp"] = {{"tg_ratio", r.ferry_vs_llamacpp_tg()},
+                                           {"pp_ratio", r.ferry_vs_llamacpp_pp()},
+                                           {"estimate", true}};
+  }
   j["cards"] = cards;
   return j;
 }
@@ -133,13 +141,17 @@ int run_plan(int argc, char** argv) {
       "ferry plan"};
   PlanArgs a;
   bool as_json = false;
-  std::string routing = "locality";
+  std::string routing = "locality", free_mem;
   int64_t n_decode = 64, n_prompt = 512;
   add_plan_args(app, a, false);
   app.add_option("--routing", routing, "simulated routing: uniform | locality | locality:FILE | trace:FILE | profile:FILE")
       ->capture_default_str();
   app.add_option("-n,--n-predict", n_decode, "decoded tokens simulated per estimate")->capture_default_str();
   app.add_option("-p,--n-prompt", n_prompt, "prompt tokens simulated per estimate (pp)")->capture_default_str();
+  app.add_option("--free", free_mem,
+                 "with --gpu: the card's free device memory when the engines start (e.g. 15.5G; "
+                 "default: its VRAM), as on a card partly taken; llama.cpp's placements and Ferry's "
+                 "budget (free - the 1 GiB fit margin) see it");
   app.add_flag("--json", as_json, "print the plan as JSON");
   bool stop = false;
   const int rc = parse_plan_command(app, argc, argv, stop);
@@ -149,17 +161,22 @@ int run_plan(int argc, char** argv) {
   const ModelSizes m = model_sizes(f, plan_request(a));
   const std::string dir = profiles_dir(a);
   const HardwareProfile params = simulator_params(dir);
-  const double load_gbps = params.number("store_load_gbps");
+  double load_gbps = params.number("store_load_gbps");
   CardOptions co;
   co.sim.routing = parse_sim_routing(routing);
   co.sim.n_decode = n_decode;
   co.sim.n_prompt = n_prompt;
   co.sim.n_batch = a.batch;
   co.ctx_set_by_user = a.ctx > 0;
+  if (!free_mem.empty() && a.gpu.empty()) fail(ErrorKind::invalid_arg, "--free needs --gpu NAME (one card)");
+  if (!free_mem.empty()) co.free_bytes = parse_size(free_mem);
   std::vector<CardRow> rows;
   if (!a.gpu.empty()) {
     const HardwareProfile gpu = find_hardware_profile(dir, ProfileKind::gpu, a.gpu);
-    rows.push_back(card_row(m, gpu, hosts_for(dir, gpu, a.host), params, co));
+    const std::vector<HardwareProfile> hosts = hosts_for(dir, gpu, a.host);
+    // One card: its first host's measured store fill rate where the profile has one.
+    load_gbps = hosts.at(0).number_or("store_load_gbps", load_gbps);
+    rows.push_back(card_row(m, gpu, hosts, params, co));
   } else {
     for (const HardwareProfile& gpu : list_hardware_profiles(dir, ProfileKind::gpu))
       rows.push_back(card_row(m, gpu, hosts_for(dir, gpu, a.host), params, co));
@@ -172,9 +189,10 @@ int run_plan(int argc, char** argv) {
   print_cards(rows);
   if (!a.gpu.empty()) {
     const CardRow& r = rows[0];
-    std::printf("\n%s on host %s, budget %.2f GiB (VRAM - the 1 GiB fit margin), routing %s; every "
+    std::printf("\n%s on host %s, budget %.2f GiB (%s - the 1 GiB fit margin), routing %s; every "
                 "speed below is an estimate:\n",
-                r.gpu_name.c_str(), r.hosts[0].c_str(), gib(r.budget_bytes), routing.c_str());
+                r.gpu_name.c_str(), r.hosts[0].c_str(), gib(r.budget_bytes),
+                free_mem.empty() ? "VRAM" : "free memory", routing.c_str());
     if (r.fits) std::fputs(plan_text(r.plan).c_str(), stdout);
     for (const SimResult& s : r.detail) std::fputs(sim_result_text(s).c_str(), stdout);
   }

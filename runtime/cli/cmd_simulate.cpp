@@ -26,7 +26,7 @@ int run_simulate(int argc, char** argv) {
       "model; every speed is an estimate (docs/simulator.md).",
       "ferry simulate"};
   PlanArgs a;
-  std::string routing = "locality", vram, cold = "auto", evict = "lrfu", trace, strategies = "all";
+  std::string routing = "locality", vram, free_mem, cold = "auto", evict = "lrfu", trace, strategies = "all";
   int64_t n_decode = 64, n_prompt = 512;
   int32_t prefetch = 0, ncmoe = -1;
   int64_t slots = 0, fit_ctx = -1;
@@ -40,6 +40,10 @@ int run_simulate(int argc, char** argv) {
   app.add_option("-n,--n-predict", n_decode, "decoded tokens")->capture_default_str();
   app.add_option("-p,--n-prompt", n_prompt, "prompt tokens (prefill, in -b batches)")->capture_default_str();
   app.add_option("--vram", vram, "Ferry's budget (e.g. 15G; default: the card's VRAM - the 1 GiB fit margin)");
+  app.add_option("--free", free_mem,
+                 "the card's free device memory when the engines start (e.g. 15.5G; default: its "
+                 "VRAM): what llama.cpp's placements and Ferry's default budget (free - the 1 GiB "
+                 "fit margin) see on a card partly taken, as a ballast run's");
   app.add_option("--cold", cold, "auto | cpu | copy (as ferry run; mapped is not modelled)")->capture_default_str();
   app.add_option("--evict", evict, "lru | lrfu")->capture_default_str();
   app.add_option("--prefetch", prefetch, "predictor depth (prev + freq predictions; 0 = none)")
@@ -82,7 +86,11 @@ int run_simulate(int argc, char** argv) {
   o.trace_path = trace;
   for (size_t i = 0; i < hosts.size(); ++i) {
     const SimRates r = sim_rates(gpu, hosts[i], params);
-    const uint64_t card = static_cast<uint64_t>(gpu.number("vram_bytes"));
+    const uint64_t vram_bytes = static_cast<uint64_t>(gpu.number("vram_bytes"));
+    const uint64_t card = free_mem.empty() ? vram_bytes : parse_size(free_mem);
+    if (card > vram_bytes)
+      fail(ErrorKind::invalid_arg, "--free {}: more than {}'s {:.2f} GiB of VRAM", free_mem, gpu.id,
+           double(vram_bytes) / double(1ull << 30));
     o.budget_bytes = slots > 0       ? sim_budget_for_slots(m.sim, slots)
                      : !vram.empty() ? parse_size(vram)
                      : card > r.fit_margin_bytes ? card - r.fit_margin_bytes

@@ -37,7 +37,15 @@ int64_t max_context(const ModelSizes& m, uint64_t budget) {
   return std::min<int64_t>(n, m.n_ctx_train);
 }
 
+double ratio(const Estimate& ferry, const Estimate& fit, const Estimate& ncmoe, double Estimate::*v) {
+  const double llama = std::max(fit.fits ? fit.*v : 0.0, ncmoe.fits ? ncmoe.*v : 0.0);
+  return ferry.fits && llama > 0 ? ferry.*v / llama : 0.0;
+}
+
 }  // namespace
+
+double CardRow::ferry_vs_llamacpp_tg() const { return ratio(ferry, llamacpp_fit, llamacpp_ncmoe, &Estimate::tg); }
+double CardRow::ferry_vs_llamacpp_pp() const { return ratio(ferry, llamacpp_fit, llamacpp_ncmoe, &Estimate::pp); }
 
 CardRow card_row(const ModelSizes& m, const HardwareProfile& gpu,
                  const std::vector<HardwareProfile>& hosts, const HardwareProfile& params,
@@ -46,11 +54,15 @@ CardRow card_row(const ModelSizes& m, const HardwareProfile& gpu,
   row.gpu = gpu.id;
   row.gpu_name = gpu.name;
   row.vram_bytes = static_cast<uint64_t>(gpu.number("vram_bytes"));
+  if (o.free_bytes > row.vram_bytes)
+    fail(ErrorKind::invalid_arg, "--free: {:.2f} GiB is more than {}'s {:.2f} GiB of VRAM",
+         double(o.free_bytes) / double(1ull << 30), gpu.id, double(row.vram_bytes) / double(1ull << 30));
+  const uint64_t card = o.free_bytes > 0 ? o.free_bytes : row.vram_bytes;
   std::vector<double> f_tg, f_pp, l_tg, l_pp, n_tg, n_pp;
   for (const HardwareProfile& h : hosts) {
     row.hosts.push_back(h.id);
     const SimRates r = sim_rates(gpu, h, params);
-    row.budget_bytes = row.vram_bytes > r.fit_margin_bytes ? row.vram_bytes - r.fit_margin_bytes : 0;
+    row.budget_bytes = card > r.fit_margin_bytes ? card - r.fit_margin_bytes : 0;
     SimOptions so = o.sim;
     so.budget_bytes = row.budget_bytes;
     so.trace_path.clear();
@@ -65,8 +77,8 @@ CardRow card_row(const ModelSizes& m, const HardwareProfile& gpu,
       ferry.fits = false;
       ferry.note = e.what();
     }
-    const LlamaPlacement fit = llamacpp_fit(m.sim, r, row.vram_bytes, o.ctx_set_by_user);
-    const LlamaPlacement nc = llamacpp_best_ncmoe(m.sim, r, row.vram_bytes);
+    const LlamaPlacement fit = llamacpp_fit(m.sim, r, card, o.ctx_set_by_user);
+    const LlamaPlacement nc = llamacpp_best_ncmoe(m.sim, r, card);
     const SimResult lf = simulate_llamacpp(m.sim, r, fit, o.sim, SimStrategy::llamacpp_fit);
     const SimResult ln = simulate_llamacpp(m.sim, r, nc, o.sim, SimStrategy::llamacpp_ncmoe);
     if (row.detail.empty()) row.detail = {ferry, lf, ln};

@@ -30,11 +30,19 @@ struct CardRow {
   Estimate ferry, llamacpp_fit, llamacpp_ncmoe;
   std::vector<SimResult> detail;   // the first host's results: ferry, fit, ncmoe
   Plan plan;                       // Ferry's plan (when it fits)
+
+  // Ferry's estimate over the faster of llama.cpp's two (fit, best -ncmoe), by midpoints: above 1,
+  // Ferry is estimated faster. 0 when Ferry or neither llama.cpp placement fits.
+  double ferry_vs_llamacpp_tg() const;
+  double ferry_vs_llamacpp_pp() const;
 };
 
 struct CardOptions {
   SimOptions sim;  // routing, prompt and decode lengths (budget set per card)
   bool ctx_set_by_user = false;
+  // The card's free memory when the engines start (0: its VRAM): both llama.cpp's placements and
+  // Ferry's budget (free - the fit margin) see it, as on a card partly taken (a ballast run).
+  uint64_t free_bytes = 0;
 };
 
 CardRow card_row(const ModelSizes& m, const HardwareProfile& gpu,

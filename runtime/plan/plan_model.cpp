@@ -59,6 +59,7 @@ ModelSizes model_sizes(const gguf::File& f, const PlanRequest& r) {
   in.state_bytes *= static_cast<uint64_t>(r.n_parallel);
   SimModel& m = s.sim;
   m.name = f.path();
+  m.arch = s.arch;
   m.n_layer = c.n_layer;
   m.n_expert = c.n_expert;
   m.top_k = c.n_expert_used;

@@ -61,13 +61,28 @@ TEST(HardwareProfile, ShippedProfilesLoadWithLabelledFigures) {
   // A GPU's plausible hosts exist.
   for (const HardwareProfile& g : gpus)
     for (const std::string& h : g.hosts) EXPECT_NO_THROW(find_hardware_profile(kDir, ProfileKind::host, h)) << g.id;
-  // Only the H200's figures are measured today (issue 28).
+  // Only the two GPU machines' figures are measured (the H200's, and since 2026-12-05 the H100's).
   for (const HardwareProfile& g : gpus)
     for (const auto& [key, f] : g.figures) {
-      if (g.id != "h200") {
+      if (g.id != "h200" && g.id != "h100-sxm-80g") {
         EXPECT_EQ(f.label, FigureLabel::spec) << g.id << " " << key;
       }
     }
+  // The H100's measured figures name the run they come from; its host is the machine's own.
+  const HardwareProfile h100 = find_hardware_profile(kDir, ProfileKind::gpu, "h100-sxm-80g");
+  for (const char* key : {"copy_bandwidth_gbps", "h2d_pinned_gbps", "vram_bytes"}) {
+    EXPECT_EQ(h100.figure(key).label, FigureLabel::measured) << key;
+    EXPECT_NE(h100.figure(key).source.find("2026-12-05-gpu-check-h100"), std::string::npos) << key;
+  }
+  EXPECT_DOUBLE_EQ(h100.number("copy_bandwidth_gbps"), 3024.0);
+  EXPECT_EQ(h100.figure("mem_bandwidth_gbps").label, FigureLabel::spec);
+  ASSERT_EQ(h100.hosts.size(), 1u);
+  const HardwareProfile h100_host = find_hardware_profile(kDir, ProfileKind::host, h100.hosts[0]);
+  EXPECT_EQ(h100_host.number("cores"), 16.0);
+  EXPECT_EQ(h100_host.text("isa"), "avx512");
+  EXPECT_EQ(h100_host.figure("store_load_gbps").label, FigureLabel::measured);
+  // Its DRAM figures were measured on the H200 machine's host, and say so.
+  EXPECT_NE(h100_host.figure("dram_bandwidth_gbps").source.find("not on this one"), std::string::npos);
   const HardwareProfile sim = load_hardware_profile(kDir + "/simulator.json");
   EXPECT_EQ(sim.kind, ProfileKind::simulator);
 }
@@ -137,9 +152,24 @@ TEST(HardwareProfile, DerivedRates) {
   EXPECT_NEAR(r3060.llama_prefill_gflops, 45217.0 * 28 * 1777 / (188.0 * 2617), 0.01);
   // A spec host bandwidth is scaled to a stream, then to the CPU kernels' share.
   EXPECT_NEAR(r3060.cpu_gbps, 51.2 * 0.80 * 0.73, 0.01);
-  // llama.cpp's uploads from its mapped (pageable) weights: one staging thread under the link.
+  // llama.cpp's uploads from its mapped (pageable) weights: one staging thread under the link, at
+  // the host's own measured one-thread rate where its profile has one (model revision 9).
   EXPECT_DOUBLE_EQ(r3060.llama_upload_gbps, 17.7);
   EXPECT_LT(r3060.llama_upload_gbps, r3060.link_gbps);
+  EXPECT_DOUBLE_EQ(h200.llama_upload_gbps, 12.8);
+  // The H100: its measured copy bandwidth and link as they are. The attention decode's fixed time
+  // is latency, taken as measured on every card (as the kernel floor).
+  const SimRates h100 = sim_rates(find_hardware_profile(kDir, ProfileKind::gpu, "h100-sxm-80g"),
+                                  find_hardware_profile(kDir, ProfileKind::host, "h100-host-16c"), params);
+  EXPECT_DOUBLE_EQ(h100.mem_gbps, 3024.0);
+  EXPECT_DOUBLE_EQ(h100.link_gbps, 54.7);
+  EXPECT_DOUBLE_EQ(h100.attention_fixed_us, 17.2);
+  EXPECT_DOUBLE_EQ(r3060.attention_fixed_us, 17.2);
+  EXPECT_NEAR(h100.attention_mem_fraction * h100.mem_gbps, 705.0, 0.5);
+  // llama.cpp's decode kernels per layer, counted per architecture; an unknown one is an error.
+  EXPECT_DOUBLE_EQ(h100.llama_nodes("qwen35moe"), 55.0);
+  EXPECT_DOUBLE_EQ(h100.llama_nodes("qwen3moe"), 35.5);
+  EXPECT_THROW(h100.llama_nodes("llama"), Error);
   // Decisions use the engine's start-up calibration of those durations: its split of the timed
   // copy keeps a third of latency min(3 x 10 us, half the copy), so the estimate is two thirds of
   // that under the timed copy (57 us here: 9.5 us under); the CPU keeps the base hand-off (10 us,

@@ -148,5 +148,33 @@ TEST_F(PlanSizes, JsonHasTheIssuesKeys) {
   EXPECT_NE(out.find("which GPUs can run it"), std::string::npos);
 }
 
+// The H100 side by side (bench/results/2026-12-05-gpu-check-h100.md) measured Ferry slower than
+// llama.cpp at decode everywhere and faster at prefill on the 16G and 12G cards (the card partly
+// held by a ballast: --free, the free memory Ferry's fit saw); the plan's ratio column agrees.
+TEST_F(PlanSizes, FerryVsLlamaCppAgreesInSignWithTheH100SideBySide) {
+  const auto card = [](const std::string& flags) {
+    std::string out;
+    const std::string cmd = ferry_binary() + " plan --arch qwen35moe --preset 35b-a3b --quant q4_k_m "
+                            "--gpu h100-sxm-80g --routing uniform -n 8 -p 512 --json " + flags + " 2>&1";
+    EXPECT_EQ(test::run_command(cmd, out), 0) << cmd << "\n" << out;
+    return nlohmann::json::parse(out)["cards"][0]["ferry_vs_llamacpp"];
+  };
+  const auto resident = card("");
+  EXPECT_LT(resident["tg_ratio"].get<double>(), 1.0);
+  EXPECT_LT(resident["pp_ratio"].get<double>(), 1.0);
+  for (const char* free : {"--free 15862M", "--free 11766M"}) {
+    const auto c = card(free);
+    EXPECT_LT(c["tg_ratio"].get<double>(), 1.0) << free;
+    EXPECT_GT(c["pp_ratio"].get<double>(), 1.0) << free;
+    EXPECT_TRUE(c["estimate"].get<bool>());
+  }
+  std::string out;
+  EXPECT_NE(test::run_command(ferry_binary() + " plan --arch qwen35moe --preset 35b-a3b --quant q4_k_m --free 12G 2>&1", out), 0);
+  EXPECT_NE(out.find("--free needs --gpu"), std::string::npos) << out;
+  EXPECT_NE(test::run_command(ferry_binary() + " plan --arch qwen35moe --preset 35b-a3b --quant q4_k_m "
+                              "--gpu rtx3060-12g --free 16G 2>&1", out), 0);
+  EXPECT_NE(out.find("more than rtx3060-12g"), std::string::npos) << out;
+}
+
 }  // namespace
 }  // namespace ferry

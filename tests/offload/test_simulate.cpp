@@ -189,5 +189,37 @@ TEST_F(LlamaPlacements, NcmoeFirstLayersFitLastLayers) {
             simulate_llamacpp(m, rates_, llamacpp_ncmoe(m, rates_, 0, 64ull << 30), so, SimStrategy::llamacpp_ncmoe).tg_tps);
 }
 
+// Model revision 9: llama.cpp's decode counts its own graph's kernels per layer (by architecture),
+// and Ferry's decoded attention is its own kernel whose time grows with the context.
+TEST_F(LlamaPlacements, DecodeCountsLlamaCppsKernelsAndFerrysAttention) {
+  SimModel m = sizes_.sim;
+  SimOptions so;
+  so.n_prompt = 0;
+  so.n_decode = 8;
+  const LlamaPlacement all = llamacpp_ncmoe(m, rates_, 0, 64ull << 30);
+  const SimResult r = simulate_llamacpp(m, rates_, all, so, SimStrategy::llamacpp_ncmoe);
+  EXPECT_NEAR(r.token.launch_us, m.n_layer * rates_.llama_nodes("qwen35moe") * rates_.llama_graph_node_us, 1e-6);
+  m.arch = "llama";  // no count for it: an error naming it, not a silent default
+  try {
+    simulate_llamacpp(m, rates_, all, so, SimStrategy::llamacpp_ncmoe);
+    ADD_FAILURE() << "an architecture without a count was simulated";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::unsupported);
+    EXPECT_NE(std::string(e.what()).find("'llama'"), std::string::npos) << e.what();
+  }
+  // Resident Ferry: decoding after a long prompt reads K and V of every position at the attention
+  // kernel's measured share of the memory rate, over the fixed part.
+  SimOptions deep = so;
+  deep.n_prompt = 8192;
+  const SimResult shallow = simulate_ferry(sizes_.sim, rates_, so);
+  const SimResult far = simulate_ferry(sizes_.sim, rates_, deep);
+  double attn_layers = 0;
+  for (const SimLayer& L : m.layers) attn_layers += L.attention ? 1 : 0;
+  ASSERT_GT(attn_layers, 0);
+  // Every attention layer reads its share of K and V for 8192 more positions.
+  const double added_us = double(m.kv_bytes_per_position) * 8192 / (rates_.mem_gbps * rates_.attention_mem_fraction * 1e3);
+  EXPECT_NEAR(far.token.gpu_dense_us - shallow.token.gpu_dense_us, added_us, 0.01 * added_us);
+}
+
 }  // namespace
 }  // namespace ferry
