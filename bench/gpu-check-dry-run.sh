@@ -30,7 +30,7 @@ ln -s "$build/bench/bench_ballast" "$work/bundle/bin/bench_ballast"
 
 FERRY_CUDA_EMU_MEMORY=512 OUT="$work/out" GPU_E2E_DIR="$work/models" GPU_E2E_PRESET=tiny GPU_CHECK_E2E=0 \
   GPU_E2E_TYPES="" GPU_CHECK_BUDGET_S=200 GPU_CHECK_SBS_S=180 \
-  GPU_CHECK_LLAMA_BENCH="$root/bench/llama_bench_standin.py" \
+  GPU_CHECK_LLAMA_BENCH="$root/bench/llama_bench_standin.py" GPU_CHECK_PDL_VRAM=129M GPU_CHECK_PDL_ARGS="-n 2 -r 1" \
   GPU_CHECK_SBS_ARGS="--cards 129M,128M --margin 1M --reserve 1M -p 2 -n 2 -r 1 --no-warmup --threads 2 -d 4 --est-s 1 --emulated" \
   bash "$root/bench/gpu-check.sh" "$work/bundle" > "$work/gpu-check.log" 2>&1 || true
 cat "$work/gpu-check.log"
@@ -46,4 +46,8 @@ n_loc=$(grep -cE '^\| 12[98]M \| 2 \| [^|]+ \| [^|]+ \| [0-9.]+ \| [0-9.]+ \| [0
 echo "gpu-check-dry-run: $n_rows rows, $n_ok with Ferry and the stand-in, $n_loc card rows with both routings"
 ((n_rows == 7 && n_ok == 7 && n_loc == 4)) || { echo "gpu-check-dry-run: FAIL: expected 7, 7 and 4" >&2; exit 1; }
 grep -q '^| side-by-side .*| PASS ' "$work/gpu-check.log" || { echo "gpu-check-dry-run: FAIL: no PASS row in the summary" >&2; exit 1; }
+# The decode-switch rows: eight runs, each with a figure.
+n_sw=$(grep -cE '^\| (none|129M) \| (default|--cuda-pdl|--cuda-no-fusion) \| [0-9.]+ ± [0-9.]+ t/s \|' "$work/gpu-check.log" || true)
+echo "gpu-check-dry-run: $n_sw decode-switch rows with a figure"
+((n_sw == 8)) || { echo "gpu-check-dry-run: FAIL: expected 8 decode-switch rows" >&2; exit 1; }
 echo "gpu-check-dry-run: PASS"

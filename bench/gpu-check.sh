@@ -95,6 +95,34 @@ if [[ "${GPU_CHECK_SIDE_BY_SIDE:-1}" != 0 ]]; then
   fi
 fi
 
+# Decode switches A/B on the side-by-side's file, interleaved (default, --cuda-pdl, --cuda-no-fusion,
+# twice each, resident; then default and --cuda-pdl at --vram 16G, locality routing), tg128 -r 3:
+# programmatic dependent launch decides --cuda-pdl's default (docs/decisions/0013-cuda-pdl.md), and
+# the fused decode step has never been timed against the unfused one on a GPU (the H100's 363-launch
+# step was no faster than the H200's 816-launch one). GPU_CHECK_PDL=0 skips it (~100 s); the dry
+# run sets GPU_CHECK_PDL_VRAM (the budget row) and GPU_CHECK_PDL_ARGS (-n/-r) for its tiny model.
+pdl_summary=""
+if [[ "${GPU_CHECK_PDL:-1}" != 0 ]] && model=$(synth_model "$e2e_preset" "${GPU_E2E_SYNTH_S:-150}"); then
+  t0=$SECONDS
+  pv="${GPU_CHECK_PDL_VRAM:-16G}"
+  read -r -a pdl_args <<< "${GPU_CHECK_PDL_ARGS:--n 128 -r 3}"
+  for run in "none default" "none --cuda-pdl" "none --cuda-no-fusion" "none default" "none --cuda-pdl" \
+             "none --cuda-no-fusion" "$pv default" "$pv --cuda-pdl"; do
+    read -r vram sw <<< "$run"
+    ((budget_s - (SECONDS - t_start) < 60)) && { echo "== decode switches: skipped $vram $sw (time)"; continue; }
+    flags=(); [[ "$sw" != default ]] && flags=("$sw")
+    extra=(); [[ "$vram" != none ]] && extra=(--vram "$vram" --routing locality --host-load mmap)
+    log="$logs/switch-$vram${sw#--cuda}-$((SECONDS - t0)).log"
+    timeout 60 "$bundle/bin/ferry" bench -m "$model" --device cuda -p 0 "${pdl_args[@]}" -o md "${flags[@]}" "${extra[@]}" \
+      > "$log" 2>&1
+    row=$(grep -o 'tg[0-9]*[^:]*: [0-9.]* ± [0-9.]* t/s' "$log" | tail -1 | sed 's/.*: //')
+    [[ -n "$row" ]] || row="FAILED ($(tail -1 "$log"))"
+    pdl_summary="$pdl_summary"$'\n'"| $vram | $sw | $row |"
+    echo "== decode switch $vram $sw: $row"
+  done
+  rows+=("$(printf '| %-28s | %-12s | %6s | %6s | %7s | %5ss |' decode-switches PASS - - - $((SECONDS - t0)))")
+fi
+
 for b in "$bundle"/bin/backend_test_* "$bundle"/bin/gpu_test_*; do
   [[ -x "$b" ]] || continue
   run_prog "$(basename "$b")" 120 "$b" --gtest_color=no
@@ -249,6 +277,13 @@ if [[ -n "$sbs_summary" ]]; then
   echo
   echo "== side by side (bench/sidebyside.py; raw runs in $logs/sidebyside/raw)"
   printf '%s\n' "$sbs_summary"
+fi
+if [[ -n "$pdl_summary" ]]; then
+  echo
+  echo "== decode switches (t/s, interleaved; --cuda-pdl: docs/decisions/0013-cuda-pdl.md)"
+  echo "| vram | switch | tg t/s |"
+  echo "|---|---|---|"
+  printf '%s\n' "$pdl_summary" | sed '/^$/d'
 fi
 if [[ -n "$offload_summary" ]]; then
   echo

@@ -54,7 +54,9 @@ void check_model(synth::Arch arch, const char* tag, const char* offload_vram) {
     const std::string what = std::string(tag) + (vram ? " offloaded" : " resident");
     EXPECT_FALSE(off_seen) << what << ": PDL on without the switch";
     // On a GPU below sm_90 the switch stays off (with a warning); the emulator reports it as asked.
-    if (emulated()) EXPECT_TRUE(on_seen) << what << ": the switch did not reach the launches";
+    if (emulated()) {
+      EXPECT_TRUE(on_seen) << what << ": the switch did not reach the launches";
+    }
     EXPECT_FALSE(cuda::pdl_enabled()) << what << ": PDL still on after its Ops was destroyed";
     ASSERT_EQ(on.size(), off.size()) << what;
     report_exact("--cuda-pdl logits vs without", what + (on_seen ? " (pdl on)" : " (pdl unavailable)"),
