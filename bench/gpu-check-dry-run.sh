@@ -30,7 +30,7 @@ ln -s "$build/bench/bench_ballast" "$work/bundle/bin/bench_ballast"
 
 FERRY_CUDA_EMU_MEMORY=512 OUT="$work/out" GPU_E2E_DIR="$work/models" GPU_E2E_PRESET=tiny GPU_CHECK_E2E=0 \
   GPU_E2E_TYPES="" GPU_CHECK_BUDGET_S=200 GPU_CHECK_SBS_S=180 \
-  GPU_CHECK_LLAMA_BENCH="$root/bench/llama_bench_standin.py" GPU_CHECK_PDL_VRAM=129M GPU_CHECK_PDL_ARGS="-n 2 -r 1" \
+  GPU_CHECK_LLAMA_BENCH="$root/bench/llama_bench_standin.py" GPU_CHECK_PDL_VRAM=129M GPU_CHECK_PDL_ARGS="-n 2 -r 1 --fit-target 1" \
   GPU_CHECK_SBS_ARGS="--cards 129M,128M --margin 1M --reserve 1M -p 2 -n 2 -r 1 --no-warmup --threads 2 -d 4 --est-s 1 --emulated" \
   bash "$root/bench/gpu-check.sh" "$work/bundle" > "$work/gpu-check.log" 2>&1 || true
 cat "$work/gpu-check.log"
