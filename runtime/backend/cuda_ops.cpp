@@ -163,8 +163,10 @@ class CudaOps final : public Ops {
 
   WeightView resident(const WeightView& host) override {
     std::lock_guard lock(mu_);
-    // Keyed by the whole view, not only the pointer: a view of other bytes at a reused address
-    // (or the same bytes read as another type/shape) must not get a stale copy.
+    // Keyed by the whole view, not only the pointer: the same bytes read as another type/shape get
+    // a copy of their own. The copy lives as long as this Ops and is not compared with the host
+    // bytes again: the caller's bytes must stay as they were (the model's mapped file), since
+    // other bytes later put at the same address with the same view would get the old copy.
     const ResidentKey key{host.data, host.type, host.rows, host.cols};
     auto it = resident_.find(key);
     if (it == resident_.end()) {
