@@ -5,30 +5,43 @@
 // Follow it with FERRY_CUDA_CHECK_LAUNCH (check.cuh) as after any launch.
 #include <cuda_runtime_api.h>
 
+// With the per-kernel timer on (kernel_times.hpp: `ferry bench --kernel-times`), each launch is
+// bracketed by two CUDA events on its stream; off, the cost is one relaxed atomic load.
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <utility>
 
+#include "kernels/cuda/kernel_times.hpp"
+
 #if defined(FERRY_CUDA_EMU)
 #include "tests/cuda_emu/emu.hpp"
-namespace ferry::cuda {
-using ::ferry_emu::launch;
-}  // namespace ferry::cuda
 #else
-namespace ferry::cuda {
-namespace detail {
+namespace ferry::cuda::detail {
 // Every launch() call of the process, for kernels_launched() (launch_count.hpp, defined in
 // launch_count.cpp): launches per decoded token is what fusing kernels lowers.
 extern std::atomic<uint64_t> launch_calls;
-}  // namespace detail
+}  // namespace ferry::cuda::detail
+#endif
+
+namespace ferry::cuda {
 template <typename... P, typename... A>
 inline void launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
                    A&&... args) {
+  const bool timed = detail::kernel_times_on.load(std::memory_order_relaxed);
+  const size_t slot = timed ? detail::time_launch_begin(reinterpret_cast<const void*>(kernel), stream)
+                            : detail::kUntimed;
+#if defined(FERRY_CUDA_EMU)
+  ::ferry_emu::launch(kernel, grid, block, shared_bytes, stream, std::forward<A>(args)...);
+#else
   detail::launch_calls.fetch_add(1, std::memory_order_relaxed);
   kernel<<<grid, block, shared_bytes, stream>>>(std::forward<A>(args)...);
+#endif
+  if (slot != detail::kUntimed) detail::time_launch_end(slot, stream);
 }
 }  // namespace ferry::cuda
+
+#if !defined(FERRY_CUDA_EMU)
 // `extern __shared__ T name[]`: the block's dynamic shared memory, as a T*.
 #define FERRY_DYNAMIC_SHARED(type, name) extern __shared__ type name[]
 // The emulator checks pointers kernels read from device tables; nothing on a GPU.
