@@ -38,9 +38,11 @@ size_t slot_of(uint64_t generation, size_t index) { return (generation << kSlotI
 // several host threads (the offload engine's), and the timer is off in normal runs.
 class Timer {
  public:
+  // Never destroyed: its events stay valid to the end of the process, and no CUDA call runs in a
+  // static destructor after the runtime may be gone.
   static Timer& get() {
-    static Timer t;
-    return t;
+    static Timer* t = new Timer;
+    return *t;
   }
 
   size_t begin(const void* kernel, cudaStream_t stream) {

@@ -128,6 +128,8 @@ int bench_main(int argc, char** argv) {
   const std::vector<std::string> decode_list = points(SweepFlag::decode, {"host"});
   if (kernel_times && std::find(device_list.begin(), device_list.end(), DeviceKind::cuda) == device_list.end())
     fail(ErrorKind::invalid_arg, "--kernel-times times CUDA kernels: it needs --device cuda");
+  if (kernel_times && format == BenchFormat::csv)
+    std::fprintf(stderr, "ferry bench: --kernel-times: csv has no kernel-time rows (md, json and jsonl have)\n");
   if (kernel_times && (run.options.backend.cuda.graphs || run.options.backend.cuda.graph_segments)) {
     // Launches into a graph capture cannot be timed one by one.
     std::fprintf(stderr, "ferry bench: --kernel-times times eager launches: --cuda-graphs off\n");

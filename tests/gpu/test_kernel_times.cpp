@@ -3,7 +3,8 @@
 // kernels the emulator ran, with their counts, as its own trace (FERRY_CUDA_EMU_TRACE) records
 // them; the launches sum to kernels_launched()'s delta; times are >= 0 and sum to at most the
 // wall time; off, the timer creates no events and changes no launch count; on again, it reuses
-// its events. Added CI time: one tiny model, two loads (resident, offloaded), ~10 s.
+// its events. Added CI time: one tiny model, two loads (resident, offloaded), ~10 s (~20 s
+// under ASan).
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
@@ -100,7 +101,7 @@ void check_timed_decode(const std::string& path, uint64_t vram) {
   std::iota(prompt.begin(), prompt.end(), 3);
   s.eval(prompt);
   decode(s, 2, 7);  // warm-up
-  constexpr int kTokens = 4;
+  constexpr int kTokens = 3;
 
   // Off: no event, no record, the launches of an untimed decode.
   if (ox) ox->drain();
