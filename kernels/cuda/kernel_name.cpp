@@ -5,6 +5,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <optional>
+
+#include "runtime/core/types.hpp"
 
 #if defined(FERRY_CUDA_EMU)
 #include <elf.h>
@@ -55,6 +58,24 @@ std::string drop_qualifiers(std::string s) {
   return out;
 }
 
+// "(GgmlType)12" → "Q4_K": a template argument of the weight type, by its ggml name.
+std::string name_weight_types(std::string s) {
+  static constexpr std::string_view kCast = "(GgmlType)";
+  for (size_t at = 0; (at = s.find(kCast, at)) != std::string::npos;) {
+    size_t end = at + kCast.size();
+    uint32_t id = 0;
+    while (end < s.size() && s[end] >= '0' && s[end] <= '9') id = id * 10 + static_cast<uint32_t>(s[end++] - '0');
+    const std::optional<TypeInfo> t = end > at + kCast.size() ? type_info(id) : std::nullopt;
+    if (!t) {
+      at = end;
+      continue;
+    }
+    s.replace(at, end - at, t->name);
+    at += t->name.size();
+  }
+  return s;
+}
+
 }  // namespace
 
 std::string shorten_kernel_name(std::string_view demangled) {
@@ -81,7 +102,7 @@ std::string shorten_kernel_name(std::string_view demangled) {
     if (s[i] == ' ' && depth == 0) cut = i;
   }
   if (cut != std::string::npos) s.erase(0, cut + 1);
-  return drop_qualifiers(std::move(s));
+  return name_weight_types(drop_qualifiers(std::move(s)));
 }
 
 #if defined(FERRY_CUDA_EMU)

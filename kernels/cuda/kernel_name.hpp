@@ -14,9 +14,10 @@ std::string kernel_name(const void* kernel);
 
 // A demangled function name made short: "(anonymous namespace)::" and every namespace or class
 // qualifier dropped (inside template arguments too), the parameter list and a template's return
-// type dropped; template arguments kept (they tell Q4_K from Q8_0 instantiations). E.g.
+// type dropped; template arguments kept (they tell Q4_K from Q8_0 instantiations), a weight type
+// by its ggml name. E.g.
 // "void ferry::cuda::(anonymous namespace)::matvec<(ferry::GgmlType)12, 4>(float const*, int)"
-// → "matvec<(GgmlType)12, 4>".
+// → "matvec<Q4_K, 4>".
 std::string shorten_kernel_name(std::string_view demangled);
 
 // abi::__cxa_demangle of an Itanium-mangled name ("_Z..."); the name itself otherwise.

@@ -36,7 +36,9 @@ namespace {
 TEST(GpuKernelTimes, ShortensDemangledNames) {
   EXPECT_EQ(cuda::shorten_kernel_name("void ferry::cuda::(anonymous namespace)::matvec<(ferry::GgmlType)12, 4>"
                                       "(float const*, ferry::cuda::Rows<float>, int)"),
-            "matvec<(GgmlType)12, 4>");
+            "matvec<Q4_K, 4>");
+  EXPECT_EQ(cuda::shorten_kernel_name("void k<(ferry::GgmlType)9999, (ferry::NormKind)0>(int)"),
+            "k<(GgmlType)9999, (NormKind)0>");
   EXPECT_EQ(cuda::shorten_kernel_name("ferry::cuda::(anonymous namespace)::rmsnorm_kernel(float const*, float*, int)"),
             "rmsnorm_kernel");
   EXPECT_EQ(cuda::shorten_kernel_name("plain"), "plain");
