@@ -117,6 +117,12 @@ class Timer {
     return created_;
   }
 
+  // Names a key that is not a kernel function (time_named_begin).
+  void name(const void* key, const char* name) {
+    std::lock_guard lk(mu_);
+    names_.try_emplace(key, name);
+  }
+
  private:
   cudaEvent_t pooled() {
     if (!free_.empty()) {
@@ -152,6 +158,10 @@ uint64_t kernel_timer_events_created() { return Timer::get().created(); }
 namespace detail {
 size_t time_launch_begin(const void* kernel, void* stream) {
   return Timer::get().begin(kernel, static_cast<cudaStream_t>(stream));
+}
+size_t time_named_begin(const char* name, void* stream) {
+  Timer::get().name(name, name);
+  return Timer::get().begin(name, static_cast<cudaStream_t>(stream));
 }
 void time_launch_end(size_t slot, void* stream) { Timer::get().end(slot, static_cast<cudaStream_t>(stream)); }
 }  // namespace detail

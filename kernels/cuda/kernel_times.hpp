@@ -11,7 +11,8 @@
 //    is counted as untimed), so time with --cuda-graphs off (ferry bench forces it).
 //  - On the CUDA emulator (tests/cuda_emu) the times are the host's time to run the kernel on the
 //    CPU, not GPU timings; names and launch counts are the same as on a GPU.
-//  - cuBLAS GEMMs (blas.hpp, prefill only) do not go through launch(): they are not in the table.
+//  - cuBLAS GEMMs (blas.hpp, prefill only) do not go through launch(): Blas times each call the
+//    same way, under the name "cublasGemmEx" (one call may run more than one kernel).
 // Plain C++: host code that cannot include launch.cuh reads it.
 #include <atomic>
 #include <cstddef>
@@ -53,6 +54,9 @@ constexpr size_t kUntimed = ~size_t{0};
 // Around one launch on `stream` (a cudaStream_t): begin returns the record's slot, kUntimed when
 // the stream is capturing; end records the closing event of that slot.
 size_t time_launch_begin(const void* kernel, void* stream);
+// The same for work that is not a kernel function of ours (a cuBLAS call): `name` (a string
+// literal, its address the key) is its row's name.
+size_t time_named_begin(const char* name, void* stream);
 void time_launch_end(size_t slot, void* stream);
 }  // namespace detail
 

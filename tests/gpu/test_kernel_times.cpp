@@ -1,7 +1,7 @@
 // The per-kernel timer (kernels/cuda/kernel_times.hpp, `ferry bench --kernel-times`) on the CUDA
 // emulator: a timed decode of the tiny qwen35moe (35b-a3b per-layer structure) names exactly the
 // kernels the emulator ran, with their counts, as its own trace (FERRY_CUDA_EMU_TRACE) records
-// them; the launches sum to kernels_launched()'s delta; times are >= 0 and sum to at most the
+// them; the launches (a prompt's cuBLAS GEMMs included) sum to kernels_launched()'s delta; times are >= 0 and sum to at most the
 // wall time; off, the timer creates no events and changes no launch count; on again, it reuses
 // its events. Added CI time: one tiny model, two loads (resident, offloaded), ~10 s (~20 s
 // under ASan).
@@ -162,6 +162,22 @@ void check_timed_decode(const std::string& path, uint64_t vram) {
   for (const cuda::KernelTime& k : cuda::take_kernel_times().kernels) again += k.launches;
   EXPECT_GT(again, 0u);
   EXPECT_EQ(cuda::kernel_timer_events_created(), events + made_for(events, again));
+  if (!ox) {
+    // A prompt past the direct matmul's batch runs its projections as cuBLAS GEMMs, which do not
+    // go through launch(): Blas times them itself, so the rows still sum to every kernel run.
+    s.reset();
+    std::vector<int32_t> long_prompt(12);
+    std::iota(long_prompt.begin(), long_prompt.end(), 30);
+    k0 = cuda_kernels_launched();
+    s.eval(long_prompt);
+    uint64_t prompt_launches = 0, gemms = 0;
+    for (const cuda::KernelTime& k : cuda::take_kernel_times().kernels) {
+      prompt_launches += k.launches;
+      if (k.name == "cublasGemmEx") gemms = k.launches;
+    }
+    EXPECT_EQ(prompt_launches, cuda_kernels_launched() - k0);
+    EXPECT_GT(gemms, 0u) << "the prompt's GEMMs are timed";
+  }
   cuda::set_kernel_times(false);
   m->moe().finish();
 }
