@@ -29,13 +29,16 @@ std::string demangle(const char* symbol) {
   if (!symbol) return {};
   if (symbol[0] != '_' || symbol[1] != 'Z') return symbol;
   int status = 0;
-  std::unique_ptr<char, void (*)(void*)> out(abi::__cxa_demangle(symbol, nullptr, nullptr, &status), std::free);
+  std::unique_ptr<char, void (*)(void*)> out(abi::__cxa_demangle(symbol, nullptr, nullptr, &status),
+                                             std::free);
   return status == 0 && out ? std::string(out.get()) : std::string(symbol);
 }
 
 namespace {
 
-bool is_ident(char c) { return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'); }
+bool is_ident(char c) {
+  return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+}
 
 // Removes every "identifier::" (namespace and class qualifiers), so "(ferry::GgmlType)12" reads
 // "(GgmlType)12" inside template arguments as well.
@@ -64,7 +67,8 @@ std::string name_weight_types(std::string s) {
   for (size_t at = 0; (at = s.find(kCast, at)) != std::string::npos;) {
     size_t end = at + kCast.size();
     uint32_t id = 0;
-    while (end < s.size() && s[end] >= '0' && s[end] <= '9') id = id * 10 + static_cast<uint32_t>(s[end++] - '0');
+    while (end < s.size() && s[end] >= '0' && s[end] <= '9')
+      id = id * 10 + static_cast<uint32_t>(s[end++] - '0');
     const std::optional<TypeInfo> t = end > at + kCast.size() ? type_info(id) : std::nullopt;
     if (!t) {
       at = end;
@@ -116,11 +120,13 @@ struct Symbol {
 // The function symbols of one ELF file (its .symtab, else .dynsym), sorted by address.
 std::vector<Symbol> read_function_symbols(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  const std::vector<char> file{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  const std::vector<char> file{std::istreambuf_iterator<char>(in),
+                               std::istreambuf_iterator<char>()};
   std::vector<Symbol> out;
   if (file.size() < sizeof(Elf64_Ehdr)) return out;
   const auto* eh = reinterpret_cast<const Elf64_Ehdr*>(file.data());
-  if (std::string_view(reinterpret_cast<const char*>(eh->e_ident), 4) != ELFMAG || eh->e_ident[EI_CLASS] != ELFCLASS64 ||
+  if (std::string_view(reinterpret_cast<const char*>(eh->e_ident), 4) != ELFMAG ||
+      eh->e_ident[EI_CLASS] != ELFCLASS64 ||
       eh->e_shoff + uint64_t{eh->e_shnum} * sizeof(Elf64_Shdr) > file.size())
     return out;
   const auto* sh = reinterpret_cast<const Elf64_Shdr*>(file.data() + eh->e_shoff);
@@ -128,17 +134,22 @@ std::vector<Symbol> read_function_symbols(const std::string& path) {
     for (unsigned i = 0; i < eh->e_shnum; ++i) {
       if (sh[i].sh_type != type || sh[i].sh_link >= eh->e_shnum) continue;
       const Elf64_Shdr& strtab = sh[sh[i].sh_link];
-      if (sh[i].sh_offset + sh[i].sh_size > file.size() || strtab.sh_offset + strtab.sh_size > file.size()) continue;
+      if (sh[i].sh_offset + sh[i].sh_size > file.size() ||
+          strtab.sh_offset + strtab.sh_size > file.size())
+        continue;
       const auto* syms = reinterpret_cast<const Elf64_Sym*>(file.data() + sh[i].sh_offset);
       for (size_t k = 0; k < sh[i].sh_size / sizeof(Elf64_Sym); ++k) {
-        if (ELF64_ST_TYPE(syms[k].st_info) != STT_FUNC || syms[k].st_value == 0 || syms[k].st_name >= strtab.sh_size)
+        if (ELF64_ST_TYPE(syms[k].st_info) != STT_FUNC || syms[k].st_value == 0 ||
+            syms[k].st_name >= strtab.sh_size)
           continue;
-        out.push_back({syms[k].st_value, syms[k].st_size, file.data() + strtab.sh_offset + syms[k].st_name});
+        out.push_back(
+            {syms[k].st_value, syms[k].st_size, file.data() + strtab.sh_offset + syms[k].st_name});
       }
     }
     if (!out.empty()) break;
   }
-  std::sort(out.begin(), out.end(), [](const Symbol& a, const Symbol& b) { return a.value < b.value; });
+  std::sort(out.begin(), out.end(),
+            [](const Symbol& a, const Symbol& b) { return a.value < b.value; });
   return out;
 }
 
@@ -174,8 +185,10 @@ std::string kernel_name(const void* kernel) {
     if (it == tables.end()) it = tables.emplace(m.path, read_function_symbols(m.path)).first;
     const std::vector<Symbol>& syms = it->second;
     const uint64_t offset = m.address - m.base;
-    auto s = std::upper_bound(syms.begin(), syms.end(), offset, [](uint64_t v, const Symbol& x) { return v < x.value; });
-    if (s != syms.begin() && offset < std::prev(s)->value + std::max<uint64_t>(std::prev(s)->size, 1))
+    auto s = std::upper_bound(syms.begin(), syms.end(), offset,
+                              [](uint64_t v, const Symbol& x) { return v < x.value; });
+    if (s != syms.begin() &&
+        offset < std::prev(s)->value + std::max<uint64_t>(std::prev(s)->size, 1))
       return shorten_kernel_name(demangle(std::prev(s)->name.c_str()));
   }
   char buf[40];
@@ -185,7 +198,8 @@ std::string kernel_name(const void* kernel) {
 #else
 std::string kernel_name(const void* kernel) {
   const char* name = nullptr;
-  if (cudaFuncGetName(&name, kernel) == cudaSuccess && name) return shorten_kernel_name(demangle(name));
+  if (cudaFuncGetName(&name, kernel) == cudaSuccess && name)
+    return shorten_kernel_name(demangle(name));
   (void)cudaGetLastError();  // not a launch error: keep it from the next FERRY_CUDA_CHECK_LAUNCH
   char buf[40];
   std::snprintf(buf, sizeof buf, "kernel@%p", kernel);

@@ -32,7 +32,9 @@ struct Record {
 // A slot names a record of one take's generation: a launch that began before a take (on another
 // host thread) must not close a record of the next generation.
 constexpr unsigned kSlotIndexBits = 40;
-size_t slot_of(uint64_t generation, size_t index) { return (generation << kSlotIndexBits) | index; }
+size_t slot_of(uint64_t generation, size_t index) {
+  return (generation << kSlotIndexBits) | index;
+}
 
 // The records since the last take and the pool of idle events. One lock: launches may come from
 // several host threads (the offload engine's), and the timer is off in normal runs.
@@ -103,8 +105,9 @@ class Timer {
       k.name = name;
       out.kernels.push_back(std::move(k));
     }
-    std::stable_sort(out.kernels.begin(), out.kernels.end(),
-                     [](const KernelTime& a, const KernelTime& b) { return a.total_us > b.total_us; });
+    std::stable_sort(
+        out.kernels.begin(), out.kernels.end(),
+        [](const KernelTime& a, const KernelTime& b) { return a.total_us > b.total_us; });
     out.untimed_launches = std::exchange(untimed_, 0) + in_flight;
 #if defined(FERRY_CUDA_EMU)
     out.emulated = true;
@@ -150,10 +153,18 @@ class Timer {
 
 }  // namespace
 
-void set_kernel_times(bool on) { detail::kernel_times_on.store(on, std::memory_order_relaxed); }
-bool kernel_times_enabled() { return detail::kernel_times_on.load(std::memory_order_relaxed); }
-KernelTimes take_kernel_times() { return Timer::get().take(); }
-uint64_t kernel_timer_events_created() { return Timer::get().created(); }
+void set_kernel_times(bool on) {
+  detail::kernel_times_on.store(on, std::memory_order_relaxed);
+}
+bool kernel_times_enabled() {
+  return detail::kernel_times_on.load(std::memory_order_relaxed);
+}
+KernelTimes take_kernel_times() {
+  return Timer::get().take();
+}
+uint64_t kernel_timer_events_created() {
+  return Timer::get().created();
+}
 
 namespace detail {
 size_t time_launch_begin(const void* kernel, void* stream) {
@@ -163,7 +174,9 @@ size_t time_named_begin(const char* name, void* stream) {
   Timer::get().name(name, name);
   return Timer::get().begin(name, static_cast<cudaStream_t>(stream));
 }
-void time_launch_end(size_t slot, void* stream) { Timer::get().end(slot, static_cast<cudaStream_t>(stream)); }
+void time_launch_end(size_t slot, void* stream) {
+  Timer::get().end(slot, static_cast<cudaStream_t>(stream));
+}
 }  // namespace detail
 
 }  // namespace ferry::cuda

@@ -33,7 +33,7 @@ struct KernelTimes {
   // Launches made while their stream was being captured, and launches another host thread was
   // still making when the take came.
   uint64_t untimed_launches = 0;
-  bool emulated = false;            // the CUDA emulator: times are CPU times, not GPU timings
+  bool emulated = false;  // the CUDA emulator: times are CPU times, not GPU timings
 };
 
 // The process-wide switch, off at start.

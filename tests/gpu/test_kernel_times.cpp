@@ -1,10 +1,10 @@
 // The per-kernel timer (kernels/cuda/kernel_times.hpp, `ferry bench --kernel-times`) on the CUDA
 // emulator: a timed decode of the tiny qwen35moe (35b-a3b per-layer structure) names exactly the
 // kernels the emulator ran, with their counts, as its own trace (FERRY_CUDA_EMU_TRACE) records
-// them; the launches (a prompt's cuBLAS GEMMs included) sum to kernels_launched()'s delta; times are >= 0 and sum to at most the
-// wall time; off, the timer creates no events and changes no launch count; on again, it reuses
-// its events. Added CI time: one tiny model, two loads (resident, offloaded), ~10 s (~20 s
-// under ASan).
+// them; the launches (a prompt's cuBLAS GEMMs included) sum to kernels_launched()'s delta; times
+// are >= 0 and sum to at most the wall time; off, the timer creates no events and changes no
+// launch count; on again, it reuses its events. Added CI time: one tiny model, two loads
+// (resident, offloaded), ~9 s (~23 s under ASan).
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
@@ -17,15 +17,16 @@
 #include <sstream>
 
 #include "gpu_test_util.hpp"
-#include "tiny_model.hpp"
 #include "offload/offload_executor.hpp"
 #include "runtime/backend/cuda_ops.hpp"
 #include "runtime/backend/device_size.hpp"
 #include "runtime/engine/engine.hpp"
+#include "tiny_model.hpp"
 
 #if FERRY_HAVE_CUDA
 #include "kernels/cuda/kernel_name.hpp"
 #include "kernels/cuda/kernel_times.hpp"
+#include "kernels/cuda/matmul.cuh"
 #endif
 
 namespace ferry::gputest {
@@ -34,12 +35,14 @@ namespace {
 #if FERRY_HAVE_CUDA
 
 TEST(GpuKernelTimes, ShortensDemangledNames) {
-  EXPECT_EQ(cuda::shorten_kernel_name("void ferry::cuda::(anonymous namespace)::matvec<(ferry::GgmlType)12, 4>"
-                                      "(float const*, ferry::cuda::Rows<float>, int)"),
+  EXPECT_EQ(cuda::shorten_kernel_name(
+                "void ferry::cuda::(anonymous namespace)::matvec<(ferry::GgmlType)12, 4>"
+                "(float const*, ferry::cuda::Rows<float>, int)"),
             "matvec<Q4_K, 4>");
   EXPECT_EQ(cuda::shorten_kernel_name("void k<(ferry::GgmlType)9999, (ferry::NormKind)0>(int)"),
             "k<(GgmlType)9999, (NormKind)0>");
-  EXPECT_EQ(cuda::shorten_kernel_name("ferry::cuda::(anonymous namespace)::rmsnorm_kernel(float const*, float*, int)"),
+  EXPECT_EQ(cuda::shorten_kernel_name(
+                "ferry::cuda::(anonymous namespace)::rmsnorm_kernel(float const*, float*, int)"),
             "rmsnorm_kernel");
   EXPECT_EQ(cuda::shorten_kernel_name("plain"), "plain");
   EXPECT_EQ(cuda::demangle("_ZN5ferry4cuda3fooEv"), "ferry::cuda::foo()");
@@ -76,7 +79,8 @@ std::map<std::string, uint64_t> traced_kernels(const std::vector<std::string>& l
     std::string offset, object;
     ls >> offset >> object;
     EXPECT_EQ(object, self.dli_fname) << lines[i];
-    const uintptr_t address = reinterpret_cast<uintptr_t>(self.dli_fbase) + std::stoull(offset, nullptr, 16);
+    const uintptr_t address =
+        reinterpret_cast<uintptr_t>(self.dli_fbase) + std::stoull(offset, nullptr, 16);
     ++out[cuda::kernel_name(reinterpret_cast<const void*>(address))];
   }
   return out;
@@ -102,8 +106,8 @@ void check_timed_decode(const std::string& path, uint64_t vram) {
   std::vector<int32_t> prompt(4);
   std::iota(prompt.begin(), prompt.end(), 3);
   s.eval(prompt);
-  decode(s, 2, 7);  // warm-up
-  constexpr int kTokens = 3;
+  decode(s, 1, 7);  // warm-up: the first step allocates
+  constexpr int kTokens = 2;
 
   // Off: no event, no record, the launches of an untimed decode.
   if (ox) ox->drain();
@@ -125,7 +129,8 @@ void check_timed_decode(const std::string& path, uint64_t vram) {
   const auto t0 = std::chrono::steady_clock::now();
   decode(s, kTokens, 20);
   const cuda::KernelTimes times = cuda::take_kernel_times();
-  const double wall_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  const double wall_us =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
   const uint64_t on_launches = cuda_kernels_launched() - k0;
   const std::map<std::string, uint64_t> traced = traced_kernels(trace_lines(), trace_from);
   const uint64_t events = cuda::kernel_timer_events_created();
@@ -143,9 +148,11 @@ void check_timed_decode(const std::string& path, uint64_t vram) {
     launches += k.launches;
     sum_us += k.total_us;
     std::printf("[kernel-times] %s %s: %.2f launches/token, %.1f us/token (emulator: CPU time)\n",
-                vram ? "offloaded" : "resident", k.name.c_str(), double(k.launches) / kTokens, k.total_us / kTokens);
+                vram ? "offloaded" : "resident", k.name.c_str(), double(k.launches) / kTokens,
+                k.total_us / kTokens);
   }
-  EXPECT_EQ(launches, on_launches) << "every kernel the emulator ran went through launch() and was timed";
+  EXPECT_EQ(launches, on_launches)
+      << "every kernel the emulator ran went through launch() and was timed";
   // Offloaded, the misses (and so the launches) depend on what the cache holds by then.
   if (!ox) {
     EXPECT_EQ(on_launches, off_launches) << "the timer changes no launch";
@@ -154,7 +161,8 @@ void check_timed_decode(const std::string& path, uint64_t vram) {
   EXPECT_LE(sum_us, wall_us);
   // Every event is back in the pool after a take: a window makes only the pairs the pool lacks.
   auto made_for = [](uint64_t pool, uint64_t n) { return 2 * (n > pool / 2 ? n - pool / 2 : 0); };
-  EXPECT_EQ(events, events_before + made_for(events_before, launches)) << "two events per launch, pooled";
+  EXPECT_EQ(events, events_before + made_for(events_before, launches))
+      << "two events per launch, pooled";
 
   // Again: the pool's events are reused; only launches beyond the last window's need new ones.
   decode(s, kTokens, 20);
@@ -163,10 +171,11 @@ void check_timed_decode(const std::string& path, uint64_t vram) {
   EXPECT_GT(again, 0u);
   EXPECT_EQ(cuda::kernel_timer_events_created(), events + made_for(events, again));
   if (!ox) {
-    // A prompt past the direct matmul's batch runs its projections as cuBLAS GEMMs, which do not
-    // go through launch(): Blas times them itself, so the rows still sum to every kernel run.
+    // A prompt past the direct matmul's batch (kDirectMaxBatch) runs its projections as cuBLAS
+    // GEMMs, which do not go through launch(): Blas times them itself, so the rows still sum to
+    // every kernel run.
     s.reset();
-    std::vector<int32_t> long_prompt(12);
+    std::vector<int32_t> long_prompt(static_cast<size_t>(cuda::kDirectMaxBatch) + 1);
     std::iota(long_prompt.begin(), long_prompt.end(), 30);
     k0 = cuda_kernels_launched();
     s.eval(long_prompt);
@@ -195,7 +204,8 @@ TEST(GpuKernelTimes, TimedDecodeNamesTheKernelsTheEmulatorRan) {
 #else
 
 TEST(GpuKernelTimes, TimedDecodeNamesTheKernelsTheEmulatorRan) {
-  GTEST_SKIP() << "checked against the CUDA emulator's trace (FERRY_CUDA=EMU); on a GPU, ferry bench --kernel-times";
+  GTEST_SKIP() << "checked against the CUDA emulator's trace (FERRY_CUDA=EMU); on a GPU, ferry "
+                  "bench --kernel-times";
 }
 
 #endif
