@@ -9,7 +9,8 @@
 # bench_ballast holds the rest for llama-bench's stand-in; the emulator's memory is per process, so
 # each Ferry run gets the card's size as FERRY_CUDA_EMU_MEMORY and fits it with --fit-target 1 —
 # its CUDA workspaces take 125 MiB, so a budget of 128M/127M leaves a partial expert cache), -p 2 -n 2 -r 1 without warm-up, 2 threads, depth 4. Fails unless the
-# ratio table has every row with a Ferry figure. ctest runs it as gpu.GpuCheckDryRun (~40 s on the
+# ratio table has every row with a Ferry figure, and unless the kernel-times section printed its two
+# tables (resident and a 128M budget, -n 4). ctest runs it as gpu.GpuCheckDryRun (~40 s on the
 # 2-core machine: each emulated ferry run takes 5–10 s).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -29,8 +30,9 @@ ln -s "$build/ferry" "$work/bundle/bin/ferry"
 ln -s "$build/bench/bench_ballast" "$work/bundle/bin/bench_ballast"
 
 FERRY_CUDA_EMU_MEMORY=512 OUT="$work/out" GPU_E2E_DIR="$work/models" GPU_E2E_PRESET=tiny GPU_CHECK_E2E=0 \
-  GPU_E2E_TYPES="" GPU_CHECK_BUDGET_S=200 GPU_CHECK_SBS_S=180 \
-  GPU_CHECK_LLAMA_BENCH="$root/bench/llama_bench_standin.py" GPU_CHECK_PDL_VRAM=129M GPU_CHECK_PDL_ARGS="-n 2 -r 1 --fit-target 1" \
+  GPU_E2E_TYPES="" GPU_CHECK_BUDGET_S=260 GPU_CHECK_SBS_S=180 GPU_CHECK_KTIME_VRAM=128M GPU_CHECK_KTIME_N=4 \
+  GPU_CHECK_KTIME_ARGS="--fit-target 1" GPU_CHECK_PDL_VRAM=129M GPU_CHECK_PDL_ARGS="-n 2 -r 1 --fit-target 1" \
+  GPU_CHECK_LLAMA_BENCH="$root/bench/llama_bench_standin.py" \
   GPU_CHECK_SBS_ARGS="--cards 129M,128M --margin 1M --reserve 1M -p 2 -n 2 -r 1 --no-warmup --threads 2 -d 4 --est-s 1 --emulated" \
   bash "$root/bench/gpu-check.sh" "$work/bundle" > "$work/gpu-check.log" 2>&1 || true
 cat "$work/gpu-check.log"
@@ -46,6 +48,17 @@ n_loc=$(grep -cE '^\| 12[98]M \| 2 \| [^|]+ \| [^|]+ \| [0-9.]+ \| [0-9.]+ \| [0
 echo "gpu-check-dry-run: $n_rows rows, $n_ok with Ferry and the stand-in, $n_loc card rows with both routings"
 ((n_rows == 7 && n_ok == 7 && n_loc == 4)) || { echo "gpu-check-dry-run: FAIL: expected 7, 7 and 4" >&2; exit 1; }
 grep -q '^| side-by-side .*| PASS ' "$work/gpu-check.log" || { echo "gpu-check-dry-run: FAIL: no PASS row in the summary" >&2; exit 1; }
+# The kernel-times section: the three runs (resident, 128M, resident --cuda-no-fusion) passed, each with its table (labelled as emulator times) in
+# the summary, and the sum against the wall line.
+for name in kernel-times-resident kernel-times-128M kernel-times-nofusion; do
+  grep -q "^| $name .*| PASS " "$work/gpu-check.log" || { echo "gpu-check-dry-run: FAIL: no PASS row for $name" >&2; exit 1; }
+done
+summary="$(sed -n '/^== kernel times of the decode/,/^== decode switches\|^== offload\|^| program/p' "$work/gpu-check.log")"
+n_tables=$(grep -c '^kernel times, tg4 .*CUDA emulator.*NOT GPU timings' <<<"$summary" || true)
+n_sums=$(grep -c '^sum of kernel times [0-9.]* µs/token vs wall [0-9.]* µs/token' <<<"$summary" || true)
+n_kernels=$(grep -cE '^\| [a-z_]+[^|]* \| [0-9.]+ \| [0-9.]+ \| [0-9.]+% \| [0-9.]+ \|$' <<<"$summary" || true)
+echo "gpu-check-dry-run: kernel times: $n_tables tables, $n_sums sums, $n_kernels kernel rows"
+((n_tables == 3 && n_sums == 3 && n_kernels >= 15)) || { echo "gpu-check-dry-run: FAIL: expected 3 kernel-time tables with rows" >&2; exit 1; }
 # The decode-switch rows: eight runs, each with a figure.
 n_sw=$(grep -cE '^\| (none|129M) \| (default|--cuda-pdl|--cuda-no-fusion) \| [0-9.]+ ± [0-9.]+ t/s \|' "$work/gpu-check.log" || true)
 echo "gpu-check-dry-run: $n_sw decode-switch rows with a figure"

@@ -2,7 +2,8 @@
 # bench/gpu-check.sh [BUNDLE_DIR | BUNDLE.tar.xz] — the one script run on the GPU test machine (see
 # bench/gpu-bundle.sh for how the bundle is made; default bundle build-gpu/gpu-bundle). Prints
 # nvidia-smi, runs Ferry beside llama.cpp FIRST (bench/sidebyside.py: resident and as a 16 GB and a
-# 12 GB card, one table of ratios), then every backend and GPU test program, a compute-sanitizer memcheck pass over the
+# 12 GB card, one table of ratios), then the decode's GPU time per kernel (ferry bench
+# --kernel-times, resident and 16 GB), then every backend and GPU test program, a compute-sanitizer memcheck pass over the
 # kernel tests when the tool exists and time allows, the end-to-end and offload benchmarks on a
 # synthetic 35b-a3b, then the GPU benchmarks (bench_gpu_kernels
 # first, then any other bench_gpu_* with the time left), and prints a summary table LAST. Logs go
@@ -92,6 +93,42 @@ if [[ "${GPU_CHECK_SIDE_BY_SIDE:-1}" != 0 ]]; then
       "$(grep -c '^| [^c-]' "$logs/sidebyside/sidebyside.md" 2>/dev/null)" - - $((SECONDS - t0)))")
   else
     echo "== side-by-side: synth $e2e_preset did not finish (see $logs/synth-$e2e_preset.log)"
+  fi
+fi
+
+# Per-kernel GPU time of the decode (issue 25), right after the side-by-side: `ferry bench
+# --kernel-times` (CUDA events around every launch, graphs off; kernels/cuda/kernel_times.hpp) on
+# the same file, resident and as the 16 GB card with locality routing: one table per run of
+# kernel | launches/token | µs/token | % | µs/launch, and the sum against the wall time per token.
+# Bounded: the resident run gets 25 s, the offloaded one what is left of GPU_CHECK_KTIME_S
+# (default 60; its load fills the host store). GPU_CHECK_KTIME=0 skips it; GPU_CHECK_KTIME_VRAM
+# (default 16G), GPU_CHECK_KTIME_N (default 32 tokens) and GPU_CHECK_KTIME_ARGS (more flags) are for
+# the dry run's tiny card.
+ktime_summary=""
+if [[ "${GPU_CHECK_KTIME:-1}" != 0 ]]; then
+  ktime_s=${GPU_CHECK_KTIME_S:-60}
+  t0=$SECONDS
+  if model=$(synth_model "$e2e_preset" "${GPU_E2E_SYNTH_S:-150}"); then
+    for v in none "${GPU_CHECK_KTIME_VRAM:-16G}"; do
+      left=$((ktime_s - (SECONDS - t0)))
+      ((left < 10)) && { echo "== kernel times --vram $v: skipped (time)"; continue; }
+      placement=(); name=kernel-times-resident; tmo=$((left < 25 ? left : 25))
+      [[ "$v" != none ]] && placement=(--vram "$v" --routing locality) && name="kernel-times-$v" && tmo=$left
+      # shellcheck disable=SC2086  # GPU_CHECK_KTIME_ARGS is a list of flags
+      run_prog "$name" "$tmo" "$bundle/bin/ferry" bench -m "$model" --device cuda --kernel-times \
+        -p 0 -n "${GPU_CHECK_KTIME_N:-32}" -r 1 "${placement[@]}" ${GPU_CHECK_KTIME_ARGS:-}
+      ktime_summary="$ktime_summary$(awk '/^kernel times,/,/^sum of kernel times/' "$logs/$name.log")"$'\n\n'
+    done
+    # The same resident decode kernel per op (--cuda-no-fusion): which fused kernel costs what.
+    left=$((ktime_s + 20 - (SECONDS - t0)))
+    if ((left >= 10)); then
+      # shellcheck disable=SC2086
+      run_prog kernel-times-nofusion $((left < 25 ? left : 25)) "$bundle/bin/ferry" bench -m "$model" --device cuda \
+        --kernel-times --cuda-no-fusion -p 0 -n "${GPU_CHECK_KTIME_N:-32}" -r 1 ${GPU_CHECK_KTIME_ARGS:-}
+      ktime_summary="$ktime_summary--cuda-no-fusion:"$'\n'"$(awk '/^kernel times,/,/^sum of kernel times/' "$logs/kernel-times-nofusion.log")"$'\n\n'
+    fi
+  else
+    echo "== kernel times: synth $e2e_preset did not finish (see $logs/synth-$e2e_preset.log)"
   fi
 fi
 
@@ -277,6 +314,11 @@ if [[ -n "$sbs_summary" ]]; then
   echo
   echo "== side by side (bench/sidebyside.py; raw runs in $logs/sidebyside/raw)"
   printf '%s\n' "$sbs_summary"
+fi
+if [[ -n "$ktime_summary" ]]; then
+  echo
+  echo "== kernel times of the decode (ferry bench --kernel-times; logs $logs/kernel-times-*.log)"
+  printf '%s' "$ktime_summary"
 fi
 if [[ -n "$pdl_summary" ]]; then
   echo

@@ -1,9 +1,12 @@
-// bench_gpu_e2e MODEL.gguf [--prompt N] [--decode N] [--reps N] [--vram SIZE] [--int8-dot] — the
+// bench_gpu_e2e MODEL.gguf [--prompt N] [--decode N] [--reps N] [--vram SIZE] [--int8-dot]
+// [--kernel-times] — the
 // whole model resident on CUDA (CudaOps + the resident MoE executor): prompt processing (ppN, one
 // forward of N tokens) and decode (tgN, single-token steps, logits copied to the host each step as
 // generation needs) in tok/s, with the weight bytes a decoded token reads (dense tensors + top-k
 // experts per layer + one embedding row), the HBM bandwidth measured here (device-to-device copy),
-// and the fraction of that speed of light decode reaches. Prints one markdown table.
+// and the fraction of that speed of light decode reaches. Prints one markdown table; with
+// --kernel-times, then one more eager decode with every kernel timed (kernels/cuda/kernel_times.hpp)
+// and ferry bench --kernel-times's table of it.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -16,6 +19,7 @@
 #include <fmt/format.h>
 
 #include "runtime/backend/cuda_device.hpp"
+#include "runtime/cli/bench_report.hpp"
 #include "runtime/backend/cuda_ops.hpp"
 #include "runtime/moe/cuda_resident.hpp"
 #include "runtime/backend/device.hpp"
@@ -88,7 +92,7 @@ uint64_t bytes_per_token(const ferry::gguf::File& f, const ferry::ModelConfig& c
 int usage() {
   std::fprintf(stderr,
                "usage: bench_gpu_e2e MODEL.gguf [--prompt N=512] [--decode N=128] [--reps N=3] "
-               "[--vram SIZE] [--int8-dot]\n");
+               "[--vram SIZE] [--int8-dot] [--kernel-times]\n");
   return 2;
 }
 
@@ -102,11 +106,16 @@ int main(int argc, char** argv) {
   uint64_t vram = 0;
   CudaOpsOptions cuda_options;
   cuda_options.graphs = true;  // decode is timed with graphs, then kernel by kernel
+  bool kernel_times = false;
   try {
     for (int i = 2; i < argc; ++i) {
       const std::string a = argv[i];
       if (a == "--int8-dot") {  // CudaOpsOptions::int8_dot, as `ferry --cuda-int8-dot`
         cuda_options.int8_dot = true;
+        continue;
+      }
+      if (a == "--kernel-times") {
+        kernel_times = true;
         continue;
       }
       if (i + 1 >= argc) return usage();
@@ -120,6 +129,7 @@ int main(int argc, char** argv) {
     if (n_prompt < 1 || n_decode < 1 || reps < 1) return usage();
     (void)vram;  // read only in a CUDA build, as cuda_options
     (void)cuda_options;
+    (void)kernel_times;
     if (cuda_device_count() == 0) {
       std::printf("bench_gpu_e2e: no CUDA device, nothing measured\n");
       return 0;
@@ -180,6 +190,24 @@ int main(int argc, char** argv) {
       m->forward(*st, prompt, LogitsMode::last, logits.data());
       tg_eager_ms.push_back(decode());
     }
+    std::string kernel_table;
+    if (kernel_times) {  // one more eager decode, every launch between two events
+      st->reset();
+      m->forward(*st, prompt, LogitsMode::last, logits.data());
+      cli::kernel_times_timing(true);
+      (void)decode();  // fills the timer's event pool (an event created per launch, once)
+      cli::kernel_times_timing(false);
+      (void)cli::kernel_times_take(1, 0);
+      st->reset();
+      m->forward(*st, prompt, LogitsMode::last, logits.data());
+      cli::kernel_times_timing(true);
+      const double wall_ms = decode();
+      cli::kernel_times_timing(false);
+      const cli::BenchKernelTimes k = cli::kernel_times_take(n_decode, wall_ms * 1e3);
+      kernel_table = fmt::format("\nkernel times, tg{} eager, resident{}:\n\n{}", n_decode,
+                                 k.emulated ? " (CUDA emulator: kernels run on the CPU, these are NOT GPU timings)" : "",
+                                 cli::kernel_times_table(k));
+    }
     cuda_ops_set_graphs(g, true);
     std::sort(tg_eager_ms.begin(), tg_eager_ms.end());
     const double tg_eager_tok_s = n_decode / (tg_eager_ms[tg_eager_ms.size() / 2] * 1e-3);
@@ -204,6 +232,7 @@ int main(int argc, char** argv) {
                 static_cast<double>(ms.peak_bytes) / (1ull << 30));
     std::printf("[gpu-bench] e2e %s | pp%d %.0f tok/s | tg%d %.1f tok/s (eager %.1f) | %.1f%% SOL | %.0f launches/token\n",
                 base.c_str(), n_prompt, pp_tok_s, n_decode, tg_tok_s, tg_eager_tok_s, 100.0 * sol, launches);
+    std::fputs(kernel_table.c_str(), stdout);
 #endif
     return 0;
   } catch (const std::exception& e) {

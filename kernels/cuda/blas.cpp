@@ -3,8 +3,10 @@
 #include <cublas_v2.h>
 #include <dlfcn.h>
 
+#include <atomic>
 #include <climits>
 
+#include "kernels/cuda/kernel_times.hpp"
 #include "runtime/core/error.hpp"
 
 namespace ferry::cuda {
@@ -103,12 +105,17 @@ void Blas::gemm_w_xt(bool f16_inputs, const void* W, const void* X, float* Y, in
   // stride ldy is (rows, n) with ld = ldy.
   const float alpha = 1.f, beta = 0.f;
   const cudaDataType in_type = f16_inputs ? CUDA_R_16F : CUDA_R_32F;
+  // The per-kernel timer (kernel_times.hpp) sees launch() only: a GEMM is timed here.
+  const size_t timed = detail::kernel_times_on.load(std::memory_order_relaxed)
+                           ? detail::time_named_begin("cublasGemmEx", stream)
+                           : detail::kUntimed;
   check_status(impl_->gemm_ex(impl_->handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(rows),
                               static_cast<int>(n), static_cast<int>(cols), &alpha, W, in_type,
                               static_cast<int>(cols), X, in_type, static_cast<int>(cols), &beta, Y,
                               CUDA_R_32F, static_cast<int>(ldy), CUBLAS_COMPUTE_32F,
                               CUBLAS_GEMM_DEFAULT),
                "cublasGemmEx");
+  if (timed != detail::kUntimed) detail::time_launch_end(timed, stream);
 }
 
 }  // namespace ferry::cuda

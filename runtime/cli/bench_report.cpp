@@ -64,17 +64,6 @@ std::vector<Field> fields_of(const BenchResult& r) {
           Field{"launches_per_token", Kind::real, opt_real(r.launches_per_token)}};
 }
 
-std::string escape_json(const std::string& v) {
-  std::string out;
-  for (char c : v) {
-    if (c == '"') out += "\\\"";
-    else if (c == '\\') out += "\\\\";
-    else if (static_cast<unsigned char>(c) < 0x20) out += fmt::format("\\u{:04x}", static_cast<int>(c));
-    else out += c;
-  }
-  return out;
-}
-
 std::string escape_csv(const std::string& v) {
   std::string out = "\"";
   for (char c : v) {
@@ -106,6 +95,17 @@ std::string bytes_text(double b) {
 }
 
 }  // namespace
+
+std::string escape_json(const std::string& v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '"') out += "\\\"";
+    else if (c == '\\') out += "\\\\";
+    else if (static_cast<unsigned char>(c) < 0x20) out += fmt::format("\\u{:04x}", static_cast<int>(c));
+    else out += c;
+  }
+  return out;
+}
 
 double mean_of(const std::vector<double>& v) {
   if (v.empty()) return 0.0;
@@ -188,6 +188,7 @@ void BenchPrinter::add(const BenchResult& r) {
     case BenchFormat::json: {
       std::string s = first_ ? "  {\n" : ",\n  {\n";
       for (const Field& f : fs) s += fmt::format("    \"{}\": {},\n", f.name, json_value(f));
+      if (r.kernel_times) s += fmt::format("    \"kernel_times\": {},\n", kernel_times_json(*r.kernel_times));
       s += fmt::format("    \"samples_ns\": [ {} ],\n    \"samples_ts\": [ {} ]\n  }}", ns, ts);
       std::fputs(s.c_str(), out_);
       break;
@@ -195,6 +196,7 @@ void BenchPrinter::add(const BenchResult& r) {
     case BenchFormat::jsonl: {
       std::string s = "{";
       for (const Field& f : fs) s += fmt::format("\"{}\": {}, ", f.name, json_value(f));
+      if (r.kernel_times) s += fmt::format("\"kernel_times\": {}, ", kernel_times_json(*r.kernel_times));
       s += fmt::format("\"samples_ns\": [ {} ], \"samples_ts\": [ {} ]}}\n", ns, ts);
       std::fputs(s.c_str(), out_);
       break;
@@ -299,6 +301,12 @@ void BenchPrinter::print_md() {
     for (size_t c = 0; c < cols.size(); ++c) out += fmt::format(" {} |", pad(row[c], c));
     out += "\n";
   }
+  // --kernel-times: one table per test after the llama-bench table.
+  for (const BenchResult& r : rows_)
+    if (r.kernel_times) {
+      out += '\n';
+      out += kernel_times_md(r);
+    }
   std::fputs(out.c_str(), out_);
 }
 

@@ -11,6 +11,20 @@
 
 namespace ferry::cli {
 
+// `ferry bench --kernel-times`: GPU time per kernel over the timed part of one test
+// (kernels/cuda/kernel_times.hpp), per token of the test (n_prompt + n_gen, all repetitions).
+struct BenchKernelTimes {
+  struct Row {
+    std::string kernel;
+    double launches_per_token = 0, us_per_token = 0, us_per_launch = 0;
+  };
+  std::vector<Row> rows;  // by us_per_token, largest first
+  double sum_us_per_token = 0;   // over all rows
+  double wall_us_per_token = 0;  // the timed wall time: what the sum leaves is GPU idle time
+  uint64_t untimed_launches = 0;  // launches into a CUDA graph capture (none with graphs off)
+  bool emulated = false;          // the CUDA emulator: CPU times, not GPU timings
+};
+
 struct BenchResult {
   std::string cpu_info, gpu_info, backends;
   std::string model_filename, model_type;
@@ -37,6 +51,7 @@ struct BenchResult {
   // CUDA kernels run per generated token, over the timed single-token steps (cuda only; graph
   // nodes counted, runtime/backend/cuda_ops.hpp cuda_kernels_launched): what fusing lowers.
   std::optional<double> launches_per_token;
+  std::optional<BenchKernelTimes> kernel_times;  // --kernel-times on a cuda load
 
   uint64_t avg_ns() const;
   uint64_t stddev_ns() const;
@@ -69,5 +84,17 @@ class BenchPrinter {
 // llama-bench's sample statistics: mean and the sample standard deviation (n − 1), 0 for one sample.
 double mean_of(const std::vector<double>& v);
 double stddev_of(const std::vector<double>& v);
+// The text of a JSON string (without its quotes): quotes, backslashes and control characters escaped.
+std::string escape_json(const std::string& v);
+
+// --kernel-times (bench_kernel_times.cpp): a result's table in markdown (a heading naming the
+// test, the rows, the sum against the wall time), and as a JSON object.
+std::string kernel_times_md(const BenchResult& r);
+std::string kernel_times_table(const BenchKernelTimes& k);  // the rows and the sum line, no heading
+std::string kernel_times_json(const BenchKernelTimes& k);
+// The timer on around each repetition's timed part (ErrorKind::unsupported without CUDA), then the
+// times recorded since the last take, divided by `tokens`, with the timed wall time.
+void kernel_times_timing(bool on);
+BenchKernelTimes kernel_times_take(double tokens, double wall_us);
 
 }  // namespace ferry::cli

@@ -235,9 +235,13 @@ BenchResult BenchModel::run(const BenchTestSpec& t, std::optional<double> mem_bw
 
   if (t.warmup) {
     std::fprintf(stderr, "%s: warm-up\n", progress.c_str());
+    // Timed too (then dropped), so the timer's event pool is filled before the timed part.
+    if (t.kernel_times) kernel_times_timing(true);
     if (t.n_prompt > 0) eval_random(session, t.n_prompt, spec_.n_batch);
     if (t.n_gen > 0) eval_random(session, 1, 1);
+    if (t.kernel_times) kernel_times_timing(false);
   }
+  if (t.kernel_times) (void)kernel_times_take(1, 0);  // nothing of the warm-up or earlier tests
 
   OffloadExecutor* ox = model_->moe().offload();
   WeightTraffic traffic;
@@ -259,12 +263,14 @@ BenchResult BenchModel::run(const BenchTestSpec& t, std::optional<double> mem_bw
     const WeightTraffic w0 = traffic_ ? *traffic_ : WeightTraffic{};
     const OffloadStats s0 = ox ? ox->stats() : OffloadStats{};
 
+    if (t.kernel_times) kernel_times_timing(true);
     const auto t0 = std::chrono::steady_clock::now();
     if (t.n_prompt > 0) eval_random(session, t.n_prompt, spec_.n_batch);
     const uint64_t k0 = cuda_kernels_launched();  // each eval waits for its logits: all ran
     for (int32_t i = 0; i < t.n_gen; ++i) eval_random(session, 1, 1);
     gen_kernels += cuda_kernels_launched() - k0;
     const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+    if (t.kernel_times) kernel_times_timing(false);
     r.samples_ns.push_back(static_cast<uint64_t>(ns));
     timed_ms += static_cast<double>(ns) * 1e-6;
 
@@ -287,6 +293,7 @@ BenchResult BenchModel::run(const BenchTestSpec& t, std::optional<double> mem_bw
   }
 
   const double tokens = static_cast<double>(t.n_prompt + t.n_gen) * t.reps;
+  if (t.kernel_times) r.kernel_times = kernel_times_take(tokens, timed_ms * 1e3);
   if (!traffic_) {
     const WeightTraffic one = estimate_traffic(t);
     traffic = {one.steps * static_cast<uint64_t>(t.reps), one.tokens * static_cast<uint64_t>(t.reps),

@@ -39,6 +39,9 @@ struct BenchTestSpec {
   // per generated token without the quadratic prefill; the recurrent state is that of the
   // evaluated tokens).
   bool depth_by_copy = false;
+  // --kernel-times: per-kernel GPU times over the timed parts (cuda loads; the load's CUDA graphs
+  // are off, cmd_bench.cpp).
+  bool kernel_times = false;
 };
 
 // Counts what the forward reads, from the MoE steps' routing (an observer; host-side executors).

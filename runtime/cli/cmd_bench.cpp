@@ -70,6 +70,10 @@ int bench_main(int argc, char** argv) {
   run.add_sweep(app);
   app.add_option("-o,--output", output, "output format: md, csv, json, jsonl")->capture_default_str();
   app.add_flag("--no-warmup", no_warmup, "skip the warm-up run before each test");
+  bool kernel_times = false;
+  app.add_flag("--kernel-times", kernel_times,
+               "cuda: time every kernel with CUDA events and print, per test, a table of GPU time per kernel per "
+               "token (Ferry's own; forces --cuda-graphs off; kernels/cuda/kernel_times.hpp)");
 
   // llama-bench's multi-letter short flags.
   std::vector<std::string> args;
@@ -122,6 +126,15 @@ int bench_main(int argc, char** argv) {
     if (v.empty()) v = "none";
   const std::vector<std::string> routing_list = points(SweepFlag::routing, {"model"});
   const std::vector<std::string> decode_list = points(SweepFlag::decode, {"host"});
+  if (kernel_times && std::find(device_list.begin(), device_list.end(), DeviceKind::cuda) == device_list.end())
+    fail(ErrorKind::invalid_arg, "--kernel-times times CUDA kernels: it needs --device cuda");
+  if (kernel_times && format == BenchFormat::csv)
+    std::fprintf(stderr, "ferry bench: --kernel-times: csv has no kernel-time rows (md, json and jsonl have)\n");
+  if (kernel_times && (run.options.backend.cuda.graphs || run.options.backend.cuda.graph_segments)) {
+    // Launches into a graph capture cannot be timed one by one.
+    std::fprintf(stderr, "ferry bench: --kernel-times times eager launches: --cuda-graphs off\n");
+    run.options.backend.cuda.graphs = run.options.backend.cuda.graph_segments = false;
+  }
 
   // The plan of an offloaded load must hold the largest test of the run.
   int64_t plan_ctx = 1;
@@ -218,6 +231,7 @@ int bench_main(int argc, char** argv) {
               t.reps = reps;
               t.warmup = !no_warmup;
               t.depth_by_copy = depth_fill == "copy";
+              t.kernel_times = kernel_times && L.device == DeviceKind::cuda;
               ++index;
               BenchResult probe;
               probe.n_prompt = s.n_prompt;
