@@ -305,28 +305,17 @@ fi
 echo
 echo "== kernel checks: $(grep -h '^\[gpu-op\]' "$logs"/gpu_test_*.log 2>/dev/null | grep -c '| PASS$') PASS, $(grep -h '^\[gpu-op\]' "$logs"/gpu_test_*.log 2>/dev/null | grep -c '| FAIL$') FAIL"
 grep -h '^\[gpu-op\].*| FAIL$' "$logs"/gpu_test_*.log 2>/dev/null | head -20
-if [[ -n "$e2e_summary" ]]; then
+section() {  # heading, text: printed under a blank line and the heading when the text is not empty
+  [[ -n "$2" ]] || return 0
   echo
-  echo "== end-to-end (bench_gpu_e2e)"
-  printf '%s' "$e2e_summary"
-fi
-if [[ -n "$sbs_summary" ]]; then
-  echo
-  echo "== side by side (bench/sidebyside.py; raw runs in $logs/sidebyside/raw)"
-  printf '%s\n' "$sbs_summary"
-fi
-if [[ -n "$ktime_summary" ]]; then
-  echo
-  echo "== kernel times of the decode (ferry bench --kernel-times; logs $logs/kernel-times-*.log)"
-  printf '%s' "$ktime_summary"
-fi
-if [[ -n "$pdl_summary" ]]; then
-  echo
-  echo "== decode switches (t/s, interleaved; --cuda-pdl: docs/decisions/0013-cuda-pdl.md)"
-  echo "| vram | switch | tg t/s |"
-  echo "|---|---|---|"
-  printf '%s\n' "$pdl_summary" | sed '/^$/d'
-fi
+  echo "== $1"
+  printf '%s\n' "$2" | sed '$!b;/^$/d'
+}
+section "end-to-end (bench_gpu_e2e)" "$e2e_summary"
+section "side by side (bench/sidebyside.py; raw runs in $logs/sidebyside/raw)" "$sbs_summary"
+section "kernel times of the decode (ferry bench --kernel-times; logs $logs/kernel-times-*.log)" "$ktime_summary"
+[[ -n "$pdl_summary" ]] && pdl_summary="| vram | switch | tg t/s |"$'\n'"|---|---|---|$(printf '%s' "$pdl_summary")"
+section "decode switches (t/s, interleaved; --cuda-pdl: docs/decisions/0013-cuda-pdl.md)" "$pdl_summary"
 if [[ -n "$offload_summary" ]]; then
   echo
   echo "== offload (ferry bench --device cuda --vram ...)"

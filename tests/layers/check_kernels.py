@@ -10,7 +10,6 @@ usage: check_kernels.py SOURCE_DIR     prints each offending FILE:LINE, exits 1 
 import os
 import re
 import sys
-import tempfile
 
 import checker
 
@@ -77,15 +76,13 @@ def violations(root):
 
 
 def self_test():
-    with tempfile.TemporaryDirectory() as d:
-        checker.write_tree(d, {
-            "kernels/cuda/a.cu": "template <int N>\n__global__ void __launch_bounds__(128) good(int x) {\n"
-                                 "  // why\n  FERRY_PDL_WAIT();\n  x++;\n}\n"
-                                 "__global__ void bad(const float* p) {\n  float v = p[0];\n  FERRY_PDL_WAIT();\n}\n"
-                                 "__global__ void declared(int);\n",
-        })
-        v = violations(d)
-        assert len(v) == 1 and "a.cu:7:" in v[0], v
+    v = checker.tree_violations({
+        "kernels/cuda/a.cu": "template <int N>\n__global__ void __launch_bounds__(128) good(int x) {\n"
+                             "  // why\n  FERRY_PDL_WAIT();\n  x++;\n}\n"
+                             "__global__ void bad(const float* p) {\n  float v = p[0];\n  FERRY_PDL_WAIT();\n}\n"
+                             "__global__ void declared(int);\n",
+    }, violations)
+    assert len(v) == 1 and "a.cu:7:" in v[0], v
 
 
 if __name__ == "__main__":

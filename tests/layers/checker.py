@@ -28,6 +28,14 @@ def write_tree(root, files):
             f.write(text)
 
 
+def tree_violations(files, violations):
+    """violations(root) of a scratch tree holding files ({relative path: text}), for self-tests."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        write_tree(d, files)
+        return violations(d)
+
+
 def main(self_test, violations):
     self_test()
     found = violations(sys.argv[1] if len(sys.argv) > 1 else ".")
