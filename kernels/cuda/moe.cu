@@ -156,6 +156,61 @@ __global__ void __launch_bounds__(32 * kWarps)
   if ((threadIdx.x & 31) == 0) out[t * n_embd + row] = acc;
 }
 
+// down_sum_kernel's result, bit for bit, for decode shapes: one output row per block, the row's k
+// expert dots spread over the block's warps (warp w takes slots w, w + kSpreadWarps, ...), so their
+// dependent loads (ids → table → the expert's row → the warp sum) overlap instead of following one
+// another as they do in down_sum_kernel's per-warp slot loop; thread 0 then adds the k weighted
+// dots in slot order with the same roundings. grid (n_embd, n_tokens, 1 or 2): with grid.z = 2 the
+// blocks of z = 1 compute the shared expert's down rows, kSpreadWarps rows per block (the blocks
+// past n_embd / kSpreadWarps return at once).
+constexpr int kSpreadWarps = 8;
+constexpr int64_t kSpreadMaxTokens = 4;
+template <GgmlType T, typename Table>
+__global__ void __launch_bounds__(32 * kSpreadWarps)
+    down_sum_spread_kernel(Table table, const float* __restrict__ weights, int k, int64_t n_embd, int64_t n_ff,
+                           const float* __restrict__ h, float* __restrict__ out, SharedDown sh) {
+  FERRY_PDL_WAIT();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t t = blockIdx.y;
+  if (blockIdx.z == 1) {
+    const int64_t row = int64_t{blockIdx.x} * kSpreadWarps + warp;
+    if (row >= n_embd) return;
+    const ExpertPtrs dense{nullptr, nullptr, sh.w};
+    const float v = down_row<T>(dense, row, sh.ff, sh.h + t * sh.ff);
+    if (lane == 0) sh.out[t * n_embd + row] = v;
+    return;
+  }
+  __shared__ float wv[kMaxK];
+  const int64_t row = blockIdx.x;
+  for (int j = warp; j < k; j += kSpreadWarps) {
+    const int64_t ts = t * k + j;
+    ExpertPtrs p;
+    const float v = table.find(ts, p) ? down_row<T>(p, row, n_ff, h + ts * n_ff) : 0.f;
+    if (lane == 0) wv[j] = __fmul_rn(v, weights[ts]);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float acc = wv[0];
+    for (int j = 1; j < k; ++j) acc = __fadd_rn(acc, wv[j]);
+    out[t * n_embd + row] = acc;
+  }
+}
+
+// down_sum_kernel or, for up to kSpreadMaxTokens tokens, down_sum_spread_kernel (the same bits).
+template <GgmlType T, typename Table>
+void launch_down_sum(const Table& table, const float* weights, int k, int64_t n_tokens, int64_t n_embd, int64_t n_ff,
+                     const float* h, float* out, const SharedDown& sh, bool shared, cudaStream_t stream) {
+  const unsigned z = shared ? 2u : 1u;
+  if (n_tokens <= kSpreadMaxTokens) {
+    launch(down_sum_spread_kernel<T, Table>, dim3(static_cast<unsigned>(n_embd), static_cast<unsigned>(n_tokens), z),
+           32 * kSpreadWarps, 0, stream, table, weights, k, n_embd, n_ff, h, out, sh);
+  } else {
+    launch(down_sum_kernel<T, Table>,
+           dim3(static_cast<unsigned>((n_embd + kWarps - 1) / kWarps), static_cast<unsigned>(n_tokens), z), 32 * kWarps,
+           0, stream, table, weights, k, n_embd, n_ff, h, out, sh);
+  }
+}
+
 // y_slots[pairs[p]] = down · h[p] for one expert; grid.y = pair index, h compact (n_pairs, n_ff).
 template <GgmlType T>
 __global__ void __launch_bounds__(32 * kWarps)
@@ -282,11 +337,8 @@ void moe_down_sum(GgmlType t_down, const ExpertPtrs* table, const int32_t* ids, 
     require(sh.h && sh.out && aligned(sh.h, 16) && aligned(sh.w, 16), op,
             "the shared expert's input and output must be set, its input and matrix 16-byte aligned");
   }
-  const dim3 grid(static_cast<unsigned>((n_embd + kWarps - 1) / kWarps), static_cast<unsigned>(n_tokens),
-                  shared ? 2u : 1u);
   FERRY_DISPATCH_WEIGHT_TYPE(t_down, op, {
-    launch(down_sum_kernel<kT, DeviceTable>, grid, 32 * kWarps, 0, stream, DeviceTable{table, ids}, weights, k,
-           n_embd, n_ff, h, out, sh);
+    launch_down_sum<kT>(DeviceTable{table, ids}, weights, k, n_tokens, n_embd, n_ff, h, out, sh, shared != nullptr, stream);
   });
   FERRY_CUDA_CHECK_LAUNCH("down_sum_kernel");
 }
@@ -396,10 +448,8 @@ void moe_decode_sum(GgmlType t_gate_up, GgmlType t_down, const DecodeSlots& slot
   require(weights && out, op, "null pointer argument");
   // Every slot is computed here (a sum over rows computed elsewhere is moe_sum_rows').
   const InlineTable table = decode_gate_up(op, t_gate_up, t_down, slots, k, n_embd, n_ff, x, h, true, stream);
-  const dim3 g2(static_cast<unsigned>((n_embd + kWarps - 1) / kWarps), 1u);
   FERRY_DISPATCH_WEIGHT_TYPE(t_down, op, {
-    launch(down_sum_kernel<kT, InlineTable>, g2, 32 * kWarps, 0, stream, table, weights, k, n_embd, n_ff, h, out,
-           SharedDown{});
+    launch_down_sum<kT>(table, weights, k, 1, n_embd, n_ff, h, out, SharedDown{}, false, stream);
   });
   FERRY_CUDA_CHECK_LAUNCH("down_sum_kernel");
 }
