@@ -16,9 +16,9 @@
 #   bash bench/gpu-bundle.sh build-gpu gpu-bundle
 # Then on the GPU machine, from the repository root: bash bench/gpu-check.sh gpu-bundle
 # The device runner's 64 MiB counts the files git tracks too: run `bash bench/gpu-carry.sh out`
-# before the call (the trained GGUFs stay home) and `bash bench/gpu-carry.sh in` after it; the
-# 2026-12-05 H100 run (bench/results/2026-12-05-gpu-check-h100.md) carried build/gpu-bundle.tar.xz
-# (53.6 MB) that way, with GPU_CHECK_BUDGET_S=540 GPU_CHECK_SBS_S=380 GPU_CHECK_SBS_ARGS="--threads 16".
+# before the call (the trained GGUFs stay home) and `bash bench/gpu-carry.sh in` after it, and
+# carry OUT_DIR.tar.xz: GPU_CHECK_BUDGET_S=540 GPU_CHECK_SBS_S=380 GPU_CHECK_SBS_ARGS="--threads 16"
+# bash bench/gpu-check.sh build/gpu-bundle.tar.xz fits one 10-minute call.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${1:-$root/build-gpu}"

@@ -135,9 +135,9 @@ fi
 # Decode switches A/B on the side-by-side's file, interleaved (default, --cuda-pdl, --cuda-no-fusion,
 # twice each, resident; then default and --cuda-pdl at --vram 16G, locality routing), tg128 -r 3:
 # programmatic dependent launch decides --cuda-pdl's default (docs/decisions/0013-cuda-pdl.md), and
-# the fused decode step has never been timed against the unfused one on a GPU (the H100's 363-launch
-# step was no faster than the H200's 816-launch one). GPU_CHECK_PDL=0 skips it (~100 s); the dry
-# run sets GPU_CHECK_PDL_VRAM (the budget row) and GPU_CHECK_PDL_ARGS (-n/-r) for its tiny model.
+# --cuda-no-fusion says what the fused decode step gains on this GPU. GPU_CHECK_PDL=0 skips it
+# (~100 s); the dry run sets GPU_CHECK_PDL_VRAM (the budget row) and GPU_CHECK_PDL_ARGS (-n/-r) for
+# its tiny model.
 pdl_summary=""
 if [[ "${GPU_CHECK_PDL:-1}" != 0 ]] && model=$(synth_model "$e2e_preset" "${GPU_E2E_SYNTH_S:-150}"); then
   t0=$SECONDS

@@ -204,8 +204,7 @@ int main(int argc, char** argv) {
       const double wall_ms = decode();
       cli::kernel_times_timing(false);
       const cli::BenchKernelTimes k = cli::kernel_times_take(n_decode, wall_ms * 1e3);
-      kernel_table = fmt::format("\nkernel times, tg{} eager, resident{}:\n\n{}", n_decode,
-                                 k.emulated ? " (CUDA emulator: kernels run on the CPU, these are NOT GPU timings)" : "",
+      kernel_table = fmt::format("\n{}{}", cli::kernel_times_heading(fmt::format("tg{} eager, resident", n_decode), k.emulated),
                                  cli::kernel_times_table(k));
     }
     cuda_ops_set_graphs(g, true);

@@ -49,7 +49,7 @@ struct SimRates {
   double llama_prefill_gflops = 0;  // llama.cpp's GPU prefill (its own published reference)
   double llama_graph_node_us = 0;  // llama.cpp: per kernel inside its CUDA graph
   // llama.cpp's kernels per layer in its one-token decode graph, by architecture (model revision
-  // 9: counted in llama.cpp's own graph; before, Ferry's launches per layer stood in for them).
+  // 9: counted in llama.cpp's own graph, bench/llamacpp_graph_nodes.py).
   std::map<std::string, double, std::less<>> llama_nodes_per_layer;
   // Ferry's attention decode kernel (model revision 9): a fixed time (as measured, like the kernel
   // floor) plus K and V bytes at a measured share of the memory rate.

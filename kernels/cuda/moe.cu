@@ -196,11 +196,12 @@ __global__ void __launch_bounds__(32 * kSpreadWarps)
   }
 }
 
-// down_sum_kernel or, for up to kSpreadMaxTokens tokens, down_sum_spread_kernel (the same bits).
+// down_sum_kernel or, for up to kSpreadMaxTokens tokens, down_sum_spread_kernel (the same bits);
+// a shared expert's rows too when sh has its matrix.
 template <GgmlType T, typename Table>
 void launch_down_sum(const Table& table, const float* weights, int k, int64_t n_tokens, int64_t n_embd, int64_t n_ff,
-                     const float* h, float* out, const SharedDown& sh, bool shared, cudaStream_t stream) {
-  const unsigned z = shared ? 2u : 1u;
+                     const float* h, float* out, const SharedDown& sh, cudaStream_t stream) {
+  const unsigned z = sh.w ? 2u : 1u;
   if (n_tokens <= kSpreadMaxTokens) {
     launch(down_sum_spread_kernel<T, Table>, dim3(static_cast<unsigned>(n_embd), static_cast<unsigned>(n_tokens), z),
            32 * kSpreadWarps, 0, stream, table, weights, k, n_embd, n_ff, h, out, sh);
@@ -338,7 +339,7 @@ void moe_down_sum(GgmlType t_down, const ExpertPtrs* table, const int32_t* ids, 
             "the shared expert's input and output must be set, its input and matrix 16-byte aligned");
   }
   FERRY_DISPATCH_WEIGHT_TYPE(t_down, op, {
-    launch_down_sum<kT>(DeviceTable{table, ids}, weights, k, n_tokens, n_embd, n_ff, h, out, sh, shared != nullptr, stream);
+    launch_down_sum<kT>(DeviceTable{table, ids}, weights, k, n_tokens, n_embd, n_ff, h, out, sh, stream);
   });
   FERRY_CUDA_CHECK_LAUNCH("down_sum_kernel");
 }
@@ -449,7 +450,7 @@ void moe_decode_sum(GgmlType t_gate_up, GgmlType t_down, const DecodeSlots& slot
   // Every slot is computed here (a sum over rows computed elsewhere is moe_sum_rows').
   const InlineTable table = decode_gate_up(op, t_gate_up, t_down, slots, k, n_embd, n_ff, x, h, true, stream);
   FERRY_DISPATCH_WEIGHT_TYPE(t_down, op, {
-    launch_down_sum<kT>(table, weights, k, 1, n_embd, n_ff, h, out, SharedDown{}, false, stream);
+    launch_down_sum<kT>(table, weights, k, 1, n_embd, n_ff, h, out, SharedDown{}, stream);
   });
   FERRY_CUDA_CHECK_LAUNCH("down_sum_kernel");
 }

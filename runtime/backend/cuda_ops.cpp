@@ -32,8 +32,8 @@ class CudaOps final : public Ops {
  public:
   CudaOps(Device& dev, const CudaOpsOptions& o) : dev_(dev), stream_(dev.create_stream()) {
     s_ = static_cast<cudaStream_t>(stream_->native_handle());
-    if (o.pdl && !cuda::set_pdl(true)) log::warn("cuda ops: --cuda-pdl needs an sm_90 or newer device; launches stay plain");
-    pdl_ = o.pdl;
+    pdl_ = o.pdl && cuda::set_pdl(true);
+    if (o.pdl && !pdl_) log::warn("cuda ops: --cuda-pdl needs an sm_90 or newer device; launches stay plain");
     graphs_on_ = o.graphs;
     segments_on_ = o.graph_segments;
     int8_dot_ = o.int8_dot;
@@ -292,11 +292,12 @@ class CudaOps final : public Ops {
   // A store of n_tokens rows at pos0: cache types this backend takes, rows inside the cache.
   void check_cache_rows(const KvLayerView& kv, int64_t pos0, int64_t n_tokens, const char* op) {
     check_kv_types(kv, op);
-    if (!warned_block_kv_ && (type_info(kv.type_k).block_values > 1 || type_info(kv.type_v).block_values > 1)) {
-      warned_block_kv_ = true;
-      log::warn("cuda: the {}/{} KV cache's store did not match the CPU's bytes on an H100 "
-                "(bench/results/2026-12-05-gpu-check-h100.md; being fixed): logits may drift from the CPU's; "
-                "f16/bf16 caches are exact", type_name(kv.type_k), type_name(kv.type_v));
+    if (!kv_types_seen_) {  // a model's layers share their cache types: decided at the first store
+      kv_types_seen_ = true;
+      if (type_info(kv.type_k).block_values > 1 || type_info(kv.type_v).block_values > 1)
+        log::warn("cuda: the {}/{} KV cache's store does not match the CPU's bytes on an H100 "
+                  "(bench/results/2026-12-05-gpu-check-h100.md): logits may drift from the CPU's; "
+                  "f16/bf16 caches are exact", type_name(kv.type_k), type_name(kv.type_v));
     }
     if (pos0 < 0 || pos0 + n_tokens > kv.n_ctx)
       fail(ErrorKind::context, "{}: rows [{}, {}) outside the cache of {} positions", op, pos0, pos0 + n_tokens,
@@ -415,7 +416,7 @@ class CudaOps final : public Ops {
   std::unique_ptr<Stream> stream_;
   cudaStream_t s_ = nullptr;
   bool pdl_ = false;  // this Ops turned programmatic dependent launch on (and turns it off)
-  bool warned_block_kv_ = false;  // the block-type KV warning (check_cache_rows) is printed once
+  bool kv_types_seen_ = false;  // check_cache_rows has looked at the cache types (its warning, once)
   std::unique_ptr<cuda::Blas> blas_;
   DeviceBuffer matmul_ws_, attn_ws_, blas_ws_;
   DeviceBuffer route_counter_;  // the router epilogue's block count (cuda::RouteEpilogue), 0 between launches

@@ -48,11 +48,13 @@ std::string kernel_times_md(const BenchResult& r) {
   }
   if (r.routing != "model") where += " --routing " + r.routing;
   if (!r.offload_decode.empty()) where += " --offload-decode " + r.offload_decode;
-  std::string out = fmt::format(
-      "kernel times, {} of {} on {}{}:\n\n", r.test_name(), r.model_type, where,
-      k.emulated ? " (CUDA emulator: kernels run on the CPU, these are NOT GPU timings)" : "");
-  out += kernel_times_table(k);
-  return out;
+  return kernel_times_heading(fmt::format("{} of {} on {}", r.test_name(), r.model_type, where), k.emulated) +
+         kernel_times_table(k);
+}
+
+std::string kernel_times_heading(const std::string& what, bool emulated) {
+  return fmt::format("kernel times, {}{}:\n\n", what,
+                     emulated ? " (CUDA emulator: kernels run on the CPU, these are NOT GPU timings)" : "");
 }
 
 std::string kernel_times_table(const BenchKernelTimes& k) {

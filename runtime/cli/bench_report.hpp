@@ -91,6 +91,8 @@ std::string escape_json(const std::string& v);
 // test, the rows, the sum against the wall time), and as a JSON object.
 std::string kernel_times_md(const BenchResult& r);
 std::string kernel_times_table(const BenchKernelTimes& k);  // the rows and the sum line, no heading
+// "kernel times, WHAT:" and, on the emulator, that these are not GPU timings.
+std::string kernel_times_heading(const std::string& what, bool emulated);
 std::string kernel_times_json(const BenchKernelTimes& k);
 // The timer on around each repetition's timed part (ErrorKind::unsupported without CUDA), then the
 // times recorded since the last take, divided by `tokens`, with the timed wall time.

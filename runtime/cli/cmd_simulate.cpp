@@ -10,6 +10,7 @@
 #include "runtime/cli/command.hpp"
 #include "runtime/cli/common_args.hpp"
 #include "runtime/cli/plan_args.hpp"
+#include "runtime/cli/plan_cards.hpp"
 #include "runtime/core/error.hpp"
 
 namespace {
@@ -84,13 +85,9 @@ int run_simulate(int argc, char** argv) {
   o.prefetch = prefetch;
   o.admit = !no_admit;
   o.trace_path = trace;
+  const uint64_t card = card_memory(gpu, free_mem.empty() ? 0 : parse_size(free_mem));
   for (size_t i = 0; i < hosts.size(); ++i) {
     const SimRates r = sim_rates(gpu, hosts[i], params);
-    const uint64_t vram_bytes = static_cast<uint64_t>(gpu.number("vram_bytes"));
-    const uint64_t card = free_mem.empty() ? vram_bytes : parse_size(free_mem);
-    if (card > vram_bytes)
-      fail(ErrorKind::invalid_arg, "--free {}: more than {}'s {:.2f} GiB of VRAM", free_mem, gpu.id,
-           double(vram_bytes) / double(1ull << 30));
     o.budget_bytes = slots > 0       ? sim_budget_for_slots(m.sim, slots)
                      : !vram.empty() ? parse_size(vram)
                      : card > r.fit_margin_bytes ? card - r.fit_margin_bytes

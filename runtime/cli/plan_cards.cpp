@@ -47,6 +47,14 @@ double ratio(const Estimate& ferry, const Estimate& fit, const Estimate& ncmoe, 
 double CardRow::ferry_vs_llamacpp_tg() const { return ratio(ferry, llamacpp_fit, llamacpp_ncmoe, &Estimate::tg); }
 double CardRow::ferry_vs_llamacpp_pp() const { return ratio(ferry, llamacpp_fit, llamacpp_ncmoe, &Estimate::pp); }
 
+uint64_t card_memory(const HardwareProfile& gpu, uint64_t free_bytes) {
+  const auto vram = static_cast<uint64_t>(gpu.number("vram_bytes"));
+  if (free_bytes > vram)
+    fail(ErrorKind::invalid_arg, "--free: {:.2f} GiB is more than {}'s {:.2f} GiB of VRAM",
+         double(free_bytes) / double(1ull << 30), gpu.id, double(vram) / double(1ull << 30));
+  return free_bytes > 0 ? free_bytes : vram;
+}
+
 CardRow card_row(const ModelSizes& m, const HardwareProfile& gpu,
                  const std::vector<HardwareProfile>& hosts, const HardwareProfile& params,
                  const CardOptions& o) {
@@ -54,10 +62,7 @@ CardRow card_row(const ModelSizes& m, const HardwareProfile& gpu,
   row.gpu = gpu.id;
   row.gpu_name = gpu.name;
   row.vram_bytes = static_cast<uint64_t>(gpu.number("vram_bytes"));
-  if (o.free_bytes > row.vram_bytes)
-    fail(ErrorKind::invalid_arg, "--free: {:.2f} GiB is more than {}'s {:.2f} GiB of VRAM",
-         double(o.free_bytes) / double(1ull << 30), gpu.id, double(row.vram_bytes) / double(1ull << 30));
-  const uint64_t card = o.free_bytes > 0 ? o.free_bytes : row.vram_bytes;
+  const uint64_t card = card_memory(gpu, o.free_bytes);
   std::vector<double> f_tg, f_pp, l_tg, l_pp, n_tg, n_pp;
   for (const HardwareProfile& h : hosts) {
     row.hosts.push_back(h.id);

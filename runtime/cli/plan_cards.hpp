@@ -45,6 +45,10 @@ struct CardOptions {
   uint64_t free_bytes = 0;
 };
 
+// The memory a card offers when the engines start: free_bytes (--free), its VRAM when 0;
+// ErrorKind::invalid_arg when free_bytes is more than the VRAM.
+uint64_t card_memory(const HardwareProfile& gpu, uint64_t free_bytes);
+
 CardRow card_row(const ModelSizes& m, const HardwareProfile& gpu,
                  const std::vector<HardwareProfile>& hosts, const HardwareProfile& params,
                  const CardOptions& o);

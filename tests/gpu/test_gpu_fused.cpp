@@ -33,8 +33,7 @@ struct Matrix {
 // F32 routers and one-row gate vectors); n = 1 is the fused path, n = 3 the per-target fallback.
 // Each call has backends of its own: resident() keeps its copy per host address and view for the
 // Ops' lifetime, and this call's host matrices are freed on return — a later call's matrix of the
-// same type and shape at a reused address would get the stale copy (on the H100 run, the gate and
-// up matrices of the swiglu pair swapped that way: nmse 3.1 against the CPU).
+// same type and shape at a reused address would get the stale copy.
 void check_multi(const std::vector<Matrix>& ms, int64_t n, size_t want_launches) {
   Backends b;
   const int64_t cols = 512;
