@@ -11,7 +11,9 @@ vendored llama.cpp (the CPU build of .venv, the same llama.cpp as llama-bench), 
 and divides the difference of the best per-token times by the 12 extra layers and by the nodes
 per layer bench/llamacpp_graph_nodes.py counted (55.0 for qwen35moe). The tiny layers' weights
 (~0.5 MB per layer, in cache) make each node's own work small: the figure is the node's dispatch,
-its barrier and that small work, so an upper bound of the fixed part.
+its barrier and that small work, so an upper bound of the fixed part. ggml's threads spin at
+their barriers: on a shared machine under load, runs with more than one thread measure the other
+processes (the load average is printed before and after; read only quiet runs).
 """
 import os
 import subprocess
@@ -48,6 +50,7 @@ def per_token_us(gguf, threads):
 
 
 def main():
+    print("load average before: %.2f %.2f %.2f\n" % os.getloadavg())
     print("| threads | us/token, 4 layers | us/token, 16 layers | us per layer | us per node |")
     print("|---:|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as tmp:
@@ -60,6 +63,7 @@ def main():
             a, b = (per_token_us(paths[n], t) for n in LAYERS)
             per_layer = (b - a) / (LAYERS[1] - LAYERS[0])
             print(f"| {t} | {a:.0f} | {b:.0f} | {per_layer:.1f} | {per_layer / NODES_PER_LAYER:.2f} |")
+    print("\nload average after: %.2f %.2f %.2f" % os.getloadavg())
 
 
 if __name__ == "__main__":
