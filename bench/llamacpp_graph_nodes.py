@@ -12,6 +12,13 @@ token (the printout leaves out views, which launch nothing). Nodes outside the l
 embedding lookup, the output norm and head, the MTP hidden state) are taken off before dividing by
 the layer count. This is llama.cpp's CPU backend graph: its CUDA backend fuses a few pairs
 (rms_norm + mul, the top-k routing chain), so the count is an upper count of CUDA kernels.
+
+Second column (model revision 10, `llamacpp_cpu_nodes_per_host_layer`): the nodes of one layer
+from its first MUL_MAT_ID to its last, the part of the graph that runs on the CPU when the layer's
+expert tensors stay in host memory (-ncmoe, fit): ggml's scheduler puts each op on its weights'
+backend, the ops between them (the GLU) have only CPU inputs so they stay there, and the ops after
+the down projection (the weighting, the sum) go back to the GPU with the next GPU weight
+(ggml-backend.cpp, `ggml_backend_sched_split_graph`'s "expand gpu up" pass).
 """
 import os
 import re
@@ -35,23 +42,26 @@ def count(gguf):
     n_layer = next(int(re.search(r"= (\d+)", l).group(1)) for l in lines if "print_info: n_layer " in l)
     start = next(i for i, l in enumerate(lines) if "graph_reserve" in l and "n_tokens =    1," in l)
     end = next((i for i in range(start + 1, len(lines)) if "graph_reserve" in lines[i]), len(lines))
-    names = [re.match(r"node #\s*\d+ \(\s*\S+\):\s+(.*?) \(", l).group(1).strip()
+    nodes = [re.match(r"node #\s*\d+ \(\s*(\S+)\):\s+(.*?) \(", l).groups()
              for l in lines[start:end] if l.startswith("node #")]
+    names = [n.strip() for _, n in nodes]
     outside = [n for n in names if not LAYER_NODE.search(n)]
-    return n_layer, len(names), outside
+    mmid = [i for i, (op, n) in enumerate(nodes) if op == "MUL_MAT_ID" and n.strip().endswith("-0")]
+    return n_layer, len(names), outside, mmid[-1] - mmid[0] + 1
 
 
 def main():
-    print("| architecture | layers | decode-graph nodes (not views) | outside the layers | per layer |")
-    print("|---|---:|---:|---|---:|")
+    print("| architecture | layers | decode-graph nodes (not views) | outside the layers | per layer | "
+          "on the CPU per host-expert layer |")
+    print("|---|---:|---:|---|---:|---:|")
     with tempfile.TemporaryDirectory() as tmp:
         for arch in ("qwen3moe", "qwen35moe", "qwen3next"):
             path = os.path.join(tmp, f"tiny-{arch}.gguf")
             subprocess.run([FERRY, "synth", "--arch", arch, "--preset", "tiny", "--quant", "q8_0", "-o", path],
                            check=True, capture_output=True)
-            n_layer, total, outside = count(path)
+            n_layer, total, outside, cpu = count(path)
             print(f"| {arch} | {n_layer} | {total} | {len(outside)} ({', '.join(outside)}) | "
-                  f"{(total - len(outside)) / n_layer:.2f} |")
+                  f"{(total - len(outside)) / n_layer:.2f} | {cpu} |")
 
 
 if __name__ == "__main__":

@@ -181,10 +181,16 @@ SimResult simulate_llamacpp(const SimModel& m, const SimRates& r, const LlamaPla
     const double f = p.cpu_fraction[static_cast<size_t>(l)] * (1.0 - h);
     t.gpu_dense_us += weights_us(r, L.dense) + (L.attention ? kv_layer * depth / (r.mem_gbps * 1e3) : 0);
     t.gpu_expert_us += weights_us(r, expert_weights(L.expert), k * (1.0 - f));
-    t.launch_us += nodes_per_layer * r.llama_graph_node_us;
-    if (f > 0) {
-      t.cpu_expert_us += k * f * double(L.expert.expert_bytes()) / (r.llama_cpu_gbps * 1e3);
-      t.gpu_wait_us[static_cast<size_t>(WaitCause::sync)] += r.llama_split_syncs * r.sync_us;
+    // A layer with host experts runs its mul_mat_ids and the GLU between them on the CPU, in a
+    // split of its own (model revision 10): those nodes leave the GPU's graph and cost the CPU's
+    // per-node time; the split boundaries cost their copies, waits and the next graph launch.
+    const bool split = f > 0;
+    const double cpu_nodes = split ? std::min(r.llama_cpu_nodes, nodes_per_layer) : 0.0;
+    t.launch_us += (nodes_per_layer - cpu_nodes) * r.llama_graph_node_us;
+    if (split) {
+      t.cpu_expert_us += k * f * double(L.expert.expert_bytes()) / (r.llama_cpu_gbps * 1e3) +
+                         cpu_nodes * r.llama_cpu_node_us;
+      t.gpu_wait_us[static_cast<size_t>(WaitCause::sync)] += r.llama_split_us();
     }
   }
   t.gpu_dense_us += weights_us(r, m.head);

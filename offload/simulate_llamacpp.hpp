@@ -9,10 +9,11 @@
 //     context shrinks (not below -fitc, 4096) if the user did not set it, then layers are filled
 //     front to back as full layers on the GPU, the layers after them keep their expert tensors in
 //     host memory, and the first of those may be split by tensor (up, then gate, on the GPU).
-// Decode runs the GPU part of each layer, then (a layer with host experts) the CPU's experts,
-// one after the other, with a graph split's synchronisations between them. Prefill batches of at
-// least 32 tokens copy host-resident expert tensors to the GPU whole, per micro-batch (ggml's
-// offload of large-batch ops), and compute there.
+// Decode runs the GPU part of each layer, then (a layer with host experts) the CPU's split — its
+// mul_mat_ids and the GLU between them — one after the other, with the split boundaries' copies,
+// waits and graph launch between them (ggml_backend_sched_compute_splits). Prefill batches of at
+// least 32 tokens copy the host-resident experts the micro-batch routes to to the GPU, per
+// micro-batch (ggml's offload of large-batch ops, used experts only), and compute there.
 #include <cstdint>
 #include <string>
 #include <vector>

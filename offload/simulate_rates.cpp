@@ -54,6 +54,11 @@ double SimRates::llama_nodes(const std::string& arch) const {
   return it->second;
 }
 
+double SimRates::llama_split_us() const {
+  return llama_split_copies * sync_us + llama_split_waits * std::max(0.0, sync_us - launch_us) +
+         launch_us;
+}
+
 HardwareRates SimRates::cost_rates(GgmlType gate, GgmlType up, GgmlType down) const {
   HardwareRates h;
   // The cost model has one device rate: the expert's bytes over its three kernels' time.
@@ -150,7 +155,10 @@ SimRates sim_rates(const HardwareProfile& gpu, const HardwareProfile& host,
   // The fixed part is latency, as the kernel floor: one wave of a few blocks per head, not scaled.
   r.attention_fixed_us = p.number("attention_decode_fixed_us");
   r.attention_mem_fraction = p.number("attention_decode_fraction_of_copy");
-  r.llama_split_syncs = p.number("llamacpp_split_syncs");
+  r.llama_cpu_nodes = p.number("llamacpp_cpu_nodes_per_host_layer");
+  r.llama_cpu_node_us = p.number("llamacpp_cpu_node_us");
+  r.llama_split_copies = p.number("llamacpp_split_copies");
+  r.llama_split_waits = p.number("llamacpp_split_waits");
   r.llama_ubatch = static_cast<int64_t>(p.number("llamacpp_ubatch"));
   r.llama_offload_min_batch = static_cast<int64_t>(p.number("llamacpp_offload_min_batch"));
   r.fit_margin_bytes = static_cast<uint64_t>(p.number("fit_target_mib")) << 20;

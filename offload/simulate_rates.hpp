@@ -12,7 +12,9 @@
 //   llama.cpp's uploads   = min(link, one thread's rate, host stream): pageable memory, staged
 //                           (one thread's rate: the host's measured one, else the parameter)
 //   llama.cpp's decode    = its graph's kernels per layer (by architecture) × per-node cost
-//                           + weights at its kernels' rates (+ host experts, split syncs)
+//                           + weights at its kernels' rates; a host-expert layer adds its experts
+//                           at the CPU rate, its CPU nodes × their cost and its splits' copies,
+//                           waits and graph launch (split_us)
 //   attention (Ferry)     = max(kernel floor, fixed time + K,V bytes / (memory × fraction))
 //   prefill compute       = H200 prefill FLOP rate × (SMs × clock) / (H200 SMs × clock); llama.cpp's:
 //                           its published prefill rate × (SMs × clock) / (that card's SMs × clock)
@@ -54,7 +56,14 @@ struct SimRates {
   // Ferry's attention decode kernel (model revision 9): a fixed time (as measured, like the kernel
   // floor) plus K and V bytes at a measured share of the memory rate.
   double attention_fixed_us = 0, attention_mem_fraction = 0;
-  double llama_split_syncs = 0;    // llama.cpp: synchronisations per GPU↔CPU graph split
+  // llama.cpp's decode of a layer whose experts are in host memory (model revision 10, counted in
+  // its scheduler, ggml_backend_sched_compute_splits): the CPU split's nodes (its mul_mat_ids and
+  // the GLU between them) at a per-node CPU cost; the tensors copied across the two split
+  // boundaries, each a synchronous copy (a sync round trip); the synchronisations of the source
+  // stream before each device→host copy (each a synchronise's return); and one graph launch for
+  // the GPU split after it.
+  double llama_cpu_nodes = 0, llama_cpu_node_us = 0;
+  double llama_split_copies = 0, llama_split_waits = 0;
   int64_t llama_ubatch = 512;
   int64_t llama_offload_min_batch = 32;
   uint64_t fit_margin_bytes = 0;   // llama.cpp -fitt default (also Ferry's default margin)
@@ -67,6 +76,10 @@ struct SimRates {
   // llama.cpp's decode kernels per layer for this architecture; ErrorKind::unsupported naming it
   // when simulator.json has no count for it.
   double llama_nodes(const std::string& arch) const;
+  // Host time of the graph splits around one host-expert layer's CPU part (model revision 10):
+  // the copies (sync round trips), the waits (a synchronise's return each), the next GPU split's
+  // graph launch. The CPU nodes' own time is not in it.
+  double llama_split_us() const;
   // The cost model's rates on this hardware for experts of this shape (the same fields a
   // profiles/hardware file gives a real run through --hw-profile).
   HardwareRates cost_rates(GgmlType gate, GgmlType up, GgmlType down) const;

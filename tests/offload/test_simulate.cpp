@@ -189,6 +189,37 @@ TEST_F(LlamaPlacements, NcmoeFirstLayersFitLastLayers) {
             simulate_llamacpp(m, rates_, llamacpp_ncmoe(m, rates_, 0, 64ull << 30), so, SimStrategy::llamacpp_ncmoe).tg_tps);
 }
 
+// Model revision 10: a layer whose experts are in host memory runs its CPU split's nodes on the
+// CPU (they leave the GPU's graph) and pays its split boundaries (copies, waits, a graph launch);
+// a resident layer pays neither.
+TEST_F(LlamaPlacements, HostExpertLayersPayTheirSplits) {
+  const SimModel& m = sizes_.sim;
+  SimOptions so;
+  so.n_prompt = 0;
+  so.n_decode = 8;
+  const int32_t n_host = 14;
+  const SimResult all = simulate_llamacpp(m, rates_, llamacpp_ncmoe(m, rates_, 0, 64ull << 30), so,
+                                          SimStrategy::llamacpp_ncmoe);
+  const SimResult nc = simulate_llamacpp(m, rates_, llamacpp_ncmoe(m, rates_, n_host, 64ull << 30), so,
+                                         SimStrategy::llamacpp_ncmoe);
+  const double nodes = rates_.llama_nodes("qwen35moe");
+  const size_t sync = static_cast<size_t>(WaitCause::sync);
+  ASSERT_GT(rates_.llama_cpu_nodes, 0.0);
+  EXPECT_NEAR(all.token.launch_us, m.n_layer * nodes * rates_.llama_graph_node_us, 1e-6);
+  EXPECT_NEAR(nc.token.launch_us,
+              (m.n_layer * nodes - n_host * rates_.llama_cpu_nodes) * rates_.llama_graph_node_us, 1e-6);
+  EXPECT_NEAR(nc.token.gpu_wait_us[sync] - all.token.gpu_wait_us[sync], n_host * rates_.llama_split_us(), 1e-6);
+  EXPECT_NEAR(rates_.llama_split_us(),
+              rates_.llama_split_copies * rates_.sync_us +
+                  rates_.llama_split_waits * (rates_.sync_us - rates_.launch_us) + rates_.launch_us, 1e-9);
+  double host_bytes = 0;
+  for (int32_t l = 0; l < n_host; ++l) host_bytes += double(m.layers[static_cast<size_t>(l)].expert.expert_bytes());
+  EXPECT_NEAR(nc.token.cpu_expert_us,
+              double(m.top_k) * host_bytes / (rates_.llama_cpu_gbps * 1e3) +
+                  n_host * rates_.llama_cpu_nodes * rates_.llama_cpu_node_us, 1e-6);
+  EXPECT_EQ(all.token.cpu_expert_us, 0.0);
+}
+
 // Model revision 9: llama.cpp's decode counts its own graph's kernels per layer (by architecture),
 // and Ferry's decoded attention is its own kernel whose time grows with the context.
 TEST_F(LlamaPlacements, DecodeCountsLlamaCppsKernelsAndFerrysAttention) {
