@@ -247,9 +247,20 @@ if [[ -x "$bundle/bin/bench_gpu_e2e" && "${GPU_CHECK_E2E:-1}" != 0 ]]; then
   done
 fi
 
-# Memcheck over the kernel tests (slow: only while time is left).
+# Memcheck over the kernel tests (slow: only while time is left). First the quantized KV store
+# (its bytes differed from the CPU's on the H100, bench/results/2026-12-05-gpu-check-h100.md, and
+# memcheck found nothing): the shared-memory race, uninitialised-read and barrier checkers on the
+# store tests alone, a few seconds each.
 if command -v compute-sanitizer >/dev/null || [[ -x /usr/local/cuda/bin/compute-sanitizer ]]; then
   cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  if [[ -x "$bundle/bin/gpu_test_gpu_kv_quant" ]]; then
+    for tool in racecheck initcheck synccheck; do
+      left=$((budget_s - (SECONDS - t_start) - 90))
+      ((left < 20)) && { echo "== $tool: skipped (time)"; continue; }
+      run_prog "$tool-kv_store" $((left < 40 ? left : 40)) "$cs" --tool "$tool" --error-exitcode 3 \
+        "$bundle/bin/gpu_test_gpu_kv_quant" --gtest_color=no --gtest_filter='GpuKvQuant.Store*'
+    done
+  fi
   for b in "$bundle"/bin/gpu_test_gpu_{ops,moe,deltanet,attention,kv_quant,matmul}; do
     [[ -x "$b" ]] || continue
     left=$((budget_s - (SECONDS - t_start) - 90))

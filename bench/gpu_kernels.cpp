@@ -229,17 +229,23 @@ int run(bool quick) {
   }
 
   // Attention decode at 4K, 32K and 128K keys, qwen35 full-attention shape (16/2 heads, d=256,
-  // gated): F16 cache (the plain kernel) and quantized caches (the general kernel, rotated as
-  // CudaOps rotates them: K by 256, V by 64), through cuda::attention (the flash-decoding split);
-  // the rows kernel beside it at F16 (what decode ran before the split), and the qwen3moe shape
-  // (32/4 heads, d=128) at F16.
-  struct AttnCase { GgmlType t; int64_t n_kv; bool rows; int n_head, n_kv_head, hd; };
+  // gated): F16 cache (the plain kernels) and quantized caches (the general kernel, rotated as
+  // CudaOps rotates them: K by 256, V by 64), through cuda::attention (the staged flash-decoding,
+  // every cache type where it applies); at F16 and Q8_0 beside it the register split
+  // (cuda::attention_split, the decode path before the staged kernel), at F16 the rows kernel
+  // (before the split); the qwen3moe shape (32/4 heads, d=128) at F16 through both splits.
+  enum class AttnPath { dispatch, split, rows };
+  struct AttnCase { GgmlType t; int64_t n_kv; AttnPath path; int n_head, n_kv_head, hd; };
   std::vector<AttnCase> attn_cases;
+  const int64_t kContexts[] = {4096, 32768, 131072};
   for (GgmlType t : {GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_0})
-    for (int64_t n : {4096ll, 32768ll, 131072ll}) attn_cases.push_back({t, n, false, 16, 2, 256});
-  for (int64_t n : {4096ll, 32768ll, 131072ll}) attn_cases.push_back({GgmlType::F16, n, true, 16, 2, 256});
-  for (int64_t n : {4096ll, 32768ll, 131072ll}) attn_cases.push_back({GgmlType::F16, n, false, 32, 4, 128});
-  for (const auto& [kvt, n_kv, rows_kernel, n_head, n_kv_head, hd] : attn_cases) {
+    for (int64_t n : kContexts) attn_cases.push_back({t, n, AttnPath::dispatch, 16, 2, 256});
+  for (AttnPath p : {AttnPath::split, AttnPath::rows})
+    for (int64_t n : kContexts) attn_cases.push_back({GgmlType::F16, n, p, 16, 2, 256});
+  for (int64_t n : kContexts) attn_cases.push_back({GgmlType::Q8_0, n, AttnPath::split, 16, 2, 256});
+  for (AttnPath p : {AttnPath::dispatch, AttnPath::split})
+    for (int64_t n : kContexts) attn_cases.push_back({GgmlType::F16, n, p, 32, 4, 128});
+  for (const auto& [kvt, n_kv, path, n_head, n_kv_head, hd] : attn_cases) {
     const size_t cache_bytes = static_cast<size_t>(n_kv) * n_kv_head * row_bytes(kvt, hd);
     DeviceMem q(n_head * 2 * hd * 4), kc(cache_bytes), vc(cache_bytes), out(n_head * hd * 4);
     FERRY_CUDA_CHECK(cudaMemset(kc.p, 0x11, cache_bytes));
@@ -273,11 +279,19 @@ int run(bool quick) {
     a.scale = 1.f / std::sqrt(float(hd));
     a.workspace = ws.p;
     a.workspace_bytes = wsb;
-    const bool use_rows = rows_kernel;  // a plain bool for the lambda
-    const double us = time_us([&] { use_rows ? cuda::attention_rows(a, nullptr) : cuda::attention(a, nullptr); }, reps);
+    const AttnPath run_path = path;  // a plain copy for the lambda
+    const double us = time_us([&] {
+      if (run_path == AttnPath::rows) cuda::attention_rows(a, nullptr);
+      else if (run_path == AttnPath::split) cuda::attention_split(a, nullptr);
+      else cuda::attention(a, nullptr);
+    }, reps);
     const std::string heads = " (" + std::to_string(n_head) + "/" + std::to_string(n_kv_head) + " heads, d=" + std::to_string(hd) + ", gated)";
-    rows.push_back({std::string(rows_kernel ? "attention decode, rows kernel " : "attention decode ") + std::string(type_name(kvt)) + heads,
-                    "ctx " + std::to_string(n_kv), us, 2.0 * static_cast<double>(cache_bytes), 0});
+    const char* what = path == AttnPath::rows    ? "attention decode, rows kernel "
+                       : path == AttnPath::split ? "attention decode, register split "
+                       : cuda::attention_staged_applies(a) ? "attention decode, staged "
+                                                            : "attention decode ";
+    rows.push_back({std::string(what) + std::string(type_name(kvt)) + heads, "ctx " + std::to_string(n_kv), us,
+                    2.0 * static_cast<double>(cache_bytes), 0});
   }
 
   // Gated DeltaNet: decode step (32 heads × 128×128 state read and written) and a 512-token

@@ -319,7 +319,7 @@ void attention_tiled(const AttentionArgs& a, cudaStream_t stream) {
 
 void attention(const AttentionArgs& a, cudaStream_t stream) {
   if (a.n_tokens > kAttentionRowsMaxTokens) attention_tiled(a, stream);
-  else attention_split(a, stream);  // the rows kernel where the split does not apply
+  else attention_staged(a, stream);  // the register split, or the rows kernel, where it does not apply
 }
 
 }  // namespace ferry::cuda

@@ -48,8 +48,8 @@ struct AttentionArgs {
 size_t attention_workspace_bytes(int64_t n_tokens, int n_head, int head_dim, int64_t n_kv);
 inline constexpr int64_t kAttentionRowsMaxTokens = 4;
 
-// Dispatch: n_tokens ≤ kAttentionRowsMaxTokens → the flash-decoding split where it applies, else
-// the rows kernel; more tokens → tiled.
+// Dispatch: n_tokens ≤ kAttentionRowsMaxTokens → the staged flash-decoding where it applies, else
+// the register split where it applies, else the rows kernel; more tokens → tiled.
 void attention(const AttentionArgs& a, cudaStream_t stream);
 // The paths, callable directly (tests compare each with the reference).
 void attention_rows(const AttentionArgs& a, cudaStream_t stream);
@@ -61,5 +61,11 @@ void attention_tiled(const AttentionArgs& a, cudaStream_t stream);
 // does not apply attention_split runs attention_rows.
 void attention_split(const AttentionArgs& a, cudaStream_t stream);
 bool attention_split_applies(const AttentionArgs& a);
+// Flash-decoding with K/V tiles staged in shared memory, one warp per query head
+// (attention_staged.cu): the dispatch's decode path where it applies — groups of 2, 4 or 8, a
+// workspace, plain F16/F32 caches 16-byte aligned, other KV pairs whose rows are whole 4-byte
+// words; elsewhere attention_staged runs attention_split. Same partials and reduce as attention_split.
+void attention_staged(const AttentionArgs& a, cudaStream_t stream);
+bool attention_staged_applies(const AttentionArgs& a);
 
 }  // namespace ferry::cuda

@@ -151,6 +151,71 @@ void launch_combine(const AttentionArgs& a, int n_split, cudaStream_t stream) {
   FERRY_CUDA_CHECK_LAUNCH("attention_combine_kernel");
 }
 
+// Merge of the split kernels' partials, parallel over splits: grid (n_head, n_tokens, HD/32), 8
+// warps. Lane l of every warp owns dim 32·blockIdx.z + l; warp w folds splits w, w+8, ... into a
+// running (max, sum, acc) whose loads do not wait for the previous split's arithmetic, then warp 0
+// merges the 8 states, normalises, gates and stores. The plain combine kernel (one thread per dim
+// walking all splits) is latency-bound at hundreds of splits with only n_head·n_tokens blocks;
+// this one has HD/32 times the blocks and 8 times the independent loads. Not for a rotated V
+// (the rotation needs whole rows: attention_combine_kernel).
+constexpr int kMergeWarps = 8;
+template <int HD>
+__global__ void __launch_bounds__(32 * kMergeWarps) attention_merge_kernel(AttentionArgs a, int n_split) {
+  FERRY_PDL_WAIT();
+  __shared__ float sm_m[kMergeWarps], sm_l[kMergeWarps], sm_o[kMergeWarps][32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int h = blockIdx.x, d = blockIdx.z * 32 + lane;
+  const int64_t t = blockIdx.y;
+  const float* part = static_cast<const float*>(a.workspace) + (t * a.n_head + h) * n_split * (HD + 2);
+  float m = -INFINITY, l = 0.f, o = 0.f;
+#pragma unroll 4
+  for (int s = warp; s < n_split; s += kMergeWarps) {
+    const float* p = part + int64_t{s} * (HD + 2);
+    const float ms = p[0], ls = p[1], os = p[2 + d];
+    const float mn = fmaxf(m, ms);
+    const float wa = rescale(m, mn), wb = rescale(ms, mn);
+    l = l * wa + ls * wb;
+    o = o * wa + os * wb;
+    m = mn;
+  }
+  if (lane == 0) {
+    sm_m[warp] = m;
+    sm_l[warp] = l;
+  }
+  sm_o[warp][lane] = o;
+  __syncthreads();
+  if (warp != 0) return;
+  float Mx = -INFINITY;
+#pragma unroll
+  for (int w = 0; w < kMergeWarps; ++w) Mx = fmaxf(Mx, sm_m[w]);
+  float L = 0.f, O = 0.f;
+#pragma unroll
+  for (int w = 0; w < kMergeWarps; ++w) {
+    const float wt = rescale(sm_m[w], Mx);
+    L += sm_l[w] * wt;
+    O += sm_o[w][lane] * wt;
+  }
+  O /= L;
+  if (a.gate) O *= sigmoidf_(a.gate[t * a.gate_ld_token + int64_t{h} * a.gate_ld_head + d]);
+  a.out[t * a.out_ld_token + int64_t{h} * HD + d] = O;
+}
+
+// The reduce of n_split partials in a.workspace that the split kernels (attention_split.cu,
+// attention_staged.cu) wrote: the merge kernel, or the combine kernel where V is rotated.
+template <int HD>
+void launch_reduce(const AttentionArgs& a, int n_split, cudaStream_t stream) {
+  if (cache_kind(a) == CacheKind::any && a.n_rot_v > 0) return launch_combine<HD>(a, n_split, stream);
+  const dim3 grid(static_cast<unsigned>(a.n_head), static_cast<unsigned>(a.n_tokens), HD / 32);
+  launch(attention_merge_kernel<HD>, grid, 32 * kMergeWarps, 0, stream, a, n_split);
+  FERRY_CUDA_CHECK_LAUNCH("attention_merge_kernel");
+}
+
+// M values of T read as one vector load (the plain caches' rows, M contiguous dims per lane).
+template <int M, typename T>
+struct alignas(sizeof(T) * M) RowPiece {
+  T v[M];
+};
+
 // Throws ErrorKind::invalid_arg (or unsupported) naming what in `a` the kernels cannot run.
 void check_args(const char* op, const AttentionArgs& a);
 

@@ -23,11 +23,6 @@ using namespace attn;
 template <class C, int M>
 __device__ __forceinline__ int dim_of(int lane, int m) { return C::kGeneral ? lane + 32 * m : lane * M + m; }
 
-template <int M, typename T>
-struct alignas(sizeof(T) * M) RowPiece {
-  T v[M];
-};
-
 // This lane's M values of head row r of K (is_k) or V, in dim_of's layout.
 template <int HD, class C>
 __device__ __forceinline__ void load_piece(const C& c, bool is_k, int64_t r, int lane, float (&x)[HD / 32]) {
@@ -171,55 +166,6 @@ int split_plan(const AttentionArgs& a) {
   return n >= 2 ? static_cast<int>(n) : 0;
 }
 
-// Merge of the split kernel's partials, parallel over splits: grid (n_head, n_tokens, HD/32), 8
-// warps. Lane l of every warp owns dim 32·blockIdx.z + l; warp w folds splits w, w+8, ... into a
-// running (max, sum, acc) whose loads do not wait for the previous split's arithmetic, then warp 0
-// merges the 8 states, normalises, gates and stores. The plain combine kernel (one thread per dim
-// walking all splits) is latency-bound at hundreds of splits with only n_head·n_tokens blocks;
-// this one has HD/32 times the blocks and 8 times the independent loads. Not for a rotated V
-// (the rotation needs whole rows: attention_combine_kernel).
-constexpr int kMergeWarps = 8;
-template <int HD>
-__global__ void __launch_bounds__(32 * kMergeWarps) attention_merge_kernel(AttentionArgs a, int n_split) {
-  FERRY_PDL_WAIT();
-  __shared__ float sm_m[kMergeWarps], sm_l[kMergeWarps], sm_o[kMergeWarps][32];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int h = blockIdx.x, d = blockIdx.z * 32 + lane;
-  const int64_t t = blockIdx.y;
-  const float* part = static_cast<const float*>(a.workspace) + (t * a.n_head + h) * n_split * (HD + 2);
-  float m = -INFINITY, l = 0.f, o = 0.f;
-#pragma unroll 4
-  for (int s = warp; s < n_split; s += kMergeWarps) {
-    const float* p = part + int64_t{s} * (HD + 2);
-    const float ms = p[0], ls = p[1], os = p[2 + d];
-    const float mn = fmaxf(m, ms);
-    const float wa = rescale(m, mn), wb = rescale(ms, mn);
-    l = l * wa + ls * wb;
-    o = o * wa + os * wb;
-    m = mn;
-  }
-  if (lane == 0) {
-    sm_m[warp] = m;
-    sm_l[warp] = l;
-  }
-  sm_o[warp][lane] = o;
-  __syncthreads();
-  if (warp != 0) return;
-  float Mx = -INFINITY;
-#pragma unroll
-  for (int w = 0; w < kMergeWarps; ++w) Mx = fmaxf(Mx, sm_m[w]);
-  float L = 0.f, O = 0.f;
-#pragma unroll
-  for (int w = 0; w < kMergeWarps; ++w) {
-    const float wt = rescale(sm_m[w], Mx);
-    L += sm_l[w] * wt;
-    O += sm_o[w][lane] * wt;
-  }
-  O /= L;
-  if (a.gate) O *= sigmoidf_(a.gate[t * a.gate_ld_token + int64_t{h} * a.gate_ld_head + d]);
-  a.out[t * a.out_ld_token + int64_t{h} * HD + d] = O;
-}
-
 template <int HD, int G>
 void launch_split(const AttentionArgs& a, dim3 grid, int n_split, int64_t keys_per_split, cudaStream_t stream) {
   switch (cache_kind(a)) {
@@ -234,6 +180,7 @@ void launch_split(const AttentionArgs& a, dim3 grid, int n_split, int64_t keys_p
       break;
   }
 }
+
 
 }  // namespace
 
@@ -253,13 +200,7 @@ void attention_split(const AttentionArgs& a, cudaStream_t stream) {
     else if (group == 4) launch_split<kHD, 4>(a, grid, n_split, keys_per_split, stream);
     else launch_split<kHD, 8>(a, grid, n_split, keys_per_split, stream);
     FERRY_CUDA_CHECK_LAUNCH("attention_split_kernel");
-    if (cache_kind(a) == CacheKind::any && a.n_rot_v > 0) {
-      launch_combine<kHD>(a, n_split, stream);
-    } else {
-      const dim3 mgrid(static_cast<unsigned>(a.n_head), static_cast<unsigned>(a.n_tokens), kHD / 32);
-      launch(attention_merge_kernel<kHD>, mgrid, 32 * kMergeWarps, 0, stream, a, n_split);
-      FERRY_CUDA_CHECK_LAUNCH("attention_merge_kernel");
-    }
+    launch_reduce<kHD>(a, n_split, stream);
   });
 }
 

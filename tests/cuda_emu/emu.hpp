@@ -107,20 +107,36 @@ constexpr int warpSize = 32;
 #define __syncwarp(...) ::ferry_emu::sync_warp()
 
 // Every lane of the warp exchanges through its slot; the two warp barriers make the exchange a
-// collective and keep a later shuffle from overwriting a slot before it is read.
-template <typename T>
-T __shfl_xor_sync(unsigned, T v, int lane_mask, int width = 32) {
+// collective and keep a later shuffle from overwriting a slot before it is read. Each lane reads
+// the slot of src(lane) when it lies within the lane's group of `width` lanes, else keeps v.
+namespace ferry_emu {
+template <typename T, typename Src>
+T warp_shuffle(T v, int width, Src src) {
   static_assert(sizeof(T) <= 16 && std::is_trivially_copyable_v<T>);
   unsigned char* slots = ::ferry_emu::warp_exchange_slots();
   const unsigned lane = ::ferry_emu::current->lane;
   std::memcpy(slots + 16 * lane, &v, sizeof(T));
   ::ferry_emu::sync_warp();
-  const unsigned src = lane ^ static_cast<unsigned>(lane_mask);
+  const unsigned from = src(lane);
   const unsigned group = lane & ~static_cast<unsigned>(width - 1);
   T r = v;
-  if (src >= group && src < group + static_cast<unsigned>(width)) std::memcpy(&r, slots + 16 * src, sizeof(T));
+  if (from >= group && from < group + static_cast<unsigned>(width)) std::memcpy(&r, slots + 16 * from, sizeof(T));
   ::ferry_emu::sync_warp();
   return r;
+}
+}  // namespace ferry_emu
+
+template <typename T>
+T __shfl_xor_sync(unsigned, T v, int lane_mask, int width = 32) {
+  return ::ferry_emu::warp_shuffle(v, width, [lane_mask](unsigned lane) { return lane ^ static_cast<unsigned>(lane_mask); });
+}
+
+// Lane src_lane's v (of the lane's group of `width` lanes) to every lane.
+template <typename T>
+T __shfl_sync(unsigned, T v, int src_lane, int width = 32) {
+  return ::ferry_emu::warp_shuffle(v, width, [src_lane, width](unsigned lane) {
+    return (lane & ~static_cast<unsigned>(width - 1)) + (static_cast<unsigned>(src_lane) & static_cast<unsigned>(width - 1));
+  });
 }
 
 // CUDA's global min/max overloads (integers and floats alike, in the common type).

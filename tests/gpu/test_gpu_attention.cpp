@@ -28,7 +28,7 @@ std::string name(const Case& c) {
          (c.gate ? " gated" : "");
 }
 
-void run(const Case& c, int path /*0 dispatch, 1 rows, 2 tiled, 3 split*/) {
+void run(const Case& c, int path /*0 dispatch, 1 rows, 2 tiled, 3 split, 4 staged*/) {
   const int64_t n_kv = c.p0 + c.n_tokens, kvw = int64_t{c.n_head_kv} * c.head_dim;
   // q and gate interleaved per head like qwen35's attn_q output: [q(d) | gate(d)] per head.
   const int64_t q_ld_head = c.gate ? 2 * c.head_dim : c.head_dim, q_ld_token = c.n_head * q_ld_head;
@@ -96,14 +96,18 @@ void run(const Case& c, int path /*0 dispatch, 1 rows, 2 tiled, 3 split*/) {
   DevBuf<uint8_t> ws(cuda::attention_workspace_bytes(c.n_tokens, c.n_head, c.head_dim, n_kv));
   a.workspace = ws.get();
   a.workspace_bytes = ws.size();
-  static const char* kPath[] = {"attention", "attention_rows", "attention_tiled", "attention_split"};
+  static const char* kPath[] = {"attention", "attention_rows", "attention_tiled", "attention_split", "attention_staged"};
   if (path == 3) {
     EXPECT_TRUE(cuda::attention_split_applies(a)) << name(c);  // not the rows fallback
+  }
+  if (path == 4) {
+    EXPECT_TRUE(cuda::attention_staged_applies(a)) << name(c);  // not the register-split fallback
   }
   if (path == 0) cuda::attention(a, nullptr);
   else if (path == 1) cuda::attention_rows(a, nullptr);
   else if (path == 2) cuda::attention_tiled(a, nullptr);
-  else cuda::attention_split(a, nullptr);
+  else if (path == 3) cuda::attention_split(a, nullptr);
+  else cuda::attention_staged(a, nullptr);
   report(kPath[path], name(c), nmse(ref, dout.download()), 1e-9);
   if (path == 1 && n_kv > 256) {  // also without workspace: no split-K
     a.workspace = nullptr;
@@ -140,12 +144,74 @@ TEST(GpuAttention, SplitDecode) {
 
 // The split kernel on quantized caches (the general path: rotated and rounded query, Q4_1's block
 // mins, a rotated V read back through the combine kernel) against the rows kernel on the same bytes.
-TEST(GpuAttention, SplitDecodeQuantizedMatchesRows) {
+// The staged flash-decoding (K/V tiles in shared memory, a warp per query head) at the model
+// shapes, every group size and head size, F16 and F32, 1–4 tokens, from one key to lengths that
+// end inside a tile, and at 128K keys (2/1 heads of d=32 keep it to seconds on the emulator).
+TEST(GpuAttention, StagedDecode) {
   FERRY_REQUIRE_GPU();
-  struct QCase { GgmlType k, v; int n_rot; int64_t n_kv; int n_tokens; };
-  for (const QCase& qc : {QCase{GgmlType::Q8_0, GgmlType::Q4_0, 64, 1000, 1}, QCase{GgmlType::Q4_1, GgmlType::F16, 0, 517, 2},
-                          QCase{GgmlType::Q5_1, GgmlType::Q8_0, 64, 2049, 1}, QCase{GgmlType::BF16, GgmlType::IQ4_NL, 0, 300, 1}}) {
-    const int n_head = 8, n_head_kv = 2, hd = 64;
+  run({16, 2, 256, 700, 1, GgmlType::F16, true}, 4);    // qwen35moe full attention
+  run({32, 4, 128, 1500, 1, GgmlType::F16, false}, 4);  // qwen3moe
+  run({16, 2, 256, 0, 1, GgmlType::F16, true}, 4);      // the first token: one key
+  run({8, 1, 256, 77, 2, GgmlType::F32, false}, 4);     // groups of 8, F32 (tiles of 16 keys)
+  run({8, 4, 64, 127, 1, GgmlType::F32, false}, 4);     // groups of 2
+  run({8, 2, 128, 1021, 4, GgmlType::F16, false}, 4);   // 4 tokens, a last split inside a tile
+  run({4, 2, 32, 333, 3, GgmlType::F16, true}, 4);
+  run({2, 1, 32, 131071, 1, GgmlType::F16, false}, 4);  // 128K context
+  run({16, 2, 256, 900, 1, GgmlType::F16, true}, 0);    // the dispatch takes it
+}
+
+// Where the staged kernel does not apply (plain K/V not 16-byte aligned, block-type rows that are
+// not whole 4-byte words, groups without an instance), attention_staged runs the register split
+// and still gives the reference.
+TEST(GpuAttention, StagedFallsBackWhereItDoesNotApply) {
+  FERRY_REQUIRE_GPU();
+  cuda::AttentionArgs a;
+  a.n_tokens = 1;
+  a.p0 = 100;
+  a.n_head = 16;
+  a.n_head_kv = 2;
+  a.head_dim = 256;
+  a.k_type = a.v_type = GgmlType::F16;
+  alignas(16) static char ws[16];
+  a.workspace = ws;
+  a.workspace_bytes = 1 << 20;
+  a.k_cache = a.v_cache = ws;
+  EXPECT_TRUE(cuda::attention_staged_applies(a));
+  a.k_cache = ws + 8;
+  EXPECT_FALSE(cuda::attention_staged_applies(a)) << "K not 16-byte aligned";
+  a.k_cache = ws;
+  a.k_type = a.v_type = GgmlType::Q8_0;
+  EXPECT_TRUE(cuda::attention_staged_applies(a)) << "Q8_0 rows of d=256: 272 bytes";
+  a.k_cache = ws + 4;
+  EXPECT_TRUE(cuda::attention_staged_applies(a)) << "block-type rows: 4-byte words suffice";
+  a.k_cache = ws + 2;
+  EXPECT_FALSE(cuda::attention_staged_applies(a)) << "K not 4-byte aligned";
+  a.k_cache = ws;
+  a.head_dim = 32;
+  a.n_head = 4;
+  EXPECT_FALSE(cuda::attention_staged_applies(a)) << "Q8_0 rows of d=32: 34 bytes";
+  a.head_dim = 256;
+  a.n_head = 16;
+  a.k_type = a.v_type = GgmlType::F16;
+  a.n_head_kv = 16;
+  EXPECT_FALSE(cuda::attention_staged_applies(a)) << "no GQA group";
+  run({8, 8, 64, 300, 1, GgmlType::F16, false}, 0);  // MHA through the dispatch: the fallback
+}
+
+// Both flash-decoding kernels on the general path (quantized, BF16 and mixed pairs, rotated or not;
+// narrow pairs of block types and wide ones with a 2-byte side, as attention_staged.cu tells them
+// apart) against the rows kernel, which tests/gpu/test_gpu_kv_quant.cpp checks against the CPU.
+TEST(GpuAttention, SplitAndStagedDecodeQuantizedMatchRows) {
+  FERRY_REQUIRE_GPU();
+  struct QCase { GgmlType k, v; int n_rot_k, n_rot_v, hd; int64_t n_kv; int n_tokens; };
+  for (const QCase& qc : {QCase{GgmlType::Q8_0, GgmlType::Q4_0, 64, 64, 64, 1000, 1},
+                          QCase{GgmlType::Q4_1, GgmlType::F16, 0, 0, 64, 517, 2},
+                          QCase{GgmlType::Q5_1, GgmlType::Q8_0, 64, 64, 64, 2049, 1},
+                          QCase{GgmlType::BF16, GgmlType::IQ4_NL, 0, 0, 64, 300, 1},
+                          QCase{GgmlType::Q8_0, GgmlType::Q8_0, 256, 64, 256, 700, 1},   // qwen35moe, -ctk/-ctv q8_0
+                          QCase{GgmlType::Q4_0, GgmlType::Q5_0, 128, 64, 128, 333, 4},   // a last tile cut short
+                          QCase{GgmlType::BF16, GgmlType::BF16, 0, 0, 128, 150, 1}}) {
+    const int n_head = 8, n_head_kv = 2, hd = qc.hd;
     const int64_t rows = qc.n_kv * n_head_kv;
     const auto kq = quantize_rows(qc.k, random_floats(rows * hd, 21, -1.f, 1.f), rows, hd, 21);
     const auto vq = quantize_rows(qc.v, random_floats(rows * hd, 22, -1.f, 1.f), rows, hd, 22);
@@ -153,7 +219,7 @@ TEST(GpuAttention, SplitDecodeQuantizedMatchesRows) {
     dk.upload(kq);
     dv.upload(vq);
     const auto qv = random_floats(qc.n_tokens * n_head * hd, 23);
-    DevBuf<float> dq(qv), out_rows(qc.n_tokens * n_head * hd), out_split(qc.n_tokens * n_head * hd);
+    DevBuf<float> dq(qv), out_rows(qc.n_tokens * n_head * hd), out_fast(qc.n_tokens * n_head * hd);
     DevBuf<uint8_t> ws(cuda::attention_workspace_bytes(qc.n_tokens, n_head, hd, qc.n_kv));
     cuda::AttentionArgs a;
     a.q = dq.get();
@@ -163,8 +229,10 @@ TEST(GpuAttention, SplitDecodeQuantizedMatchesRows) {
     a.v_cache = dv.get();
     a.k_type = qc.k;
     a.v_type = qc.v;
-    a.n_rot_k = a.n_rot_v = qc.n_rot;
-    a.rot_scale_k = a.rot_scale_v = qc.n_rot ? 1.f / std::sqrt(float(qc.n_rot)) : 1.f;
+    a.n_rot_k = qc.n_rot_k;
+    a.n_rot_v = qc.n_rot_v;
+    a.rot_scale_k = qc.n_rot_k ? 1.f / std::sqrt(float(qc.n_rot_k)) : 1.f;
+    a.rot_scale_v = qc.n_rot_v ? 1.f / std::sqrt(float(qc.n_rot_v)) : 1.f;
     a.out_ld_token = n_head * hd;
     a.n_tokens = qc.n_tokens;
     a.p0 = qc.n_kv - qc.n_tokens;
@@ -176,12 +244,17 @@ TEST(GpuAttention, SplitDecodeQuantizedMatchesRows) {
     a.workspace_bytes = ws.size();
     a.out = out_rows.get();
     cuda::attention_rows(a, nullptr);
-    a.out = out_split.get();
-    ASSERT_TRUE(cuda::attention_split_applies(a));
+    const auto want = out_rows.download();
+    const std::string shape = std::string(type_name(qc.k)) + "/" + std::string(type_name(qc.v)) + " d=" + std::to_string(hd) +
+                              " rot " + std::to_string(qc.n_rot_k) + "/" + std::to_string(qc.n_rot_v) +
+                              " n_kv=" + std::to_string(qc.n_kv) + " n=" + std::to_string(qc.n_tokens);
+    a.out = out_fast.get();
+    ASSERT_TRUE(cuda::attention_split_applies(a)) << shape;
     cuda::attention_split(a, nullptr);
-    const std::string shape = std::string(type_name(qc.k)) + "/" + std::string(type_name(qc.v)) + " rot " +
-                              std::to_string(qc.n_rot) + " n_kv=" + std::to_string(qc.n_kv) + " n=" + std::to_string(qc.n_tokens);
-    report("attention_split vs rows", shape, nmse(out_rows.download(), out_split.download()), 1e-10);
+    report("attention_split vs rows", shape, nmse(want, out_fast.download()), 1e-10);
+    ASSERT_TRUE(cuda::attention_staged_applies(a)) << shape;
+    cuda::attention_staged(a, nullptr);
+    report("attention_staged vs rows", shape, nmse(want, out_fast.download()), 1e-10);
   }
 }
 
