@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "offload/simulate_cache.hpp"
 #include "offload/simulate_routing.hpp"
 #include "runtime/core/error.hpp"
 
@@ -33,29 +34,19 @@ uint64_t layer_experts_bytes(const SimModel& m, int32_t l) {
   return m.layers[static_cast<size_t>(l)].expert.expert_bytes() * static_cast<uint64_t>(m.n_expert);
 }
 
-// The share of host-resident expert uses a VRAM cache of p.cache_slots whole experts serves, over
-// o.n_decode tokens of o.routing (every layer's routing drawn, as the model routes every layer).
-double cache_hit_rate(const SimModel& m, const LlamaPlacement& p, const SimOptions& o) {
-  if (p.cache_slots <= 0) return 0.0;
-  SimRouter router(o.routing, m.n_layer, m.n_expert, m.top_k);
-  ExpertCache cache(p.cache_slots, m.n_layer, m.n_expert, EvictionPolicy::lru);
+// Per layer, how many of the decoded tokens' routed experts the static cache holds (`cached`,
+// one row per layer; empty: no cache), over `n_tokens` tokens of `router`.
+std::vector<uint64_t> cache_hits(const SimModel& m, const std::vector<std::vector<uint8_t>>& cached,
+                                 int64_t n_tokens, SimRouter& router) {
+  std::vector<uint64_t> hits(static_cast<size_t>(m.n_layer), 0);
+  if (cached.empty()) return hits;
   std::vector<int32_t> ids(static_cast<size_t>(m.top_k));
-  uint64_t uses = 0, hits = 0;
-  for (int64_t t = 1; t <= std::max<int64_t>(o.n_decode, 1); ++t)
+  for (int64_t t = 0; t < n_tokens; ++t)
     for (int32_t l = 0; l < m.n_layer; ++l) {
       router.next(l, ids.data());
-      if (p.cpu_fraction[static_cast<size_t>(l)] <= 0) continue;
-      for (int32_t e : ids) {
-        ++uses;
-        if (cache.access(l, e, static_cast<uint64_t>(t)) >= 0) {
-          ++hits;
-          continue;
-        }
-        const int32_t slot = cache.insert(l, e, static_cast<uint64_t>(t));
-        if (slot >= 0) cache.mark_ready(slot);
-      }
+      for (int32_t e : ids) hits[static_cast<size_t>(l)] += cached[static_cast<size_t>(l)][static_cast<size_t>(e)];
     }
-  return uses ? double(hits) / double(uses) : 0.0;
+  return hits;
 }
 
 uint64_t kv_at(const SimModel& m, int64_t n_ctx) {
@@ -159,57 +150,23 @@ SimResult simulate_llamacpp(const SimModel& m, const SimRates& r, const LlamaPla
   double gpu_share = 0;
   for (double f : p.cpu_fraction) gpu_share += 1.0 - f;
   s.experts_on_gpu_fraction = gpu_share / double(m.n_layer);
-  // A placement that does not fit the memory estimate is still timed: a user who ran it (a
-  // published -ncmoe figure) had the memory, and the time does not depend on it.
-  // Decode: per layer the GPU's dense and expert work (graph nodes), then the host's experts
-  // behind a graph split; one synchronisation for the logits. Attention reads the KV of the
-  // positions so far (the prompt, then half the decoded tokens on average).
   const double k = double(m.top_k);
-  const double depth = double(o.n_prompt) + double(o.n_decode) / 2.0;
-  int32_t attn_layers = 0;
-  for (const SimLayer& L : m.layers) attn_layers += L.attention ? 1 : 0;
-  const double kv_layer = attn_layers ? double(m.kv_bytes_per_position) / attn_layers : 0.0;
-  const double h = cache_hit_rate(m, p, o);
-  if (p.cache_slots > 0)
-    s.note += fmt::format(", a VRAM cache of {} experts (hit rate {:.1f}%)", p.cache_slots, 100 * h);
-  // llama.cpp's own kernels per layer (model revision 9), each at the graph's per-node cost.
-  const double nodes_per_layer = r.llama_nodes(m.arch);
-  SimTokenTime t;
-  for (int32_t l = 0; l < m.n_layer; ++l) {
-    const SimLayer& L = m.layers[static_cast<size_t>(l)];
-    // Host-resident experts the cache holds run on the GPU.
-    const double f = p.cpu_fraction[static_cast<size_t>(l)] * (1.0 - h);
-    t.gpu_dense_us += weights_us(r, L.dense) + (L.attention ? kv_layer * depth / (r.mem_gbps * 1e3) : 0);
-    t.gpu_expert_us += weights_us(r, expert_weights(L.expert), k * (1.0 - f));
-    // A layer with host experts runs its mul_mat_ids and the GLU between them on the CPU, in a
-    // split of its own (model revision 10): those nodes leave the GPU's graph and cost the CPU's
-    // per-node time; the split boundaries cost their copies, waits and the next graph launch.
-    const bool split = f > 0;
-    const double cpu_nodes = split ? std::min(r.llama_cpu_nodes, nodes_per_layer) : 0.0;
-    t.launch_us += (nodes_per_layer - cpu_nodes) * r.llama_graph_node_us;
-    if (split) {
-      t.cpu_expert_us += k * f * double(L.expert.expert_bytes()) / (r.llama_cpu_gbps * 1e3) +
-                         cpu_nodes * r.llama_cpu_node_us;
-      t.gpu_wait_us[static_cast<size_t>(WaitCause::sync)] += r.llama_split_us();
-    }
-  }
-  t.gpu_dense_us += weights_us(r, m.head);
-  t.gpu_wait_us[static_cast<size_t>(WaitCause::sync)] += r.sync_us;
-  t.gpu_wait_us[static_cast<size_t>(WaitCause::cpu_expert)] = t.cpu_expert_us;
-  t.total_us = t.gpu_dense_us + t.gpu_expert_us + t.launch_us + t.cpu_expert_us +
-               t.gpu_wait_us[static_cast<size_t>(WaitCause::sync)];
-  s.token = t;
-  s.tg_tps = 1e6 / t.total_us;
-  s.decode_tokens = static_cast<uint64_t>(o.n_decode);
+  // One routing stream, as one model routes: the static cache's profile first (its trace tool's
+  // run, model revision 11), then the prompt, then the decoded tokens.
+  SimRouter router(o.routing, m.n_layer, m.n_expert, m.top_k);
+  const std::vector<std::vector<uint8_t>> cached =
+      p.cache_slots > 0 ? static_cache_sets(router, m.n_layer, m.n_expert, m.top_k, p.cache_slots,
+                                            r.llama_cache_profile_tokens)
+                        : std::vector<std::vector<uint8_t>>{};
   // Prefill: micro-batches of up to `ubatch` tokens, computed on the GPU at llama.cpp's prefill rate
   // after the host-resident expert tensors' experts that the micro-batch routes to were copied over
   // from pageable memory (batches of at least the offload minimum; llama.cpp copies only the used
-  // experts since its PR 15346); smaller batches compute those experts on the CPU.
+  // experts since its PR 15346; a cached expert is on the GPU already); smaller batches compute
+  // those experts on the CPU.
   double active = elements(m.head);
   for (const SimLayer& L : m.layers)
     active += elements(L.dense) + k * elements(expert_weights(L.expert));
   double prefill_us = 0;
-  SimRouter router(o.routing, m.n_layer, m.n_expert, m.top_k);
   std::vector<int32_t> ids(static_cast<size_t>(m.top_k));
   std::vector<uint8_t> routed(static_cast<size_t>(m.n_expert));
   for (int64_t done = 0; done < o.n_prompt; done += r.llama_ubatch) {
@@ -220,7 +177,9 @@ SimResult simulate_llamacpp(const SimModel& m, const SimRates& r, const LlamaPla
       std::fill(routed.begin(), routed.end(), uint8_t{0});
       for (int64_t t = 0; t < u; ++t) {
         router.next(l, ids.data());
-        for (int32_t e : ids) routed[static_cast<size_t>(e)] = 1;
+        for (int32_t e : ids)
+          routed[static_cast<size_t>(e)] = static_cast<uint8_t>(
+              cached.empty() || !cached[static_cast<size_t>(l)][static_cast<size_t>(e)]);
       }
       const double f = p.cpu_fraction[static_cast<size_t>(l)];
       if (f <= 0) continue;
@@ -238,6 +197,63 @@ SimResult simulate_llamacpp(const SimModel& m, const SimRates& r, const LlamaPla
   }
   s.prefill_us = prefill_us;
   s.pp_tps = prefill_us > 0 ? double(o.n_prompt) / (prefill_us / 1e6) : 0.0;
+  // A placement that does not fit the memory estimate is still timed: a user who ran it (a
+  // published -ncmoe figure) had the memory, and the time does not depend on it.
+  // Decode: per layer the GPU's dense and expert work (graph nodes), then the host's experts
+  // behind a graph split; one synchronisation for the logits. Attention reads the KV of the
+  // positions so far (the prompt, then half the decoded tokens on average).
+  const double depth = double(o.n_prompt) + double(o.n_decode) / 2.0;
+  int32_t attn_layers = 0;
+  for (const SimLayer& L : m.layers) attn_layers += L.attention ? 1 : 0;
+  const double kv_layer = attn_layers ? double(m.kv_bytes_per_position) / attn_layers : 0.0;
+  // The cache's hit rate per layer, over the decoded tokens (at least one).
+  const int64_t n_hit_tokens = std::max<int64_t>(o.n_decode, 1);
+  const std::vector<uint64_t> hits = cache_hits(m, cached, n_hit_tokens, router);
+  std::vector<double> h(hits.size());
+  for (size_t l = 0; l < h.size(); ++l) {
+    h[l] = double(hits[l]) / (double(n_hit_tokens) * k);
+    if (cached.empty() || p.cpu_fraction[l] <= 0) continue;
+    s.decode_hits += hits[l];
+    s.decode_uses += static_cast<uint64_t>(n_hit_tokens * m.top_k);
+  }
+  if (p.cache_slots > 0)
+    s.note += fmt::format(", a static VRAM cache of {} experts per layer (hit rate {:.1f}% of its layers' uses)",
+                          p.cache_slots, 100 * s.decode_hit_rate());
+  // llama.cpp's own kernels per layer (model revision 9), each at the graph's per-node cost.
+  const double nodes_per_layer = r.llama_nodes(m.arch);
+  SimTokenTime t;
+  for (int32_t l = 0; l < m.n_layer; ++l) {
+    const SimLayer& L = m.layers[static_cast<size_t>(l)];
+    // Host-resident experts the cache holds run on the GPU.
+    const double host = p.cpu_fraction[static_cast<size_t>(l)];
+    const double f = host * (1.0 - h[static_cast<size_t>(l)]);
+    t.gpu_dense_us += weights_us(r, L.dense) + (L.attention ? kv_layer * depth / (r.mem_gbps * 1e3) : 0);
+    t.gpu_expert_us += weights_us(r, expert_weights(L.expert), k * (1.0 - f));
+    // A layer with host experts runs its mul_mat_ids and the GLU between them on the CPU, in a
+    // split of its own (model revision 10): those nodes leave the GPU's graph and cost the CPU's
+    // per-node time; the split boundaries cost their copies, waits and the next graph launch.
+    // With the static cache (model revision 11) the layer's graph keeps its CPU split (the graph
+    // does not change with the token's routing) and its GPU nodes too, running the cached experts,
+    // plus the merge of the two sums.
+    const bool with_cache = !cached.empty() && host > 0;
+    const bool split = with_cache || f > 0;
+    const double cpu_nodes = split ? std::min(r.llama_cpu_nodes, nodes_per_layer) : 0.0;
+    const double gpu_nodes = with_cache ? nodes_per_layer + r.llama_cache_merge_nodes : nodes_per_layer - cpu_nodes;
+    t.launch_us += gpu_nodes * r.llama_graph_node_us;
+    if (split) {
+      t.cpu_expert_us += k * f * double(L.expert.expert_bytes()) / (r.llama_cpu_gbps * 1e3) +
+                         cpu_nodes * r.llama_cpu_node_us;
+      t.gpu_wait_us[static_cast<size_t>(WaitCause::sync)] += r.llama_split_us();
+    }
+  }
+  t.gpu_dense_us += weights_us(r, m.head);
+  t.gpu_wait_us[static_cast<size_t>(WaitCause::sync)] += r.sync_us;
+  t.gpu_wait_us[static_cast<size_t>(WaitCause::cpu_expert)] = t.cpu_expert_us;
+  t.total_us = t.gpu_dense_us + t.gpu_expert_us + t.launch_us + t.cpu_expert_us +
+               t.gpu_wait_us[static_cast<size_t>(WaitCause::sync)];
+  s.token = t;
+  s.tg_tps = 1e6 / t.total_us;
+  s.decode_tokens = static_cast<uint64_t>(o.n_decode);
   return s;
 }
 

@@ -14,6 +14,8 @@
 // waits and graph launch between them (ggml_backend_sched_compute_splits). Prefill batches of at
 // least 32 tokens copy the host-resident experts the micro-batch routes to to the GPU, per
 // micro-batch (ggml's offload of large-batch ops, used experts only), and compute there.
+// The static expert cache of thecodacus/llama.cpp#5 (model revision 11) adds, per cached layer,
+// the cached experts' kernels on the GPU beside the CPU split and a merge of the two sums.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -28,9 +30,10 @@ struct LlamaPlacement {
   uint64_t device_bytes = 0;         // device memory it uses
   bool fits = false;
   int32_t n_cpu_moe = -1;            // -ncmoe N (-1: fit)
-  // A VRAM cache of this many whole experts in front of the host-resident ones (llama.cpp forks
-  // that add one; 0: llama.cpp as it is): an expert found there runs on the GPU, a miss on the
-  // CPU and is copied in behind (LRU, the engine's ExpertCache), its copy off the critical path.
+  // A static VRAM cache of this many whole experts PER LAYER in front of the host-resident ones
+  // (thecodacus/llama.cpp#5; 0: llama.cpp as it is): each layer's most-routed experts in a routing
+  // profile (simulate_cache.hpp), fixed for the run; a cached expert runs on the GPU, the others
+  // on the CPU, nothing is copied while decoding.
   int32_t cache_slots = 0;
   std::string note;
 };

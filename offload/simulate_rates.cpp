@@ -159,6 +159,8 @@ SimRates sim_rates(const HardwareProfile& gpu, const HardwareProfile& host,
   r.llama_cpu_node_us = p.number("llamacpp_cpu_node_us");
   r.llama_split_copies = p.number("llamacpp_split_copies");
   r.llama_split_waits = p.number("llamacpp_split_waits");
+  r.llama_cache_profile_tokens = static_cast<int64_t>(p.number("llamacpp_cache_profile_tokens"));
+  r.llama_cache_merge_nodes = p.number("llamacpp_cache_merge_nodes");
   r.llama_ubatch = static_cast<int64_t>(p.number("llamacpp_ubatch"));
   r.llama_offload_min_batch = static_cast<int64_t>(p.number("llamacpp_offload_min_batch"));
   r.fit_margin_bytes = static_cast<uint64_t>(p.number("fit_target_mib")) << 20;

@@ -64,6 +64,11 @@ struct SimRates {
   // the GPU split after it.
   double llama_cpu_nodes = 0, llama_cpu_node_us = 0;
   double llama_split_copies = 0, llama_split_waits = 0;
+  // The static expert cache of thecodacus/llama.cpp#5 (model revision 11): the tokens of the routing
+  // profile its hot set is chosen from, and the GPU nodes its layer adds to merge the cached
+  // experts' sum with the CPU's.
+  int64_t llama_cache_profile_tokens = 512;
+  double llama_cache_merge_nodes = 0;
   int64_t llama_ubatch = 512;
   int64_t llama_offload_min_batch = 32;
   uint64_t fit_margin_bytes = 0;   // llama.cpp -fitt default (also Ferry's default margin)

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "offload/simulate_cache.hpp"
 #include "offload/simulate_llamacpp.hpp"
 #include "runtime/backend/device_size.hpp"
 #include "runtime/cli/command.hpp"
@@ -31,7 +32,7 @@ int run_simulate(int argc, char** argv) {
   int64_t n_decode = 64, n_prompt = 512;
   int32_t prefetch = 0, ncmoe = -1;
   int64_t slots = 0, fit_ctx = -1;
-  int32_t llama_cache = 0;
+  int32_t llama_cache = 0, projection_lru = 0;
   uint64_t seed = 1;
   bool no_admit = false;
   add_plan_args(app, a, true);
@@ -56,15 +57,20 @@ int run_simulate(int argc, char** argv) {
                  "llama.cpp fit: the context it starts from, not set by the user (0: the model's "
                  "trained context, llama.cpp's default; default: -c, as set by the user)");
   app.add_option("--llamacpp-cache", llama_cache,
-                 "llama.cpp with a VRAM cache of N whole experts in front of its host-resident ones "
-                 "(as forks add; LRU, misses on the CPU)");
+                 "llama.cpp's -ncmoe run with a static VRAM cache of N whole experts per layer in "
+                 "front of its host-resident ones (thecodacus/llama.cpp#5: each layer's N most-routed "
+                 "experts of a 512-token routing profile on the GPU, the rest on the CPU)");
+  app.add_option("--projection-lru", projection_lru,
+                 "also print the hit rate of a cold per-layer LRU of N projection slots (gate, up or "
+                 "down of one expert; kekzl/imp#1374's cache) over the -n decoded tokens after the "
+                 "-p prompt tokens");
   app.add_option("--trace", trace, "write a Perfetto trace of Ferry's run in virtual time");
-  app.add_option("--strategy", strategies, "all | ferry | llamacpp (fit and best -ncmoe)")->capture_default_str();
+  app.add_option("--strategy", strategies, "all | ferry | llamacpp (fit and best -ncmoe) | none (only --projection-lru)")->capture_default_str();
   bool stop = false;
   const int rc = parse_plan_command(app, argc, argv, stop);
   if (stop) return rc;
-  if (strategies != "all" && strategies != "ferry" && strategies != "llamacpp")
-    fail(ErrorKind::invalid_arg, "--strategy '{}' (all, ferry or llamacpp)", strategies);
+  if (strategies != "all" && strategies != "ferry" && strategies != "llamacpp" && strategies != "none")
+    fail(ErrorKind::invalid_arg, "--strategy '{}' (all, ferry, llamacpp or none)", strategies);
   if (n_decode < 0 || n_prompt < 0) fail(ErrorKind::invalid_arg, "-n and -p must not be negative");
 
   const gguf::File f = open_plan_model(a);
@@ -85,6 +91,15 @@ int run_simulate(int argc, char** argv) {
   o.prefetch = prefetch;
   o.admit = !no_admit;
   o.trace_path = trace;
+  if (projection_lru > 0) {
+    // The hit rate depends on the routing only: one line for every host.
+    const ProjectionLruResult lru = projection_lru_hit_rate(m.sim, o.routing, projection_lru, n_prompt, n_decode);
+    std::printf("projection LRU: %d slots per layer, cold, -p %lld -n %lld: decode hit rate %.1f%% (%llu "
+                "uses; with the prompt's uses %.1f%%)\n",
+                projection_lru, static_cast<long long>(n_prompt), static_cast<long long>(n_decode),
+                100 * lru.decode_hit_rate, static_cast<unsigned long long>(lru.decode_uses),
+                100 * lru.all_hit_rate);
+  }
   const uint64_t card = card_memory(gpu, free_mem.empty() ? 0 : parse_size(free_mem));
   for (size_t i = 0; i < hosts.size(); ++i) {
     const SimRates r = sim_rates(gpu, hosts[i], params);
@@ -103,7 +118,7 @@ int run_simulate(int argc, char** argv) {
                 "%.1f GB/s, prefill %.0f GFLOP/s (llama.cpp %.0f), launch %.1f us, sync %.1f us\n",
                 r.mem_gbps, r.link_gbps, r.llama_upload_gbps, r.cpu_gbps, r.prefill_gflops,
                 r.llama_prefill_gflops, r.launch_us, r.sync_us);
-    if (strategies != "llamacpp") {
+    if (strategies == "all" || strategies == "ferry") {
       try {
         std::fputs(sim_result_text(simulate_ferry(m.sim, r, o)).c_str(), stdout);
       } catch (const Error& e) {
@@ -111,7 +126,7 @@ int run_simulate(int argc, char** argv) {
         std::printf("ferry: does not fit: %s\n", e.what());
       }
     }
-    if (strategies != "ferry") {
+    if (strategies == "all" || strategies == "llamacpp") {
       const bool user_ctx = fit_ctx < 0;
       const int64_t start_ctx = fit_ctx < 0 ? 0 : fit_ctx == 0 ? m.n_ctx_train : fit_ctx;
       const LlamaPlacement fit = llamacpp_fit(m.sim, r, card, user_ctx, start_ctx);

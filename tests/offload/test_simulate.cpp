@@ -8,10 +8,14 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <numeric>
 #include <nlohmann/json.hpp>
 #include <regex>
 
+#include "offload/simulate_cache.hpp"
 #include "offload/simulate_llamacpp.hpp"
+#include "offload/simulate_routing.hpp"
+#include "runtime/moe/placement_profile.hpp"
 #include "offload_test_util.hpp"
 #include "runtime/plan/plan_model.hpp"
 #include "tests/offload/run_command.hpp"
@@ -250,6 +254,98 @@ TEST_F(LlamaPlacements, DecodeCountsLlamaCppsKernelsAndFerrysAttention) {
   // Every attention layer reads its share of K and V for 8192 more positions.
   const double added_us = double(m.kv_bytes_per_position) * 8192 / (rates_.mem_gbps * rates_.attention_mem_fraction * 1e3);
   EXPECT_NEAR(far.token.gpu_dense_us - shallow.token.gpu_dense_us, added_us, 0.01 * added_us);
+}
+
+// Model revision 11: the cache of thecodacus/llama.cpp#5 is the static set of each layer's
+// most-routed experts in a routing profile. On a known routing distribution (an activation
+// profile, one expert per token, so each expert is drawn at its weight) the set is the top N of
+// every layer and its decode hit rate is their routing mass; the cached share of the expert bytes
+// leaves the CPU, and each layer keeps its CPU split and adds the merge's GPU nodes.
+using SimulateCaches = LlamaPlacements;
+
+TEST_F(SimulateCaches, StaticCacheHitRateIsTheTopNRoutingMass) {
+  SimModel m = sizes_.sim;
+  m.top_k = 1;
+  const int32_t n_hot = 32;
+  // Layer l's hot experts: (7·l + 5·j) mod E for j < n_hot, 101 routings each; the others 1.
+  ExpertProfile prof(m.n_layer, m.n_expert);
+  std::vector<std::vector<uint8_t>> hot(static_cast<size_t>(m.n_layer), std::vector<uint8_t>(static_cast<size_t>(m.n_expert), 0));
+  for (int32_t l = 0; l < m.n_layer; ++l) {
+    std::vector<int32_t> all(static_cast<size_t>(m.n_expert));
+    std::iota(all.begin(), all.end(), 0);
+    prof.add(l, all.data(), m.n_expert, 1);
+    for (int32_t j = 0; j < n_hot; ++j) {
+      const int32_t e = (7 * l + 5 * j) % m.n_expert;
+      hot[static_cast<size_t>(l)][static_cast<size_t>(e)] = 1;
+      const std::vector<int32_t> ids(100, e);
+      prof.add(l, ids.data(), 100, 1);
+    }
+  }
+  const std::string path = test::scratch_dir() + "/cache-profile.json";
+  prof.write(path);
+  SimOptions so;
+  so.n_prompt = 0;
+  so.n_decode = 2000;
+  so.routing = parse_sim_routing("profile:" + path);
+  // The profile routing weighs each expert 1 + its count: 102 for a hot one, 2 for the others.
+  const double mass = n_hot * 102.0 / (n_hot * 102.0 + (m.n_expert - n_hot) * 2.0);
+  SimRouter router(so.routing, m.n_layer, m.n_expert, m.top_k);
+  EXPECT_EQ(static_cache_sets(router, m.n_layer, m.n_expert, m.top_k, n_hot, 4000), hot);
+
+  LlamaPlacement host = llamacpp_ncmoe(m, rates_, m.n_layer, 64ull << 30);
+  const SimResult plain = simulate_llamacpp(m, rates_, host, so, SimStrategy::llamacpp_ncmoe);
+  host.cache_slots = n_hot;
+  const SimResult cached = simulate_llamacpp(m, rates_, host, so, SimStrategy::llamacpp_ncmoe);
+  EXPECT_EQ(cached.decode_uses, uint64_t(so.n_decode) * uint64_t(m.n_layer));
+  EXPECT_NEAR(cached.decode_hit_rate(), mass, 0.01);
+  const double nodes = rates_.llama_nodes("qwen35moe");
+  EXPECT_NEAR(cached.token.launch_us, m.n_layer * (nodes + rates_.llama_cache_merge_nodes) * rates_.llama_graph_node_us, 1e-6);
+  const double cpu_nodes_us = m.n_layer * rates_.llama_cpu_nodes * rates_.llama_cpu_node_us;
+  EXPECT_NEAR(cached.token.cpu_expert_us - cpu_nodes_us,
+              (1 - cached.decode_hit_rate()) * (plain.token.cpu_expert_us - cpu_nodes_us),
+              0.02 * (plain.token.cpu_expert_us - cpu_nodes_us));
+  const size_t sync = static_cast<size_t>(WaitCause::sync);
+  EXPECT_NEAR(cached.token.gpu_wait_us[sync], plain.token.gpu_wait_us[sync], 1e-6);
+  EXPECT_GT(cached.tg_tps, plain.tg_tps);
+}
+
+// kekzl/imp#1374's cache: a cold per-layer LRU of projection slots (gate, up, down: 3 per expert).
+// With room for every projection only first uses miss, and a use the prompt made is no decode
+// miss: the decode hit rate is exactly 1 − 3 · (experts first routed while decoding) / uses.
+TEST_F(SimulateCaches, ProjectionLruIsColdPerLayerAndCountsTheDecode) {
+  const SimModel& m = sizes_.sim;
+  SimRouting routing;
+  routing.mode = SimRoutingMode::locality;
+  const int64_t n_prompt = 8, n_decode = 32;
+  SimRouter router(routing, m.n_layer, m.n_expert, m.top_k);
+  std::vector<std::vector<uint8_t>> seen(static_cast<size_t>(m.n_layer), std::vector<uint8_t>(static_cast<size_t>(m.n_expert), 0));
+  std::vector<int32_t> ids(static_cast<size_t>(m.top_k));
+  uint64_t first_in_decode = 0;
+  for (int32_t l = 0; l < m.n_layer; ++l)
+    for (int64_t t = 0; t < n_prompt; ++t) {
+      router.next(l, ids.data());
+      for (int32_t e : ids) seen[static_cast<size_t>(l)][static_cast<size_t>(e)] = 1;
+    }
+  for (int64_t t = 0; t < n_decode; ++t)
+    for (int32_t l = 0; l < m.n_layer; ++l) {
+      router.next(l, ids.data());
+      for (int32_t e : ids) {
+        uint8_t& s = seen[static_cast<size_t>(l)][static_cast<size_t>(e)];
+        first_in_decode += s ? 0 : 1;
+        s = 1;
+      }
+    }
+  const ProjectionLruResult all = projection_lru_hit_rate(m, routing, 3 * m.n_expert, n_prompt, n_decode);
+  const uint64_t uses = uint64_t(n_decode) * uint64_t(m.n_layer) * uint64_t(m.top_k) * 3;
+  ASSERT_EQ(all.decode_uses, uses);
+  EXPECT_DOUBLE_EQ(all.decode_hit_rate, 1.0 - 3.0 * double(first_in_decode) / double(uses));
+  EXPECT_LT(all.all_hit_rate, all.decode_hit_rate);  // the prompt's first uses all miss
+  // Fewer slots, fewer hits; one token's projections fill 3·top_k slots, so with fewer a token
+  // evicts its own first projections before it ends.
+  const double mid = projection_lru_hit_rate(m, routing, 3 * m.top_k, n_prompt, n_decode).decode_hit_rate;
+  EXPECT_LT(mid, all.decode_hit_rate);
+  EXPECT_EQ(projection_lru_hit_rate(m, routing, 2, n_prompt, n_decode).decode_hit_rate, 0.0);
+  EXPECT_THROW(projection_lru_hit_rate(m, routing, 0, n_prompt, n_decode), Error);
 }
 
 }  // namespace
