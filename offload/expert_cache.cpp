@@ -21,7 +21,8 @@ ExpertCache::ExpertCache(int32_t n_slots, int32_t n_layer, int32_t n_expert, Evi
   pins_.assign(n, 0);
   last_.assign(n, 0);
   freq_.assign(n, 0.0);
-  listed_key_.assign(n, 0.0);
+  at_last_.resize(n);
+  at_key_.resize(n);
   where_.assign(static_cast<size_t>(n_layer) * static_cast<size_t>(n_expert), -1);
   layer_group_.assign(static_cast<size_t>(n_layer), 0);
   slot_group_.assign(n, 0);
@@ -96,9 +97,23 @@ void ExpertCache::unlist(int32_t slot) {
     g.free.erase(slot);
     return;
   }
-  g.by_last.erase({last_[s], slot});
-  if (policy_ == EvictionPolicy::lrfu) g.by_key.erase({listed_key_[s], slot});
+  spare_last_ = g.by_last.extract(at_last_[s]);
+  if (policy_ == EvictionPolicy::lrfu) spare_key_ = g.by_key.extract(at_key_[s]);
 }
+
+namespace {
+
+// Inserts `value` reusing `spare` when it holds a node. The hint: a slot is usually listed
+// right after a use at the latest tick, so it goes last (amortised O(1) when right).
+template <class Set>
+typename Set::iterator insert_reusing(Set& set, typename Set::node_type& spare,
+                                      typename Set::value_type value) {
+  if (spare.empty()) return set.insert(set.end(), value);
+  spare.value() = value;
+  return set.insert(set.end(), std::move(spare));
+}
+
+}  // namespace
 
 void ExpertCache::list(int32_t slot) {
   const auto s = static_cast<size_t>(slot);
@@ -108,10 +123,9 @@ void ExpertCache::list(int32_t slot) {
     g.free.insert(slot);
     return;
   }
-  g.by_last.insert({last_[s], slot});
-  if (policy_ != EvictionPolicy::lrfu) return;
-  listed_key_[s] = lrfu_key(slot);
-  g.by_key.insert({listed_key_[s], slot});
+  at_last_[s] = insert_reusing(g.by_last, spare_last_, {last_[s], slot});
+  if (policy_ == EvictionPolicy::lrfu)
+    at_key_[s] = insert_reusing(g.by_key, spare_key_, {lrfu_key(slot), slot});
 }
 
 int32_t ExpertCache::access(int32_t layer, int32_t expert, uint64_t now) {

@@ -94,11 +94,13 @@ class ExpertCache {
   // The slots one group may choose from. A slot is in `free` when empty and unpinned, in
   // `by_last` (and, for LRFU, `by_key`) when ready and unpinned; loading and pinned slots are in
   // none, which is how they are skipped without a scan.
+  using ByLast = std::set<std::pair<uint64_t, int32_t>>;  // (last use, slot): oldest first
+  using ByKey = std::set<std::pair<double, int32_t>>;     // (LRFU key, slot): lowest score first
   struct Group {
-    int32_t begin = 0, end = 0;                        // its slots [begin, end)
-    std::set<int32_t> free;                            // lowest index first
-    std::set<std::pair<uint64_t, int32_t>> by_last;    // (last use, slot): oldest first
-    std::set<std::pair<double, int32_t>> by_key;       // (LRFU key, slot): lowest score first
+    int32_t begin = 0, end = 0;  // its slots [begin, end)
+    std::set<int32_t> free;      // lowest index first
+    ByLast by_last;
+    ByKey by_key;
   };
 
   double score(int32_t slot, uint64_t now) const;
@@ -123,7 +125,12 @@ class ExpertCache {
   std::vector<int32_t> slot_group_;   // (n_slots) index into groups_
   std::vector<uint64_t> last_;        // (n_slots) tick of the last use
   std::vector<double> freq_;          // (n_slots) decayed use count as of last_
-  std::vector<double> listed_key_;    // (n_slots) the LRFU key the slot is listed under in by_key
+  // (n_slots) where a listed ready slot sits in its group's by_last / by_key: a hit re-orders
+  // its slot without a search, and reuses the node it took out (spare_*) instead of allocating.
+  std::vector<ByLast::iterator> at_last_;
+  std::vector<ByKey::iterator> at_key_;
+  ByLast::node_type spare_last_;
+  ByKey::node_type spare_key_;
   double max_freq_ = 1.0;             // the largest freq_ ever held (bounds rounding near underflow)
   uint64_t latest_tick_ = 0;          // the latest `now` seen
   std::vector<int32_t> where_;        // (n_layer·n_expert) slot or -1
