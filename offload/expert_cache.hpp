@@ -58,6 +58,11 @@ class ExpertCache {
   // ErrorKind::invalid_arg when a partition does not cover n_layer layers and n_slots slots.
   ExpertCache(int32_t n_slots, int32_t n_layer, int32_t n_expert, EvictionPolicy policy,
               const SlotPartition& partition = {}, double half_life_ticks = 4.0);
+  // Not copyable: it keeps iterators into its own sets (a move keeps them valid).
+  ExpertCache(const ExpertCache&) = delete;
+  ExpertCache& operator=(const ExpertCache&) = delete;
+  ExpertCache(ExpertCache&&) = default;
+  ExpertCache& operator=(ExpertCache&&) = default;
 
   int32_t n_slots() const { return static_cast<int32_t>(key_.size()); }
   // Slot holding (layer, expert), or -1. A loading slot counts as present (its copy is queued).
