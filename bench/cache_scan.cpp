@@ -1,17 +1,18 @@
-// The host time of the expert cache's victim choice, per slot scanned. ExpertCache::insert scans
-// every slot of the layer's size class for the policy's victim (offload/expert_cache.cpp
-// `victim`: LRFU computes each slot's decayed score, an exp2; LRU compares last uses), on the
-// host thread, for every copy-now miss, admission and prefetch. The simulator charges it per
-// insert (docs/simulator.md, model revision 8); this program measures the per-slot figure with
-// the engine's own cache.
+// The host time of the expert cache's victim choice, per insert, and of a hit (ExpertCache::access).
+// The engine inserts on the host thread for every copy-now miss, admission and prefetch. Up to
+// 2026-12-05 an insert scanned every slot of the layer's size class (LRFU: an exp2 per slot; the
+// simulator charges it per slot, docs/simulator.md, model revision 8: the old program printed ns
+// per slot, bench/results/2026-12-05-cache-scan-devvm.md); now the cache keeps its slots in
+// ordered sets (offload/expert_cache.hpp), so an insert costs O(log n) and a hit, which re-orders
+// the slot, does too: both are measured.
 //
-// A cache of N slots in one group is filled, then every insert evicts (each scans all N slots, none
-// pinned or empty). The engine's tick is its forward step (one a decoded token), so the clock moves
+// A cache of N slots in one group is filled, then every insert evicts (none pinned or empty). The engine's tick is its forward step (one a decoded token), so the clock moves
 // on once every --per-tick inserts (default 64, about one token's misses in the H200's 16G decode
 // with near-uniform routing): the slots' ages, hence LRFU's exp2 arguments, stay in the range a
 // decode sees (a tick per insert would push them into exp2's underflow path, which costs more).
 // Time is the thread's CPU time (CLOCK_THREAD_CPUTIME_ID), so a machine shared with other work
-// does not count the time slices it lost; the median of the repetitions.
+// does not count the time slices it lost; the median of the repetitions. A repetition times
+// `--inserts` evicting inserts, then as many hits (accesses of resident experts drawn at random).
 //
 //   bench_cache_scan [--slots 4000,2880] [--inserts 2000] [--per-tick 64] [-r 7]
 #include <fmt/format.h>
@@ -20,6 +21,7 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -36,8 +38,17 @@ double thread_cpu_ns() {
   return static_cast<double>(t.tv_sec) * 1e9 + static_cast<double>(t.tv_nsec);
 }
 
-// Median ns per scanned slot of `inserts` evicting inserts into a full cache of n_slots.
-double ns_per_slot(int32_t n_slots, EvictionPolicy policy, int32_t inserts, int32_t per_tick, int32_t reps) {
+struct Costs {
+  double insert_ns, hit_ns;  // medians
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Median ns per evicting insert into a full cache of n_slots, and per hit.
+Costs measure(int32_t n_slots, EvictionPolicy policy, int32_t inserts, int32_t per_tick, int32_t reps) {
   constexpr int32_t kLayers = 40, kExperts = 256;  // 35b-a3b's shape: keys never run out
   if (n_slots >= kLayers * kExperts) fail(ErrorKind::invalid_arg, "--slots {}: at most {}", n_slots, kLayers * kExperts - 1);
   ExpertCache cache(n_slots, kLayers, kExperts, policy);
@@ -52,14 +63,23 @@ double ns_per_slot(int32_t n_slots, EvictionPolicy policy, int32_t inserts, int3
     key = (key + 1) % (kLayers * kExperts);
   };
   for (int32_t i = 0; i < n_slots; ++i) insert_next();  // fills every slot: from now on each insert evicts
-  std::vector<double> per_slot;
+  std::mt19937 rng(1);
+  std::vector<int32_t> hit_slots(static_cast<size_t>(inserts));
+  std::vector<double> per_insert, per_hit;
   for (int32_t r = 0; r < reps; ++r) {
     const double t0 = thread_cpu_ns();
     for (int32_t i = 0; i < inserts; ++i) insert_next();
-    per_slot.push_back((thread_cpu_ns() - t0) / inserts / n_slots);
+    per_insert.push_back((thread_cpu_ns() - t0) / inserts);
+    for (auto& s : hit_slots) s = static_cast<int32_t>(rng() % static_cast<uint32_t>(n_slots));
+    const double t1 = thread_cpu_ns();
+    for (int32_t i = 0; i < inserts; ++i) {
+      if (++done % per_tick == 0) ++tick;
+      const int32_t s = hit_slots[static_cast<size_t>(i)];
+      if (cache.access(cache.layer_of(s), cache.expert_of(s), tick) != s) fail(ErrorKind::internal, "no hit");
+    }
+    per_hit.push_back((thread_cpu_ns() - t1) / inserts);
   }
-  std::sort(per_slot.begin(), per_slot.end());
-  return per_slot[per_slot.size() / 2];
+  return {median(per_insert), median(per_hit)};
 }
 
 }  // namespace
@@ -91,12 +111,12 @@ int main(int argc, char** argv) {
     }
     if (inserts < 1 || per_tick < 1 || reps < 1)
       fail(ErrorKind::invalid_arg, "--inserts, --per-tick and -r must be >= 1");
-    fmt::print("| slots scanned | policy | ns per slot (median of {}, thread CPU time) | us per insert |\n", reps);
+    fmt::print("| slots in the class | policy | ns per insert (median of {}, thread CPU time) | ns per hit |\n", reps);
     fmt::print("|---:|---|---:|---:|\n");
     for (int32_t n : slots)
       for (EvictionPolicy p : {EvictionPolicy::lrfu, EvictionPolicy::lru}) {
-        const double ns = ns_per_slot(n, p, inserts, per_tick, reps);
-        fmt::print("| {} | {} | {:.2f} | {:.1f} |\n", n, p == EvictionPolicy::lru ? "lru" : "lrfu", ns, ns * n / 1e3);
+        const Costs c = measure(n, p, inserts, per_tick, reps);
+        fmt::print("| {} | {} | {:.0f} | {:.0f} |\n", n, p == EvictionPolicy::lru ? "lru" : "lrfu", c.insert_ns, c.hit_ns);
       }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_cache_scan: %s\n", e.what());

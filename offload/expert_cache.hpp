@@ -17,7 +17,20 @@
 //          half-life (4 tokens) won a sweep on synthetic locality traces (tests/offload/
 //          test_expert_cache.cpp prints it; numbers in docs/decisions/0004-offload-engine.md).
 // A pinned slot (queued work reads it, or a copy into it is in flight) is never chosen.
+//
+// The victim is the first rule that applies, within the layer's group: the lowest-index empty
+// slot; else, among ready unpinned slots, the lowest score (LRU: all equal; LRFU: freq·2^(−age/
+// half_life)), ties to the oldest last use, then the lowest index. Loading and pinned slots are
+// skipped. The choice is made without scanning the group (an insert runs on the engine's host
+// thread for every miss, admission and prefetch; a scan of a 4000-slot class cost ~33 us): each
+// group keeps ordered sets of its free slots and its ready unpinned slots, updated on every use,
+// insert, state and pin change (O(log n) each). LRFU's scores all decay by the same factor, so
+// their order only changes when a slot is used: a slot is ordered by the time-invariant
+// key log2(freq) + last/half_life, and the few slots whose key is within rounding of the lowest
+// are compared by their exact scores as computed by score() (details in expert_cache.cpp `victim`).
+// Ticks never go back (ErrorKind::internal otherwise): the order assumes every age is >= 0.
 #include <cstdint>
+#include <set>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -45,6 +58,11 @@ class ExpertCache {
   // ErrorKind::invalid_arg when a partition does not cover n_layer layers and n_slots slots.
   ExpertCache(int32_t n_slots, int32_t n_layer, int32_t n_expert, EvictionPolicy policy,
               const SlotPartition& partition = {}, double half_life_ticks = 4.0);
+  // Not copyable: it keeps iterators into its own sets (a move keeps them valid).
+  ExpertCache(const ExpertCache&) = delete;
+  ExpertCache& operator=(const ExpertCache&) = delete;
+  ExpertCache(ExpertCache&&) = default;
+  ExpertCache& operator=(ExpertCache&&) = default;
 
   int32_t n_slots() const { return static_cast<int32_t>(key_.size()); }
   // Slot holding (layer, expert), or -1. A loading slot counts as present (its copy is queued).
@@ -78,8 +96,27 @@ class ExpertCache {
   std::pair<int32_t, int32_t> slots_of_layer(int32_t layer) const;
 
  private:
+  // The slots one group may choose from. A slot is in `free` when empty and unpinned, in
+  // `by_last` (and, for LRFU, `by_key`) when ready and unpinned; loading and pinned slots are in
+  // none, which is how they are skipped without a scan.
+  using ByLast = std::set<std::pair<uint64_t, int32_t>>;  // (last use, slot): oldest first
+  using ByKey = std::set<std::pair<double, int32_t>>;     // (LRFU key, slot): lowest score first
+  struct Group {
+    int32_t begin = 0, end = 0;  // its slots [begin, end)
+    std::set<int32_t> free;      // lowest index first
+    ByLast by_last;
+    ByKey by_key;
+  };
+
   double score(int32_t slot, uint64_t now) const;
+  double lrfu_key(int32_t slot) const;
   int32_t victim(int32_t layer, uint64_t now) const;
+  int32_t lrfu_victim(const Group& g, uint64_t now) const;
+  void check_tick(uint64_t now);
+  // Take a slot out of / put it into its group's sets as its state and pins say; every change of
+  // state, pins, last use or frequency happens between the two.
+  void unlist(int32_t slot);
+  void list(int32_t slot);
 
   EvictionPolicy policy_;
   int32_t n_layer_, n_expert_;
@@ -88,10 +125,19 @@ class ExpertCache {
   std::vector<int32_t> key_;          // (n_slots) layer·n_expert + expert, -1 empty
   std::vector<SlotState> state_;      // (n_slots)
   std::vector<int32_t> pins_;         // (n_slots)
-  std::vector<int32_t> group_begin_;  // (n_layer) first slot of the layer's group
-  std::vector<int32_t> group_end_;    // (n_layer) one past its last slot
+  std::vector<Group> groups_;         // (n_group)
+  std::vector<int32_t> layer_group_;  // (n_layer) index into groups_
+  std::vector<int32_t> slot_group_;   // (n_slots) index into groups_
   std::vector<uint64_t> last_;        // (n_slots) tick of the last use
   std::vector<double> freq_;          // (n_slots) decayed use count as of last_
+  // (n_slots) where a listed ready slot sits in its group's by_last / by_key: a hit re-orders
+  // its slot without a search, and reuses the node it took out (spare_*) instead of allocating.
+  std::vector<ByLast::iterator> at_last_;
+  std::vector<ByKey::iterator> at_key_;
+  ByLast::node_type spare_last_;
+  ByKey::node_type spare_key_;
+  double max_freq_ = 1.0;             // the largest freq_ ever held (bounds rounding near underflow)
+  uint64_t latest_tick_ = 0;          // the latest `now` seen
   std::vector<int32_t> where_;        // (n_layer·n_expert) slot or -1
   CacheCounters c_;
 };
