@@ -85,7 +85,8 @@ class Prefetcher {
   int32_t max_in_flight_;
   // The slots with a copy in flight, ascending (at most max_in_flight_): poll() runs once or twice
   // per MoE step and visits only these, in the slot order a scan of every slot would (a scan cost
-  // O(n_slots) per step: ~5 us per step at 2191 slots, bench/results/2026-12-05-offload-host-profile-devvm.md).
+  // O(n_slots) per step: ~5 us per step at 2191 slots,
+  // bench/results/2026-12-05-offload-host-profile-devvm.md).
   std::vector<int32_t> in_flight_slots_;
   std::unique_ptr<Stream> stream_;
   std::vector<Slot> slots_;  // (n_slots)
