@@ -48,7 +48,7 @@ void Prefetcher::issue(int32_t current_layer, uint64_t now) {
       continue;
     }
     if (cache_.find(p.layer, p.expert) >= 0) continue;  // present or already coming
-    if (n_in_flight_ >= max_in_flight_) {
+    if (static_cast<int32_t>(in_flight_slots_.size()) >= max_in_flight_) {
       keep.push_back(p);
       continue;
     }
@@ -66,7 +66,7 @@ void Prefetcher::issue(int32_t current_layer, uint64_t now) {
     s.unused = true;
     s.layer = p.layer;
     s.issued_at_us = now_us();
-    ++n_in_flight_;
+    track(slot);
     counters_->prefetch_issued(p.layer, expert_bytes(p.layer));
     counters_->add(Count::prefetch_bytes, expert_bytes(p.layer));
     counters_->h2d(p.layer, expert_bytes(p.layer));
@@ -76,7 +76,7 @@ void Prefetcher::issue(int32_t current_layer, uint64_t now) {
 
 void Prefetcher::admit(int32_t layer, int32_t expert, uint64_t now) {
   if (cache_.find(layer, expert) >= 0) return;
-  if (n_in_flight_ >= max_in_flight_) {
+  if (static_cast<int32_t>(in_flight_slots_.size()) >= max_in_flight_) {
     counters_->add(Count::admit_dropped);
     return;
   }
@@ -94,25 +94,41 @@ void Prefetcher::admit(int32_t layer, int32_t expert, uint64_t now) {
   s.unused = false;
   s.layer = layer;
   s.issued_at_us = now_us();
-  ++n_in_flight_;
+  track(slot);
   counters_->add(Count::admitted);
   counters_->add(Count::prefetch_bytes, expert_bytes(layer));
   counters_->h2d(layer, expert_bytes(layer));
 }
 
-void Prefetcher::complete(int32_t slot) {
-  Slot& s = slots_[static_cast<size_t>(slot)];
-  s.in_flight = false;
-  --n_in_flight_;
+void Prefetcher::track(int32_t slot) {
+  in_flight_slots_.insert(
+      std::lower_bound(in_flight_slots_.begin(), in_flight_slots_.end(), slot), slot);
+}
+
+void Prefetcher::settle(int32_t slot) {
+  slots_[static_cast<size_t>(slot)].in_flight = false;
   cache_.mark_ready(slot);
   cache_.unpin(slot);
 }
 
+void Prefetcher::complete(int32_t slot) {
+  settle(slot);
+  const auto it = std::lower_bound(in_flight_slots_.begin(), in_flight_slots_.end(), slot);
+  if (it == in_flight_slots_.end() || *it != slot)
+    fail(ErrorKind::internal, "prefetcher: slot {} completed without a copy in flight", slot);
+  in_flight_slots_.erase(it);
+}
+
 void Prefetcher::poll() {
-  for (int32_t slot = 0; slot < static_cast<int32_t>(slots_.size()); ++slot) {
-    Slot& s = slots_[static_cast<size_t>(slot)];
-    if (s.in_flight && s.done->query()) complete(slot);
+  // In place: the slots still in flight move down over the ones that landed.
+  size_t kept = 0;
+  for (const int32_t slot : in_flight_slots_) {
+    if (slots_[static_cast<size_t>(slot)].done->query())
+      settle(slot);
+    else
+      in_flight_slots_[kept++] = slot;
   }
+  in_flight_slots_.resize(kept);
 }
 
 void Prefetcher::wait(int32_t slot) {
