@@ -89,16 +89,22 @@ double ExpertCache::lrfu_key(int32_t slot) const {
   return std::log2(freq_[s]) + static_cast<double>(last_[s]) / half_life_;
 }
 
-void ExpertCache::unlist(int32_t slot) {
+ExpertCache::Group* ExpertCache::listing_group(int32_t slot) {
   const auto s = static_cast<size_t>(slot);
-  if (pins_[s] > 0 || state_[s] == SlotState::loading) return;
-  Group& g = groups_[static_cast<size_t>(slot_group_[s])];
+  if (pins_[s] > 0 || state_[s] == SlotState::loading) return nullptr;
+  return &groups_[static_cast<size_t>(slot_group_[s])];
+}
+
+void ExpertCache::unlist(int32_t slot) {
+  Group* g = listing_group(slot);
+  if (!g) return;
+  const auto s = static_cast<size_t>(slot);
   if (state_[s] == SlotState::empty) {
-    g.free.erase(slot);
+    g->free.erase(slot);
     return;
   }
-  spare_last_ = g.by_last.extract(at_last_[s]);
-  if (policy_ == EvictionPolicy::lrfu) spare_key_ = g.by_key.extract(at_key_[s]);
+  spare_last_ = g->by_last.extract(at_last_[s]);
+  if (policy_ == EvictionPolicy::lrfu) spare_key_ = g->by_key.extract(at_key_[s]);
 }
 
 namespace {
@@ -116,16 +122,16 @@ typename Set::iterator insert_reusing(Set& set, typename Set::node_type& spare,
 }  // namespace
 
 void ExpertCache::list(int32_t slot) {
+  Group* g = listing_group(slot);
+  if (!g) return;
   const auto s = static_cast<size_t>(slot);
-  if (pins_[s] > 0 || state_[s] == SlotState::loading) return;
-  Group& g = groups_[static_cast<size_t>(slot_group_[s])];
   if (state_[s] == SlotState::empty) {
-    g.free.insert(slot);
+    g->free.insert(slot);
     return;
   }
-  at_last_[s] = insert_reusing(g.by_last, spare_last_, {last_[s], slot});
+  at_last_[s] = insert_reusing(g->by_last, spare_last_, {last_[s], slot});
   if (policy_ == EvictionPolicy::lrfu)
-    at_key_[s] = insert_reusing(g.by_key, spare_key_, {lrfu_key(slot), slot});
+    at_key_[s] = insert_reusing(g->by_key, spare_key_, {lrfu_key(slot), slot});
 }
 
 int32_t ExpertCache::access(int32_t layer, int32_t expert, uint64_t now) {

@@ -27,7 +27,8 @@
 // insert, state and pin change (O(log n) each). LRFU's scores all decay by the same factor, so
 // their order only changes when a slot is used: a slot is ordered by the time-invariant
 // key log2(freq) + last/half_life, and the few slots whose key is within rounding of the lowest
-// are compared by their exact scores as computed by score() (details in expert_cache.cpp `victim`).
+// are compared by their exact scores as computed by score() (details in expert_cache.cpp
+// `lrfu_victim`).
 // Ticks never go back (ErrorKind::internal otherwise): the order assumes every age is >= 0.
 #include <cstdint>
 #include <set>
@@ -113,6 +114,8 @@ class ExpertCache {
   int32_t victim(int32_t layer, uint64_t now) const;
   int32_t lrfu_victim(const Group& g, uint64_t now) const;
   void check_tick(uint64_t now);
+  // The group whose sets hold `slot` as its state and pins say, or nullptr (pinned or loading).
+  Group* listing_group(int32_t slot);
   // Take a slot out of / put it into its group's sets as its state and pins say; every change of
   // state, pins, last use or frequency happens between the two.
   void unlist(int32_t slot);
