@@ -56,29 +56,32 @@ def band_err(lo, hi, ref):
     return err(lo if ref < lo else hi, ref)
 
 
-def decision_diagnostic(h200):
-    """Not a figure of the error table: the offloaded H200 decode rows again with `--cold copy`.
-    The measured runs' `wait` column is the host's time blocked on copies (bench_run.cpp: copy
-    waits only), and per decode miss it is one expert's copy (~50 us), at both budgets and both
-    routings: the engine, deciding with its start-up calibration, copied its misses; the simulated
-    engine, deciding with the simulator's rates, computes them on the CPU."""
-    print("### Diagnostic (not a compared figure): the H200 offloaded decode with the decision the "
-          "measured copy waits show (`--cold copy`)\n")
-    print("| budget | routing | measured tg64 | simulated (default decision) | simulated `--cold copy` | error "
-          "with `--cold copy` | measured copy wait per token | simulated copy wait per token |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
-    meas = {("16G", "model"): (71.86, 25.8), ("16G", "locality"): (122.60, 6.2),
-            ("12G", "model"): (47.61, 32.6), ("12G", "locality"): (112.69, 11.6)}
-    for (vram, routing), (tg, wait_pct) in meas.items():
+def decision_diagnostic(label, cmd, meas):
+    """Not a figure of the error table: the offloaded decode rows of one GPU run beside the
+    simulator's breakdown of the same runs. The measured `wait` column is the host's time blocked
+    on copies (copy waits only: offload/offload_executor.cpp), about one expert's copy per decode
+    miss at both budgets and both routings: the engine copied its misses. Since model revision 12
+    the host profiles say so (offload_decode_cold: copy), and the simulated engine copies them too;
+    `--cold cpu` is the choice the calibration derived from the simulated rates would make."""
+    print(f"### Diagnostic (not a compared figure): the {label} offloaded decode, measured --stats beside "
+          "the simulated breakdown (`-p 0 -n 64`)\n")
+    print("| budget | routing | measured tg64 | simulated (measured decision: copy) | simulated `--cold cpu` | "
+          "measured hit / H2D per token | simulated hit / H2D | measured copy wait per token | "
+          "simulated copy wait per token | simulated CPU experts per token |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for (vram, routing), (tg, wait_pct, hit, h2d) in meas.items():
         sim_routing = "uniform" if routing == "model" else "locality"
-        base = f"{h200} --vram {vram} --routing {sim_routing} -p 0 -n 64"
-        d = blocks(run(base), "ferry")[0]
-        out = run(f"{base} --cold copy")
-        c = blocks(out, "ferry")[0]
-        w = re.search(r"^ferry: per decoded token ([\d.]+) us .*GPU waits: copy ([\d.]+)", out, re.M)
+        strategy = "" if "--strategy" in cmd else " --strategy ferry"
+        base = f"{cmd}{strategy} --vram {vram} --routing {sim_routing} -p 0 -n 64"
+        out = run(base)
+        d = blocks(out, "ferry")[0]
+        c = blocks(run(f"{base} --cold cpu"), "ferry")[0]
+        w = re.search(r"^ferry: per decoded token ([\d.]+) us .*CPU experts ([\d.]+),.*GPU waits: copy ([\d.]+)",
+                      out, re.M)
         meas_wait_ms = wait_pct / 100.0 * 1000.0 / tg
-        print(f"| {vram} | {routing} | {tg:.1f} | {d['tg']:.1f} | {c['tg']:.1f} | {err(c['tg'], tg)} | "
-              f"{meas_wait_ms:.2f} ms | {float(w.group(2)) / 1000.0:.2f} ms |")
+        print(f"| {vram} | {routing} | {tg:.1f} | {d['tg']:.1f} ({err(d['tg'], tg)}) | {c['tg']:.1f} ({err(c['tg'], tg)}) | "
+              f"{hit:.1f}% / {h2d:.1f} MiB | {d['hit']:.1f}% / {d['h2d']:.1f} MiB | {meas_wait_ms:.2f} ms | "
+              f"{float(w.group(3)) / 1000.0:.2f} ms | {float(w.group(2)) / 1000.0:.2f} ms |")
     print()
 
 
@@ -195,7 +198,9 @@ def main():
             errors.append((f"H200 {vram} {routing} {test}", abs(sim - ref) / ref))
     print("\n(The resident tg64 was also measured at 146.3 with graphs and 152.2 eager in "
           "bench_gpu_e2e's tg128; the `ferry bench` rows are the ones compared.)\n")
-    decision_diagnostic(h200)
+    decision_diagnostic("H200 (the engine of 2026-12-04)", h200,
+                        {("16G", "model"): (71.86, 25.8, 77.8, 129.04), ("16G", "locality"): (122.60, 6.2, 96.5, 20.38),
+                         ("12G", "model"): (47.61, 32.6, 56.3, 254.35), ("12G", "locality"): (112.69, 11.6, 92.8, 41.85)})
 
     print("## Published figures\n")
     print("| figure | published | simulated | error | command (`ferry ...`) |")
@@ -224,15 +229,18 @@ def main():
     print(f"| 5070 Ti llama.cpp fit, KV q4_0, pp2048 (band) | ~1280 | {lo_pp:.0f}-{hi_pp:.0f} | {band_err(lo_pp, hi_pp, 1280)} | same |")
     errors.append(("5070 Ti fit tg", 0 if lo_tg <= 101 <= hi_tg else min(abs(lo_tg - 101), abs(hi_tg - 101)) / 101))
     errors.append(("5070 Ti fit pp2048", 0 if lo_pp <= 1280 <= hi_pp else min(abs(lo_pp - 1280), abs(hi_pp - 1280)) / 1280))
-    c5060 = f"simulate {M35} --gpu rtx5060ti-16g --ncmoe 14 --strategy llamacpp -p 512 -n 64"
+    # Published in ikawrakow/ik_llama.cpp#1593 (a comment's table: RTX 5060 Ti, CUDA 12.8, stock
+    # llama.cpp b8125, Qwen3.5-35B-A3B Q4_K_M 21 GB, ncmoe 14, 1 slot, 16K context: gen 52, prefill
+    # 104 tok/s; host not stated): its stated context is used (model revision 12).
+    c5060 = f"simulate {M35} --gpu rtx5060ti-16g -c 16384 --ncmoe 14 --strategy llamacpp -p 512 -n 64"
     b = blocks(run(c5060), "llamacpp_ncmoe")
     lo, hi = min(x["tg"] for x in b), max(x["tg"] for x in b)
     print(f"| 5060 Ti llama.cpp -ncmoe 14 tg (band) | 52 | {lo:.1f}-{hi:.1f} | {band_err(lo, hi, 52)} | `{c5060}` |")
     errors.append(("5060 Ti -ncmoe 14 tg", 0 if lo <= 52 <= hi else min(abs(lo - 52), abs(hi - 52)) / 52))
-    # kekzl/imp#1374 (model revision 11): Qwen3-30B-A3B Q4_K_M, all experts host-resident, a cold
-    # per-layer LRU of P projection slots (gate, up or down of one expert; 24 = 3 x top-8), an
-    # 8-token prompt (--bench-pp 8) then 256 decoded tokens, one repetition. Compared: the hit rate
-    # over the decoded tokens (the prompt's uses warm the cache but are not counted; with them
+    # kekzl/imp#1374 (model revision 11; its code's access order since revision 12): Qwen3-30B-A3B
+    # Q4_K_M, all experts host-resident, a cold per-layer LRU of P projection slots (gate, up or
+    # down of one expert; 24 = 3 x top-8), an 8-token prompt (--bench-pp 8) then 256 decoded
+    # tokens, one repetition. Compared: the hit rate over the decoded tokens (with the prompt's uses
     # counted, shown beside).
     for proj, ref in ((24, 36.6), (73, 74.1), (146, 89.4), (244, 96.2)):
         for routing, label in (("locality", "locality"), (f"locality:{trained['qwen3moe']}", "trained stats")):
@@ -263,6 +271,10 @@ def main():
                   f"{rng(e['ferry'], 'pp_tps')} | {rng(e['llamacpp_fit'], 'pp_tps')} | {rng(e['llamacpp_ncmoe'], 'pp_tps')} |")
     h100_errors = []
     h100_section(h100_errors)
+    print()
+    decision_diagnostic("H100 (the engine of 2026-12-05: fused decode launches)", H100,
+                        {("16G", "model"): (77.03, 24.4, 78.5, 125.16), ("16G", "locality"): (118.69, 3.6, 97.9, 11.95),
+                         ("12G", "model"): (58.31, 37.7, 56.1, 255.03), ("12G", "locality"): (112.42, 7.6, 95.4, 26.68)})
     print("\n## Summary of errors\n")
     for name, errs in (("Issue 28's figures (H200 and published)", errors), ("H100 figures", h100_errors)):
         over = [n for n, e in errs if e > 0.20]

@@ -121,6 +121,9 @@ class Run {
     res_.strategy = SimStrategy::ferry;
     res_.n_slots = plan_.n_slots;
     res_.experts_on_gpu_fraction = plan_.resident_fraction();
+    if (o.cold == ColdMode::auto_ && r.measured_decode_cold && !resident_)
+      res_.note = fmt::format("decode misses: {}, as the engine decided when measured on {}",
+                              name_of(kColdModes, *r.measured_decode_cold), r.host);
   }
 
   SimResult run() {
@@ -351,7 +354,12 @@ class Run {
                    bytes, 0.0};
     if (st.where == Residence::in_flight)
       st.copy_remaining_us = std::max(0.0, slot_ready_[static_cast<size_t>(slot)] - now());
-    const Decision d = decide(st, cost_, DecideContext{o_.cold, n_tokens, decode, false});
+    // A decode miss on a host where the engine's decision was measured follows it (model
+    // revision 12); an explicit --cold overrides, as it does the engine's calibration.
+    const ColdMode cold = o_.cold == ColdMode::auto_ && decode && r_.measured_decode_cold
+                              ? *r_.measured_decode_cold
+                              : o_.cold;
+    const Decision d = decide(st, cost_, DecideContext{cold, n_tokens, decode, false});
     const bool hit = st.where == Residence::ready;
     hit ? ++res_.hits : ++res_.misses;
     if (st.where == Residence::in_flight) ++res_.inflight;

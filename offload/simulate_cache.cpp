@@ -49,37 +49,46 @@ ProjectionLruResult projection_lru_hit_rate(const SimModel& m, const SimRouting&
   ExpertCache cache(slots_per_layer * m.n_layer, m.n_layer, m.n_expert * kProjections,
                     EvictionPolicy::lru, part);
   // Each access its own tick: the LRU orders every use, within a token too.
-  uint64_t tick = 0, uses = 0, hits = 0, decode_uses = 0, decode_hits = 0;
-  const auto use = [&](int32_t layer, int32_t expert, bool decoding) {
-    for (int32_t p = 0; p < kProjections; ++p) {
-      const int32_t key = expert * kProjections + p;
-      const bool hit = cache.access(layer, key, ++tick) >= 0;
-      if (!hit) cache.mark_ready(cache.insert(layer, key, tick));
-      ++uses;
-      hits += hit ? 1 : 0;
-      decode_uses += decoding ? 1 : 0;
-      decode_hits += decoding && hit ? 1 : 0;
-    }
+  uint64_t tick = 0, uses = 0, hits = 0, prompt_uses = 0, decode_uses = 0, decode_hits = 0;
+  const auto use = [&](int32_t layer, int32_t expert, int32_t projection, bool decoding) {
+    const int32_t key = expert * kProjections + projection;
+    const bool hit = cache.access(layer, key, ++tick) >= 0;
+    if (!hit) cache.mark_ready(cache.insert(layer, key, tick));
+    ++uses;
+    hits += hit ? 1 : 0;
+    prompt_uses += decoding ? 0 : 1;
+    decode_uses += decoding ? 1 : 0;
+    decode_hits += decoding && hit ? 1 : 0;
   };
+  constexpr int32_t kGate = 0, kUp = 1, kDown = 2;
   std::vector<int32_t> ids(static_cast<size_t>(m.top_k));
   std::vector<int32_t> batch;
   for (int32_t l = 0; l < m.n_layer; ++l) {
-    // The prompt is one batch: each expert it routes to computed once, in first-routed order.
+    // The prompt is one batch: the experts it routes to, by id (imp's legacy prefill path walks
+    // its expert offsets in id order), through the cache only if all their projections fit.
     batch.clear();
     for (int64_t t = 0; t < n_prompt; ++t) {
       router.next(l, ids.data());
       for (int32_t e : ids)
         if (std::find(batch.begin(), batch.end(), e) == batch.end()) batch.push_back(e);
     }
-    for (int32_t e : batch) use(l, e, false);
+    if (static_cast<int64_t>(batch.size()) * kProjections > slots_per_layer) continue;
+    std::sort(batch.begin(), batch.end());
+    for (int32_t e : batch) {
+      use(l, e, kGate, false);
+      use(l, e, kUp, false);
+    }
+    for (int32_t e : batch) use(l, e, kDown, false);
   }
   for (int64_t t = 0; t < n_decode; ++t)
     for (int32_t l = 0; l < m.n_layer; ++l) {
       router.next(l, ids.data());
-      for (int32_t e : ids) use(l, e, true);
+      for (int32_t p : {kGate, kUp, kDown})
+        for (int32_t e : ids) use(l, e, p, true);
     }
   ProjectionLruResult r;
   r.decode_uses = decode_uses;
+  r.prompt_uses = prompt_uses;
   r.decode_hit_rate = decode_uses ? double(decode_hits) / double(decode_uses) : 0.0;
   r.all_hit_rate = uses ? double(hits) / double(uses) : 0.0;
   return r;

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "runtime/core/error.hpp"
+#include "runtime/core/named.hpp"
 
 namespace ferry {
 namespace {
@@ -124,6 +125,12 @@ SimRates sim_rates(const HardwareProfile& gpu, const HardwareProfile& host,
   // As rates_from_profile (cost_model.cpp): a copy costs about two launches of latency.
   r.copy_latency_us = 2.0 * r.launch_us;
   r.launches_per_layer = p.number("launches_per_layer");
+  if (host.has("offload_decode_cold")) {
+    const ColdMode c = parse_named(kColdModes, host.text("offload_decode_cold"), "offload_decode_cold");
+    if (c != ColdMode::cpu && c != ColdMode::copy)
+      fail(ErrorKind::format, "host profile {}: offload_decode_cold must be cpu or copy", host.id);
+    r.measured_decode_cold = c;
+  }
   r.kernel_floor_us = p.number("kernel_floor_us");
   r.scan_lrfu_ns_per_slot = p.number("cache_scan_ns_per_slot.lrfu");
   r.scan_lru_ns_per_slot = p.number("cache_scan_ns_per_slot.lru");

@@ -21,10 +21,12 @@
 //   cache victim scan     = slots of the size class × ns per slot (by policy; one host core)
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "offload/cost_model.hpp"
 #include "offload/hardware_profile.hpp"
+#include "offload/offload.hpp"
 #include "runtime/core/types.hpp"
 
 namespace ferry {
@@ -39,6 +41,11 @@ struct SimRates {
   double sync_us = 0;      // launch + synchronize round trip (a host-routed MoE step's routing)
   double launches_per_layer = 0;
   double kernel_floor_us = 0;  // the shortest a kernel takes on the GPU (Ferry's eager launches)
+  // What the engine did with its decode misses on this host when it was measured there (the host
+  // profile's "offload_decode_cold", cpu or copy; model revision 12): --stats' copy waits say
+  // which, where the start-up calibration that decides it was not printed. Empty: the simulated
+  // engine decides with the calibration it would derive on the simulated hardware.
+  std::optional<ColdMode> measured_decode_cold;
   // Host time per slot the expert cache's victim choice scans (ExpertCache::insert: every slot of
   // the layer's size class), by eviction policy (model revision 8).
   double scan_lrfu_ns_per_slot = 0, scan_lru_ns_per_slot = 0;

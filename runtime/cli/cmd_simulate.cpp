@@ -62,8 +62,8 @@ int run_simulate(int argc, char** argv) {
                  "experts of a 512-token routing profile on the GPU, the rest on the CPU)");
   app.add_option("--projection-lru", projection_lru,
                  "also print the hit rate of a cold per-layer LRU of N projection slots (gate, up or "
-                 "down of one expert; kekzl/imp#1374's cache) over the -n decoded tokens after the "
-                 "-p prompt tokens");
+                 "down of one expert; kekzl/imp#1374's cache, used in its code's order: a token's gates, "
+                 "then ups, then downs) over the -n decoded tokens after the -p prompt tokens");
   app.add_option("--trace", trace, "write a Perfetto trace of Ferry's run in virtual time");
   app.add_option("--strategy", strategies, "all | ferry | llamacpp (fit and best -ncmoe) | none (only --projection-lru)")->capture_default_str();
   bool stop = false;

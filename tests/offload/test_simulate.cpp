@@ -16,6 +16,7 @@
 #include "offload/simulate_llamacpp.hpp"
 #include "offload/simulate_routing.hpp"
 #include "runtime/moe/placement_profile.hpp"
+#include "runtime/moe/routing_trace.hpp"
 #include "offload_test_util.hpp"
 #include "runtime/plan/plan_model.hpp"
 #include "tests/offload/run_command.hpp"
@@ -160,6 +161,42 @@ TEST_F(SimulateCacheScan, EachInsertScansItsSizeClass) {
   const SimResult c = simulate_ferry(m, rates_, o);
   EXPECT_NEAR(c.token.cache_scan_us * double(c.decode_tokens) / double(c.copy_now) / per_insert_us,
               rates_.scan_lru_ns_per_slot / rates_.scan_lrfu_ns_per_slot, 0.01);
+}
+
+// Model revision 12: on a host where the engine's decode-miss decision was measured (its
+// profile's offload_decode_cold) the simulated engine copies its decode misses as the measured one
+// did, where the calibration it would derive there computes them on the CPU; --cold overrides both.
+TEST_F(SimulateCacheScan, MeasuredDecodeDecisionOfItsHost) {
+  const HardwareProfile p = load_hardware_profile(kProfiles + "/simulator.json");
+  const HardwareProfile h200 = find_hardware_profile(kProfiles, ProfileKind::gpu, "h200");
+  const SimRates measured = sim_rates(h200, find_hardware_profile(kProfiles, ProfileKind::host, "h200-host-16c"), p);
+  ASSERT_EQ(measured.measured_decode_cold, ColdMode::copy);
+  EXPECT_FALSE(rates_.measured_decode_cold.has_value());  // a desktop host: nothing measured
+  SimRates derived = measured;
+  derived.measured_decode_cold.reset();
+  SimOptions o;
+  o.budget_bytes = 12ull << 30;
+  o.n_prompt = 0;
+  o.n_decode = 16;
+  o.routing.mode = SimRoutingMode::uniform;
+  const SimModel& m = sizes_.sim;
+  const SimResult copied = simulate_ferry(m, measured, o);
+  ASSERT_GT(copied.misses, 0u);
+  EXPECT_EQ(copied.copy_now, copied.misses);
+  EXPECT_EQ(copied.cpu_experts, 0u);
+  EXPECT_NE(copied.note.find("decode misses: copy"), std::string::npos) << copied.note;
+  const SimResult computed = simulate_ferry(m, derived, o);
+  EXPECT_EQ(computed.copy_now, 0u);
+  EXPECT_GT(computed.cpu_experts, 0u);
+  o.cold = ColdMode::cpu;
+  EXPECT_EQ(simulate_ferry(m, measured, o).copy_now, 0u);
+  // Only cpu or copy is a decision the profile can state.
+  const std::string bad = R"({"format": "ferry-hardware-profile", "version": 1, "kind": "host", "id": "x",
+    "name": "x", "figures": {"dram_bandwidth_gbps": {"value": 50, "label": "spec", "source": "s"},
+    "cores": {"value": 8, "label": "spec", "source": "s"}, "threads": {"value": 8, "label": "spec", "source": "s"},
+    "isa": {"value": "avx2", "label": "spec", "source": "s"},
+    "offload_decode_cold": {"value": "mapped", "label": "measured", "source": "s"}}})";
+  EXPECT_THROW(sim_rates(h200, parse_hardware_profile(bad, "bad.json"), p), Error);
 }
 
 TEST_F(LlamaPlacements, NcmoeFirstLayersFitLastLayers) {
@@ -346,6 +383,40 @@ TEST_F(SimulateCaches, ProjectionLruIsColdPerLayerAndCountsTheDecode) {
   EXPECT_LT(mid, all.decode_hit_rate);
   EXPECT_EQ(projection_lru_hit_rate(m, routing, 2, n_prompt, n_decode).decode_hit_rate, 0.0);
   EXPECT_THROW(projection_lru_hit_rate(m, routing, 0, n_prompt, n_decode), Error);
+}
+
+// Model revision 12: kekzl/imp's order. A decoded token looks up every routed expert's gate, then
+// every up, then every down (its run_moe_decode_fast); a prompt batch goes through the cache only
+// when all its experts' projections fit the layer's slots, by expert id, gates and ups before the
+// downs (its run_moe_legacy_fallback_). Hand-made routings whose counts differ from any other order.
+TEST_F(SimulateCaches, ProjectionLruFollowsImpsOrder) {
+  SimModel m = sizes_.sim;
+  m.top_k = 2;
+  const std::string path = test::scratch_dir() + "/imp-order.frrt";
+  {
+    RoutingTraceWriter w(path, RoutingTraceHeader{m.n_layer, m.n_expert, m.top_k});
+    const std::vector<int32_t> ids = {0, 1, 0, 1, 2, 0};  // tokens (0,1) (0,1) (2,0)
+    const std::vector<float> weights(ids.size(), 0.5f);
+    for (int32_t l = 0; l < m.n_layer; ++l) w.append(l, 3, ids.data(), weights.data());
+    w.finish();
+  }
+  const SimRouting trace = parse_sim_routing("trace:" + path);
+  // 7 slots, no prompt: 9 of a layer's 18 uses hit (expert by expert, gate-up-down each, 6 would:
+  // there the third token's first misses evict the gate and up of the expert it uses next).
+  const ProjectionLruResult decode = projection_lru_hit_rate(m, trace, 7, 0, 3);
+  ASSERT_EQ(decode.decode_uses, uint64_t(18) * uint64_t(m.n_layer));
+  EXPECT_EQ(decode.prompt_uses, 0u);
+  EXPECT_DOUBLE_EQ(decode.decode_hit_rate, 0.5);
+  // A prompt of (0,1) (0,1) routes to 2 experts, 6 projections: with 5 slots the cache is not
+  // touched and the third token (2,0) finds it empty; with 7 the prompt fills it (gate 0, up 0,
+  // gate 1, up 1, down 0, down 1) and the third token hits gate 0 and down 0 (up 0 is evicted by
+  // up 2 before it is looked up).
+  const ProjectionLruResult bypass = projection_lru_hit_rate(m, trace, 5, 2, 1);
+  EXPECT_EQ(bypass.prompt_uses, 0u);
+  EXPECT_DOUBLE_EQ(bypass.decode_hit_rate, 0.0);
+  const ProjectionLruResult filled = projection_lru_hit_rate(m, trace, 7, 2, 1);
+  EXPECT_EQ(filled.prompt_uses, uint64_t(6) * uint64_t(m.n_layer));
+  EXPECT_DOUBLE_EQ(filled.decode_hit_rate, 2.0 / 6.0);
 }
 
 }  // namespace
