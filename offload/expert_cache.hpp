@@ -23,8 +23,8 @@
 // half_life)), ties to the oldest last use, then the lowest index. Loading and pinned slots are
 // skipped. The choice is made without scanning the group (an insert runs on the engine's host
 // thread for every miss, admission and prefetch; a scan of a 4000-slot class cost ~33 us): each
-// group keeps ordered sets of its free slots and its ready unpinned slots, updated on every use,
-// insert, state and pin change (O(log n) each). LRFU's scores all decay by the same factor, so
+// group keeps an ordered set of its free slots and one of its ready unpinned slots (LRU: by
+// last use; LRFU: by the key below), O(log n) per change. LRFU's scores all decay by the same factor, so
 // their order only changes when a slot is used: a slot is ordered by the time-invariant
 // key log2(freq) + last/half_life, and the few slots whose key is within rounding of the lowest
 // are compared by their exact scores as computed by score() (details in expert_cache.cpp
