@@ -90,15 +90,18 @@ int64_t DeviceStep::cpu_part(const MoeStep& req, const std::vector<Resolved>& cp
                              const ExpertGroups& groups, int32_t* row_idx, Tracer* tracer) {
   const ExpertShape& shape = res_.shape(req.layer);
   const int64_t E = req.n_embd, K = req.top_k, n = req.n_tokens;
-  std::vector<uint8_t> on_cpu(static_cast<size_t>(res_.host_layer(req.layer).n_expert), 0);
+  std::vector<uint8_t>& on_cpu = on_cpu_;
+  on_cpu.assign(static_cast<size_t>(res_.host_layer(req.layer).n_expert), 0);
   for (const Resolved& x : cpu) on_cpu[static_cast<size_t>(x.expert)] = 1;
   // The CPU experts write their rows at their (token, slot) positions of the pinned rows buffer,
   // (n, k, n_embd), with the CPU executor's code: one token as compute_decode, a group as the CPU
   // executor computes it (its pairs in token order, one batch).
   auto* rows = static_cast<float*>(cpu_rows_.data());
   if (n == 1) {
-    std::vector<ExpertPtrs> w(static_cast<size_t>(K));
-    std::vector<uint8_t> mask(static_cast<size_t>(K), 0);
+    std::vector<ExpertPtrs>& w = cpu_w_;
+    std::vector<uint8_t>& mask = cpu_mask_;
+    w.assign(static_cast<size_t>(K), ExpertPtrs{});
+    mask.assign(static_cast<size_t>(K), 0);
     for (int64_t j = 0; j < K; ++j) {
       const int32_t e = req.expert_ids[j];
       mask[static_cast<size_t>(j)] = on_cpu[static_cast<size_t>(e)];
@@ -144,9 +147,14 @@ void DeviceStep::run(const StepPlan& plan, const MoeStep& req, const MoeStep& de
 
   // The step's table: slot and mapped experts first, then the two staging slots; local ids per
   // pair.
-  std::vector<ExpertPtrs> table;
-  std::vector<int32_t> index(static_cast<size_t>(n_expert), -1);
-  std::vector<Resolved> cpu, streamed;
+  std::vector<ExpertPtrs>& table = table_;
+  std::vector<int32_t>& index = index_;
+  std::vector<Resolved>& cpu = cpu_;
+  std::vector<Resolved>& streamed = streamed_;
+  table.clear();
+  index.assign(static_cast<size_t>(n_expert), -1);
+  cpu.clear();
+  streamed.clear();
   for (const Resolved& x : used) {
     if (x.pinned_slot >= 0 || x.mapped) {
       index[static_cast<size_t>(x.expert)] = static_cast<int32_t>(table.size());
@@ -173,8 +181,12 @@ void DeviceStep::run(const StepPlan& plan, const MoeStep& req, const MoeStep& de
   grow(y_dev_, y_bytes(n, static_cast<int32_t>(K), E), "offload per-slot outputs");
   grow(cpu_rows_, y_bytes(n, static_cast<int32_t>(K), E));
   auto* h = static_cast<uint8_t*>(step_host_.data());
-  const ExpertGroups groups = group_by_expert(req.expert_ids, nk, n_expert);
-  std::vector<int64_t> pair_start(streamed.size() + 1, 0);
+  // The pairs by expert: read by the streamed experts and by a batch's CPU experts only (a
+  // decode's CPU experts take the routing as it is).
+  ExpertGroups groups;
+  if (n > 1 || !streamed.empty()) groups = group_by_expert(req.expert_ids, nk, n_expert);
+  std::vector<int64_t>& pair_start = pair_start_;
+  pair_start.assign(streamed.size() + 1, 0);
   if (!by_value) {
     std::copy(table.begin(), table.end(), reinterpret_cast<ExpertPtrs*>(h));
     auto* ids = reinterpret_cast<int32_t*>(h + lay.off_ids);

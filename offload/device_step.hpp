@@ -90,6 +90,13 @@ class DeviceStep {
   HostBuffer step_host_, cpu_rows_;  // pinned
   DeviceBuffer step_dev_, y_dev_;
   std::unique_ptr<Event> kernels_done_, cpu_ready_, stream_begin_, stream_end_;
+  // Per-step scratch of run() and cpu_part(), cleared and refilled each step: no allocation per
+  // MoE step once they have grown (they were ~10 small ones a step).
+  std::vector<ExpertPtrs> table_, cpu_w_;
+  std::vector<int32_t> index_;
+  std::vector<Resolved> cpu_, streamed_;
+  std::vector<int64_t> pair_start_;
+  std::vector<uint8_t> on_cpu_, cpu_mask_;
   bool pending_cpu_wait_ = false, pending_stream_ = false;
 };
 

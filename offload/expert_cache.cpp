@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <limits>
 #include <numeric>
 
@@ -23,6 +24,8 @@ ExpertCache::ExpertCache(int32_t n_slots, int32_t n_layer, int32_t n_expert, Evi
   freq_.assign(n, 0.0);
   at_last_.resize(n);
   at_key_.resize(n);
+  in_sets_.assign(n, 0);
+  queued_.assign(n, 0);
   where_.assign(static_cast<size_t>(n_layer) * static_cast<size_t>(n_expert), -1);
   layer_group_.assign(static_cast<size_t>(n_layer), 0);
   slot_group_.assign(n, 0);
@@ -95,32 +98,24 @@ ExpertCache::Group* ExpertCache::listing_group(int32_t slot) {
   return &groups_[static_cast<size_t>(slot_group_[s])];
 }
 
+// A ready slot leaves the sets at once (its key is about to change, or it becomes pinned or
+// loading), an empty one leaves `free`. The node is kept for the next insertion.
 void ExpertCache::unlist(int32_t slot) {
-  Group* g = listing_group(slot);
-  if (!g) return;
   const auto s = static_cast<size_t>(slot);
-  if (state_[s] == SlotState::empty) {
-    g->free.erase(slot);
+  Group& g = groups_[static_cast<size_t>(slot_group_[s])];
+  if (in_sets_[s]) {
+    in_sets_[s] = 0;
+    if (policy_ == EvictionPolicy::lru)
+      spare_last_.push_back(g.by_last.extract(at_last_[s]));
+    else
+      spare_key_.push_back(g.by_key.extract(at_key_[s]));
     return;
   }
-  spare_last_ = g->by_last.extract(at_last_[s]);
-  if (policy_ == EvictionPolicy::lrfu) spare_key_ = g->by_key.extract(at_key_[s]);
+  if (listing_group(slot) && state_[s] == SlotState::empty) g.free.erase(slot);
 }
 
-namespace {
-
-// Inserts `value` reusing `spare` when it holds a node. The hint: a slot is usually listed
-// right after a use at the latest tick, so it goes last (amortised O(1) when right).
-template <class Set>
-typename Set::iterator insert_reusing(Set& set, typename Set::node_type& spare,
-                                      typename Set::value_type value) {
-  if (spare.empty()) return set.insert(set.end(), value);
-  spare.value() = value;
-  return set.insert(set.end(), std::move(spare));
-}
-
-}  // namespace
-
+// An empty slot enters `free` at once (rare: start-up and failed loads); a ready one is queued
+// for flush(), so the pin that usually follows a hit costs nothing.
 void ExpertCache::list(int32_t slot) {
   Group* g = listing_group(slot);
   if (!g) return;
@@ -129,9 +124,42 @@ void ExpertCache::list(int32_t slot) {
     g->free.insert(slot);
     return;
   }
-  at_last_[s] = insert_reusing(g->by_last, spare_last_, {last_[s], slot});
-  if (policy_ == EvictionPolicy::lrfu)
-    at_key_[s] = insert_reusing(g->by_key, spare_key_, {lrfu_key(slot), slot});
+  if (in_sets_[s] || queued_[s]) return;
+  queued_[s] = 1;
+  pending_.push_back(slot);
+}
+
+namespace {
+
+// Inserts `value` reusing a node of `spare` when it has one. The hint: a slot is usually listed
+// after a use at the latest tick, so it goes last (amortised O(1) when right).
+template <class Set>
+typename Set::iterator insert_reusing(Set& set, std::vector<typename Set::node_type>& spare,
+                                      typename Set::value_type value) {
+  if (spare.empty()) return set.insert(set.end(), value);
+  typename Set::node_type node = std::move(spare.back());
+  spare.pop_back();
+  node.value() = value;
+  return set.insert(set.end(), std::move(node));
+}
+
+}  // namespace
+
+void ExpertCache::flush() {
+  for (const int32_t slot : pending_) {
+    const auto s = static_cast<size_t>(slot);
+    queued_[s] = 0;
+    // Pinned, loading or emptied since it was queued: its next list() queues it again.
+    if (pins_[s] > 0 || state_[s] != SlotState::ready || in_sets_[s]) continue;
+    Group& g = groups_[static_cast<size_t>(slot_group_[s])];
+    if (policy_ == EvictionPolicy::lru)
+      at_last_[s] = insert_reusing(g.by_last, spare_last_, {last_[s], slot});
+    else
+      at_key_[s] = insert_reusing(g.by_key, spare_key_, {lrfu_key(slot), last_[s], freq_[s], slot});
+    in_sets_[s] = 1;
+    ++work_.listed;
+  }
+  pending_.clear();
 }
 
 int32_t ExpertCache::access(int32_t layer, int32_t expert, uint64_t now) {
@@ -143,6 +171,8 @@ int32_t ExpertCache::access(int32_t layer, int32_t expert, uint64_t now) {
   }
   ++c_.hits;
   const auto s = static_cast<size_t>(slot);
+  // LRU orders by last use only: a second use in the same tick leaves its place unchanged.
+  if (policy_ == EvictionPolicy::lru && last_[s] == now) return slot;
   unlist(slot);
   freq_[s] = score(slot, now) + 1.0;
   last_[s] = now;
@@ -151,13 +181,13 @@ int32_t ExpertCache::access(int32_t layer, int32_t expert, uint64_t now) {
   return slot;
 }
 
-int32_t ExpertCache::victim(int32_t layer, uint64_t now) const {
+int32_t ExpertCache::victim(int32_t layer, uint64_t now) {
+  flush();
   const Group& g = groups_[static_cast<size_t>(layer_group_[static_cast<size_t>(layer)])];
   if (!g.free.empty()) return *g.free.begin();
-  if (g.by_last.empty()) return -1;
   // LRU: every score is equal, so the oldest last use, then the lowest index.
-  if (policy_ == EvictionPolicy::lru) return g.by_last.begin()->second;
-  return lrfu_victim(g, now);
+  if (policy_ == EvictionPolicy::lru) return g.by_last.empty() ? -1 : g.by_last.begin()->second;
+  return g.by_key.empty() ? -1 : lrfu_victim(g, now);
 }
 
 // The slot a scan of the group's ready unpinned slots would choose: the lowest score() (as
@@ -168,9 +198,11 @@ int32_t ExpertCache::victim(int32_t layer, uint64_t now) const {
 // is what this function accounts for, in two regimes:
 //  - Underflow: exp2(−age/half_life) rounds to 0 once the age passes ~1075 half-lives, whatever
 //    the frequency (freq >= 1, so a nonzero exp2 gives a nonzero score). The zero scores are
-//    therefore exactly those of the oldest slots, and among zeros the scan takes the oldest,
-//    then the lowest index: the first of by_last. When that slot's score is not 0, no score is.
-//    (A fast path: the band below reaches these slots too, and would pick the same one.)
+//    therefore exactly those of the oldest slots, and their keys are below
+//    now/half_life + log2(max freq) − 1074: inside the band below, which compares them exactly
+//    (0 ties, then the oldest, then the lowest index) as the scan did. (A fast path through a
+//    set ordered by last use did this until 2026-12-06; keeping that set up to date on every
+//    hit cost as much as the LRFU set itself, for a case a decode never meets.)
 //  - Otherwise every score is compared exactly among the slots whose key lies in a band above
 //    the lowest key, and no slot above the band can have a computed score <= the lowest-key
 //    slot's. While exp2's result is a normal double (argument >= −1000, i.e. key − now/half_life
@@ -181,21 +213,24 @@ int32_t ExpertCache::victim(int32_t layer, uint64_t now) const {
 //    relative precision: the lowest slot's score is then below max_freq·2^-1000 (plus an
 //    absolute rounding of (max_freq + 1)·2^-1074), and the band reaches up to real scores of
 //    max_freq·2^-990 — ~1000 times more — so a slot above it still scores higher.
-// The band usually holds one slot or a few; only slots aged 990-1075 half-lives (none in a
+// The band usually holds one slot or a few; only slots aged over 990 half-lives (none in a
 // decode that evicts long before that) can widen it, and then it is scanned like the old scan.
-int32_t ExpertCache::lrfu_victim(const Group& g, uint64_t now) const {
-  const int32_t oldest = g.by_last.begin()->second;
-  if (score(oldest, now) == 0.0) return oldest;
-  const double k0 = g.by_key.begin()->first;
+// Slots of equal key, last use and frequency do widen it (every slot of the initial uniform
+// set, the slots admitted in one token), but they score exactly alike and the first of such a
+// run in the set has the lowest index, so it beats the rest of the run on the tie-breaks: only
+// it is scored, and the rest is skipped with one search.
+int32_t ExpertCache::lrfu_victim(const Group& g, uint64_t now) {
+  const double k0 = g.by_key.begin()->key;
   const double t = static_cast<double>(now) / half_life_;
   const double band = std::ldexp(64.0 + std::abs(k0) + std::abs(t), -36);
   const double top = std::max(k0 + band, t + std::log2(max_freq_) - 990.0);
   int32_t best = -1;
   double best_score = std::numeric_limits<double>::infinity();
   uint64_t best_last = std::numeric_limits<uint64_t>::max();
-  for (auto it = g.by_key.begin(); it != g.by_key.end() && it->first <= top; ++it) {
-    const int32_t slot = it->second;
+  for (auto it = g.by_key.begin(); it != g.by_key.end() && it->key <= top;) {
+    const int32_t slot = it->slot;
     const double sc = score(slot, now);
+    ++work_.scored;
     const uint64_t last = last_[static_cast<size_t>(slot)];
     if (sc < best_score || (sc == best_score && (last < best_last ||
                                                  (last == best_last && slot < best)))) {
@@ -203,6 +238,12 @@ int32_t ExpertCache::lrfu_victim(const Group& g, uint64_t now) const {
       best_score = sc;
       best_last = last;
     }
+    const KeyEntry run_end{it->key, it->last, it->freq, std::numeric_limits<int32_t>::max()};
+    const auto next = std::next(it);
+    it = next != g.by_key.end() && next->key == it->key && next->last == it->last &&
+                 next->freq == it->freq
+             ? g.by_key.upper_bound(run_end)
+             : next;
   }
   return best;
 }

@@ -23,13 +23,19 @@
 // half_life)), ties to the oldest last use, then the lowest index. Loading and pinned slots are
 // skipped. The choice is made without scanning the group (an insert runs on the engine's host
 // thread for every miss, admission and prefetch; a scan of a 4000-slot class cost ~33 us): each
-// group keeps ordered sets of its free slots and its ready unpinned slots, updated on every use,
-// insert, state and pin change (O(log n) each). LRFU's scores all decay by the same factor, so
+// group keeps an ordered set of its free slots and one of its ready unpinned slots (LRU: by
+// last use; LRFU: by the key below), O(log n) per change. LRFU's scores all decay by the same factor, so
 // their order only changes when a slot is used: a slot is ordered by the time-invariant
 // key log2(freq) + last/half_life, and the few slots whose key is within rounding of the lowest
 // are compared by their exact scores as computed by score() (details in expert_cache.cpp
-// `lrfu_victim`).
+// `lrfu_victim`); slots of equal frequency and last use (the initial uniform set, one token's
+// admissions) score exactly alike, so only the first of such a run is scored.
+// A slot re-enters the sets lazily: a hit takes it out (its key changed) and the pin that follows
+// keeps it out, so it is queued and inserted once, with its final key, when the next insert needs
+// a victim (a decode hit used to re-order its slot three times: access, pin, unpin). The sets are
+// ordered by value, so when they are brought up to date does not change the victim.
 // Ticks never go back (ErrorKind::internal otherwise): the order assumes every age is >= 0.
+#include <compare>
 #include <cstdint>
 #include <set>
 #include <string_view>
@@ -92,16 +98,31 @@ class ExpertCache {
   uint64_t version() const { return version_; }
   const CacheCounters& counters() const { return c_; }
   void reset_counters() { c_ = {}; }
+  // The bookkeeping's own work since construction (its unit tests check what a change saves).
+  struct Work {
+    uint64_t listed = 0;  // ready slots inserted into the ordered sets
+    uint64_t scored = 0;  // LRFU scores computed to choose victims
+  };
+  const Work& work() const { return work_; }
   int32_t resident_in_layer(int32_t layer) const;
   // Slots [begin, end) that may hold experts of `layer`.
   std::pair<int32_t, int32_t> slots_of_layer(int32_t layer) const;
 
  private:
-  // The slots one group may choose from. A slot is in `free` when empty and unpinned, in
-  // `by_last` (and, for LRFU, `by_key`) when ready and unpinned; loading and pinned slots are in
-  // none, which is how they are skipped without a scan.
+  // The slots one group may choose from. A slot is in `free` when empty and unpinned, in the
+  // policy's set (LRU `by_last`, LRFU `by_key`) when ready, unpinned and not queued in
+  // `pending_`; loading and pinned slots are in none, which is how they are skipped without a
+  // scan.
   using ByLast = std::set<std::pair<uint64_t, int32_t>>;  // (last use, slot): oldest first
-  using ByKey = std::set<std::pair<double, int32_t>>;     // (LRFU key, slot): lowest score first
+  // Lowest score first; a run of equal (key, last, freq) is in slot order.
+  struct KeyEntry {
+    double key;
+    uint64_t last;
+    double freq;
+    int32_t slot;
+    auto operator<=>(const KeyEntry&) const = default;
+  };
+  using ByKey = std::set<KeyEntry>;
   struct Group {
     int32_t begin = 0, end = 0;  // its slots [begin, end)
     std::set<int32_t> free;      // lowest index first
@@ -111,8 +132,8 @@ class ExpertCache {
 
   double score(int32_t slot, uint64_t now) const;
   double lrfu_key(int32_t slot) const;
-  int32_t victim(int32_t layer, uint64_t now) const;
-  int32_t lrfu_victim(const Group& g, uint64_t now) const;
+  int32_t victim(int32_t layer, uint64_t now);  // flushes the queue first
+  int32_t lrfu_victim(const Group& g, uint64_t now);
   void check_tick(uint64_t now);
   // The group whose sets hold `slot` as its state and pins say, or nullptr (pinned or loading).
   Group* listing_group(int32_t slot);
@@ -120,6 +141,8 @@ class ExpertCache {
   // state, pins, last use or frequency happens between the two.
   void unlist(int32_t slot);
   void list(int32_t slot);
+  // Inserts the queued slots that are still ready and unpinned into their sets.
+  void flush();
 
   EvictionPolicy policy_;
   int32_t n_layer_, n_expert_;
@@ -133,12 +156,16 @@ class ExpertCache {
   std::vector<int32_t> slot_group_;   // (n_slots) index into groups_
   std::vector<uint64_t> last_;        // (n_slots) tick of the last use
   std::vector<double> freq_;          // (n_slots) decayed use count as of last_
-  // (n_slots) where a listed ready slot sits in its group's by_last / by_key: a hit re-orders
+  // (n_slots) where a listed ready slot sits in its group's by_last or by_key: a hit re-orders
   // its slot without a search, and reuses the node it took out (spare_*) instead of allocating.
   std::vector<ByLast::iterator> at_last_;
   std::vector<ByKey::iterator> at_key_;
-  ByLast::node_type spare_last_;
-  ByKey::node_type spare_key_;
+  std::vector<ByLast::node_type> spare_last_;
+  std::vector<ByKey::node_type> spare_key_;
+  std::vector<uint8_t> in_sets_;      // (n_slots) a ready slot is in by_last or by_key
+  std::vector<uint8_t> queued_;       // (n_slots) in pending_
+  std::vector<int32_t> pending_;      // ready slots to list at the next flush (some stale)
+  Work work_;
   double max_freq_ = 1.0;             // the largest freq_ ever held (bounds rounding near underflow)
   uint64_t latest_tick_ = 0;          // the latest `now` seen
   std::vector<int32_t> where_;        // (n_layer·n_expert) slot or -1

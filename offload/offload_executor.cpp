@@ -214,7 +214,8 @@ void OffloadExecutor::run(const MoeStep& step) {
 void OffloadExecutor::run_host_routed(const MoeStep& req, const MoeStep& dev) {
   const int32_t n_expert = res_->host_layer(req.layer).n_expert;
   counters_->add(Count::steps);
-  StepPlan plan;  // built here on the host, executed by the device step
+  StepPlan& plan = plan_;  // built here on the host, executed by the device step
+  plan.experts.clear();
   plan.copy_wait0_ns = counters_->wait_ns(WaitCause::copy);
   plan.routing_ready_ns = routing_ready_ns_;
   counters_->vram_in_use(device_->memory().used_bytes);
@@ -237,7 +238,8 @@ void OffloadExecutor::run_host_routed(const MoeStep& req, const MoeStep& dev) {
   const bool decode = req.n_tokens == 1;
   // Present experts first (pinned), then predictions may evict anything else, then the misses. A
   // token names each expert once (top-k): the streamed experts' pair lists rely on it.
-  std::vector<int64_t> count(static_cast<size_t>(n_expert), 0);
+  std::vector<int64_t>& count = count_;
+  count.assign(static_cast<size_t>(n_expert), 0);
   for (int64_t t = 0; t < req.n_tokens; ++t)
     for (int32_t j = 0; j < req.top_k; ++j) {
       const int32_t e = req.expert_ids[t * req.top_k + j];
@@ -247,7 +249,8 @@ void OffloadExecutor::run_host_routed(const MoeStep& req, const MoeStep& dev) {
                req.layer, t, e);
       ++count[static_cast<size_t>(e)];
     }
-  std::vector<int32_t> missing;
+  std::vector<int32_t>& missing = missing_;
+  missing.clear();
   for (int32_t e = 0; e < n_expert; ++e) {
     if (count[static_cast<size_t>(e)] == 0) continue;
     if (decode && !res_->ready(req.layer, e)) {

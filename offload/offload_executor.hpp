@@ -92,6 +92,11 @@ class OffloadExecutor final : public MoeExecutor {
   CostModel cost_;
   uint64_t tick_ = 0;  // forward steps: the cache's and prefetcher's clock
   std::vector<PredictedExpert> predicted_;
+  // run_host_routed's per-step scratch, cleared and refilled each step (no allocation per MoE
+  // step once they have grown).
+  StepPlan plan_;
+  std::vector<int64_t> count_;    // (n_expert) tokens per expert
+  std::vector<int32_t> missing_;  // decode experts not ready in a slot
   StatsCounters* counters_ = nullptr;  // OffloadOptions::counters, or owned_counters_
   std::unique_ptr<StatsCounters> owned_counters_;
   HostBuffer routing_host_;       // cuda: the host copy of a step's x, ids and weights

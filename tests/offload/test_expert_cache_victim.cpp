@@ -169,6 +169,54 @@ TEST(ExpertCacheVictim, SameVictimAsTheScan) {
       }
 }
 
+// A decode hit is used, pinned for its step and unpinned after: its slot re-enters the ordered
+// sets once, with its final key, when the next insert needs a victim (not on each of the three).
+TEST(ExpertCacheVictim, PinnedHitIsListedOnce) {
+  for (EvictionPolicy policy : {EvictionPolicy::lrfu, EvictionPolicy::lru}) {
+    SCOPED_TRACE(policy == EvictionPolicy::lru ? "lru" : "lrfu");
+    constexpr int32_t kSlots = 16;
+    ExpertCache c(kSlots, 1, 64, policy);
+    for (int32_t e = 0; e < kSlots; ++e) c.mark_ready(c.insert(0, e, 0));
+    const uint64_t listed0 = c.work().listed;
+    // One step at tick 1: experts 0..7 used (twice each, as a prefill's tokens would), pinned.
+    for (int32_t e = 0; e < 8; ++e) {
+      const int32_t slot = c.access(0, e, 1);
+      c.access(0, e, 1);
+      c.pin(slot);
+    }
+    EXPECT_EQ(c.work().listed, listed0);  // nothing listed while the step runs
+    for (int32_t e = 0; e < 8; ++e) c.unpin(c.find(0, e));
+    // The next miss lists the 8 hits once each, and the last slot filled (queued by its
+    // mark_ready; each insert before lists the slots queued before it).
+    const int32_t slot = c.insert(0, 20, 1);
+    EXPECT_EQ(c.work().listed - listed0, 8u + 1u);
+    EXPECT_EQ(slot, 8);  // the first slot not used at tick 1
+    // LRU orders by last use only: a second use in the same tick does not move the slot.
+    c.mark_ready(slot);
+    c.insert(0, 21, 1);
+    const uint64_t listed1 = c.work().listed;
+    c.access(0, 0, 1);
+    c.insert(0, 22, 1);
+    EXPECT_EQ(c.work().listed - listed1, policy == EvictionPolicy::lru ? 0u : 1u);
+  }
+}
+
+// Every slot of an initial uniform set has the same LRFU key, last use and frequency: they score
+// exactly alike, so the victim is the first of them without scoring the others.
+TEST(ExpertCacheVictim, EqualKeysScoredOnce) {
+  constexpr int32_t kSlots = 1000;
+  ExpertCache c(kSlots, 1, 2 * kSlots, EvictionPolicy::lrfu);
+  for (int32_t e = 0; e < kSlots; ++e) c.mark_ready(c.insert(0, e, 0));
+  const uint64_t scored0 = c.work().scored;
+  EXPECT_EQ(c.insert(0, kSlots, 1), 0);
+  EXPECT_EQ(c.work().scored - scored0, 1u);  // one score for the run (the scan: 1000)
+  // Slot 0 now holds a newer expert: the run of 999 left is still scored once.
+  c.mark_ready(0);
+  const uint64_t scored1 = c.work().scored;
+  EXPECT_EQ(c.insert(0, kSlots + 1, 2), 1);
+  EXPECT_EQ(c.work().scored - scored1, 1u);
+}
+
 // The cache relies on ages >= 0 (its LRFU order and the underflow shortcut do).
 TEST(ExpertCacheVictim, TicksNeverGoBack) {
   ExpertCache c(4, 1, 8, EvictionPolicy::lrfu);
