@@ -21,6 +21,8 @@ void check_args(const char* op, const AttentionArgs& a) {
               std::to_string(a.n_head_kv) + ")");
   require(a.n_tokens >= 1 && a.n_tokens <= 65535 && a.p0 >= 0, op, "n_tokens must be in [1, 65535], p0 ≥ 0");
   require(a.n_head <= 65535, op, "too many heads");
+  require(!a.p0_dev || a.n_tokens <= kAttentionRowsMaxTokens, op,
+          "a position read from device memory (p0_dev) is for decode batches of up to 4 tokens");
   for (GgmlType t : {a.k_type, a.v_type})
     require(detail::kv_head_bytes(t, 32) > 0, op,
             "KV cache type id " + std::to_string(static_cast<unsigned>(t)) +
@@ -64,7 +66,7 @@ __global__ void __launch_bounds__(32 * kWarps)
   const int h = blockIdx.x, split = blockIdx.z;
   const int64_t t = blockIdx.y;
   const int g = h / (a.n_head / a.n_head_kv);
-  const int64_t n_vis = a.p0 + t + 1;
+  const int64_t n_vis = first_position(a) + t + 1;
   const int64_t begin = split * keys_per_split;
   const int64_t end = min(n_vis, begin + keys_per_split);
   const C c(a);
@@ -271,6 +273,19 @@ int choose_splits(const AttentionArgs& a) {
 }
 
 }  // namespace
+
+int64_t attention_plan_keys(int64_t n_kv, int64_t n_ctx) {
+  int64_t keys = 256;
+  if (n_kv > keys) {
+    int64_t step = 32;  // eighths of the octave [256, 512) and up
+    while (keys + 7 * step < n_kv) {
+      keys *= 2;
+      step *= 2;
+    }
+    while (keys < n_kv) keys += step;
+  }
+  return std::max(n_kv, std::min(keys, n_ctx));
+}
 
 size_t attention_workspace_bytes(int64_t n_tokens, int n_head, int head_dim, int64_t n_kv) {
   // The larger of the rows kernel's split and the flash-decoding split at one KV head (its most).

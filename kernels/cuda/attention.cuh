@@ -37,12 +37,23 @@ struct AttentionArgs {
   int64_t out_ld_token = 0;
   int64_t n_tokens = 0;
   int64_t p0 = 0;  // position of the first new token; token t sees keys 0 .. p0 + t
+  // Decode (n_tokens ≤ kAttentionRowsMaxTokens) only: when set, the kernels read the first new
+  // token's position here (device memory, the batch's positions) and p0 only plans the launch —
+  // the splits cover keys 0 .. p0 + n_tokens − 1, which must reach the position read (the host
+  // plans with attention_plan_keys). A step graph then replays token after token with the same
+  // arguments (runtime/backend/cuda_ops.cpp).
+  const int32_t* p0_dev = nullptr;
   int n_head = 0, n_head_kv = 0, head_dim = 0;  // head_dim ∈ {32, 64, 128, 256}
   float scale = 1.f;                             // usually 1/√head_dim
   // Scratch for split-K decode (long contexts); nullptr/too small → no split (still correct).
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
 };
+
+// The keys a decode launch is planned for when the kernels read the position from p0_dev: n_kv
+// rounded up to 256, then to eighths of an octave (m·2^e, m = 8..15), at most n_ctx — so a
+// context's plans change ~8 times per doubling, each split grid at most 1/8 larger than n_kv needs.
+int64_t attention_plan_keys(int64_t n_kv, int64_t n_ctx);
 
 // Workspace that lets decode of n_tokens ≤ kAttentionRowsMaxTokens split a context of n_kv keys.
 size_t attention_workspace_bytes(int64_t n_tokens, int n_head, int head_dim, int64_t n_kv);

@@ -28,6 +28,12 @@ __device__ __forceinline__ float load_kv(const KV* p, int64_t i) {
 
 __device__ __forceinline__ float sigmoidf_(float x) { return 1.f / (1.f + expf(-x)); }
 
+// The first new token's position: read from device memory when the launch was planned ahead of it
+// (AttentionArgs::p0_dev), else the argument.
+__device__ __forceinline__ int64_t first_position(const AttentionArgs& a) {
+  return a.p0_dev ? int64_t{*a.p0_dev} : a.p0;
+}
+
 // How a kernel reads the cache: value d of head row r (= key·n_head_kv + kv head) of K or V.
 // PlainCache: F16/F16 or F32/F32, element loads (the fast path, unchanged by the quantized one).
 template <int HD, typename T>

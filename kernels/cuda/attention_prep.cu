@@ -59,16 +59,17 @@ __global__ void __launch_bounds__(32 * kWarps)
     return;
   }
   const int64_t t = (b - q_blocks) % a.n_tokens;
+  const int64_t row = (a.p0_dev ? int64_t{*a.p0_dev} : a.p0) + t;
   if (b - q_blocks < a.n_tokens) {
     const int64_t row_elems = int64_t{a.n_head_kv} * a.head_dim;
     float* kt = a.k + t * row_elems;
     for (int h = warp; h < a.n_head_kv; h += kWarps)
       norm_rope_row(kt + int64_t{h} * a.head_dim, a.k_norm, a.head_dim, a.eps, a.n_rot, a.pos[t], theta_scale, lane);
     __syncthreads();  // the token's K row is complete before the block stores it
-    store_row(kt, x, row_elems, a.k_cache, a.k_type, k_row_bytes, a.p0 + t, a.n_rot_k, a.rot_scale_k);
+    store_row(kt, x, row_elems, a.k_cache, a.k_type, k_row_bytes, row, a.n_rot_k, a.rot_scale_k);
   } else {
     const int64_t row_elems = int64_t{a.n_head_kv} * a.head_dim_v;
-    store_row(a.v + t * row_elems, x, row_elems, a.v_cache, a.v_type, v_row_bytes, a.p0 + t, a.n_rot_v, a.rot_scale_v);
+    store_row(a.v + t * row_elems, x, row_elems, a.v_cache, a.v_type, v_row_bytes, row, a.n_rot_v, a.rot_scale_v);
   }
 }
 

@@ -34,6 +34,9 @@ struct AttentionPrepArgs {
   int n_rot_k = 0, n_rot_v = 0;
   float rot_scale_k = 1.f, rot_scale_v = 1.f;
   int64_t p0 = 0, n_tokens = 0;
+  // When set (device memory: the batch's positions), the rows written are pos[0] + t and p0 is
+  // ignored: a step graph replays with the same arguments token after token (cuda_ops.cpp).
+  const int32_t* p0_dev = nullptr;
 };
 
 // One launch for any n_tokens: one warp per (token, head) row of q (norm, then RoPE), one block

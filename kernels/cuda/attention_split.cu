@@ -56,7 +56,7 @@ __global__ void __launch_bounds__(32 * kWarps)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = blockIdx.x, split = blockIdx.z;
   const int64_t t = blockIdx.y;
-  const int64_t n_vis = a.p0 + t + 1;
+  const int64_t n_vis = first_position(a) + t + 1;
   const int64_t begin = split * keys_per_split;
   const int64_t end = min(n_vis, begin + keys_per_split);
   const C c(a);

@@ -199,7 +199,7 @@ __global__ void __launch_bounds__(kStagedThreads)
   const int hi = warp % G, part_of = warp / G;
   const int g = blockIdx.x, split = blockIdx.z;
   const int64_t t = blockIdx.y;
-  const int64_t n_vis = a.p0 + t + 1;
+  const int64_t n_vis = first_position(a) + t + 1;
   const int64_t begin = split * keys_per_split;
   const int64_t end = min(n_vis, begin + keys_per_split);
   const auto* kc = static_cast<const uint8_t*>(a.k_cache);

@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "kernels/cuda/kernel_times.hpp"
+#include "kernels/cuda/step_fold.hpp"
 
 #if defined(FERRY_CUDA_EMU)
 #include "tests/cuda_emu/emu.hpp"
@@ -31,9 +32,21 @@ extern std::atomic<bool> pdl_launches;
 #endif
 
 namespace ferry::cuda {
+
 template <typename... P, typename... A>
 inline void launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
                    A&&... args) {
+  if (detail::StepFold* f = detail::step_fold) {
+    static_assert(sizeof...(P) == sizeof...(A), "kernel launched with the wrong number of arguments");
+    f->value(reinterpret_cast<const void*>(kernel));
+    f->value(grid);
+    f->value(block);
+    f->value(shared_bytes);
+    f->value(stream);
+    (detail::fold_argument<P>(*f, args), ...);
+    ++f->kernels;
+    if (!f->launch) return;
+  }
   const bool timed = detail::kernel_times_on.load(std::memory_order_relaxed);
   const size_t slot = timed ? detail::time_launch_begin(reinterpret_cast<const void*>(kernel), stream)
                             : detail::kUntimed;
@@ -68,10 +81,12 @@ inline void launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t shared_by
 // The emulator checks pointers kernels read from device tables; nothing on a GPU.
 #define FERRY_EMU_CHECK_DEVICE_POINTER(p, what) ((void)0)
 // The first statement of every kernel (tests/layers/check_kernels.py holds it): under programmatic
-// dependent launch, wait until the stream's previous kernel has finished. Without the launch
-// attribute (or below sm_90) it returns at once.
+// dependent launch, wait until the stream's previous kernel has finished, then let the stream's
+// next kernel be scheduled (its blocks fill the SMs this kernel leaves free and wait in their own
+// FERRY_PDL_WAIT for this one to finish: its launch latency overlaps this kernel's run). Without
+// the launch attribute (or below sm_90) both return at once.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define FERRY_PDL_WAIT() asm volatile("griddepcontrol.wait;" ::: "memory")
+#define FERRY_PDL_WAIT() asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory")
 #else
 #define FERRY_PDL_WAIT() ((void)0)
 #endif

@@ -1,5 +1,7 @@
 #include "kernels/cuda/launch_count.hpp"
 
+#include "kernels/cuda/step_fold.hpp"
+
 #include <atomic>
 
 #include <cuda_runtime_api.h>
@@ -10,9 +12,14 @@
 
 namespace ferry::cuda {
 
+namespace detail {
+thread_local StepFold* step_fold = nullptr;
+}  // namespace detail
+
 #if defined(FERRY_CUDA_EMU)
 // The emulator counts what it runs, graph nodes included; launch() is its own there.
 uint64_t kernels_launched() { return ferry_emu::api_counts().kernels; }
+void count_graph_kernels(uint64_t) {}
 namespace {
 std::atomic<bool> pdl_asked{false};
 }  // namespace
@@ -27,6 +34,7 @@ std::atomic<uint64_t> launch_calls{0};
 std::atomic<bool> pdl_launches{false};
 }  // namespace detail
 uint64_t kernels_launched() { return detail::launch_calls.load(std::memory_order_relaxed); }
+void count_graph_kernels(uint64_t n) { detail::launch_calls.fetch_add(n, std::memory_order_relaxed); }
 bool set_pdl(bool on) {
   int device = 0, major = 0;
   if (on && (cudaGetDevice(&device) != cudaSuccess ||

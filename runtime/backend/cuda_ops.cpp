@@ -22,6 +22,7 @@
 #include "kernels/cuda/launch_count.hpp"
 #include "kernels/cuda/matmul.cuh"
 #include "kernels/cuda/ops.cuh"
+#include "runtime/backend/cuda_step_graphs.hpp"
 #include "runtime/backend/gdn_cuda.hpp"
 #include "runtime/core/log.hpp"
 
@@ -30,12 +31,11 @@ namespace {
 
 class CudaOps final : public Ops {
  public:
-  CudaOps(Device& dev, const CudaOpsOptions& o) : dev_(dev), stream_(dev.create_stream()) {
+  CudaOps(Device& dev, const CudaOpsOptions& o)
+      : dev_(dev), stream_(dev.create_stream()), graphs_(dev, *stream_, o.graphs, o.graph_segments) {
     s_ = static_cast<cudaStream_t>(stream_->native_handle());
     pdl_ = o.pdl && cuda::set_pdl(true);
     if (o.pdl && !pdl_) log::warn("cuda ops: --cuda-pdl needs an sm_90 or newer device; launches stay plain");
-    graphs_on_ = o.graphs;
-    segments_on_ = o.graph_segments;
     int8_dot_ = o.int8_dot;
     fusion_ = o.fusion;
     gdn_prefill_ = o.gdn_prefill;
@@ -64,93 +64,30 @@ class CudaOps final : public Ops {
   bool fusion() const { return fusion_; }
   cpu::GdnPrefill gdn_prefill() const { return gdn_prefill_; }
   uint64_t workspace_bytes() const { return matmul_ws_.bytes() + attn_ws_.bytes() + blas_ws_.bytes(); }
-  CudaGraphStats graph_stats() const { return {graph_launches_, graph_instantiations_, graphs_on_}; }
-  void set_graphs(bool on) {
-    graphs_on_ = on;
-    graph_warmup_ = on ? 1 : 0;
-  }
+  CudaGraphStats graph_stats() const { return graphs_.stats(); }
+  void set_graphs(bool on) { graphs_.set_on(on); }
 
   ~CudaOps() override {
-    for (cudaGraphExec_t e : graph_execs_)
-      if (e) (void)cudaGraphExecDestroy(e);
     if (pdl_) cuda::set_pdl(false);
   }
 
-  // Each one-token step is recorded anew (its kernel arguments change: position, KV length) and
-  // applied to the executable graph with cudaGraphExecUpdate, which keeps it when only arguments
-  // changed; the GPU then runs the step's ~hundreds of kernels without a launch gap each. With
-  // segments, a step is several graphs: pause_graph() launches what was recorded so far (one
-  // executable graph per segment index) so that a MoE executor that synchronises with the host
-  // runs eagerly in between.
-  bool begin_graph(bool segmented) override {
-    if (!graphs_on_ || (segmented && !segments_on_)) return false;
-    if (graph_warmup_ > 0) {  // the first step runs eagerly: lazily grown buffers get allocated
-      --graph_warmup_;
-      return false;
-    }
-    if (!staging_.data()) staging_ = dev_.alloc_host(64 << 10, true);
-    // The last graph no longer reads the staging (normally long done: its logits were read).
-    if (graph_done_ && !graph_done_->query()) graph_done_->synchronize();
-    segment_ = 0;
-    staging_used_ = 0;
-    partial_ = false;
-    FERRY_CUDA_CHECK(cudaStreamBeginCapture(s_, cudaStreamCaptureModeThreadLocal));
-    recording_ = true;
-    return true;
+  // Step graphs: runtime/backend/cuda_step_graphs.hpp. A replayable step needs the fused decode
+  // step: the unfused kernel-per-op path passes positions as arguments (kv_store).
+  bool begin_graph(bool segmented, bool replayable) override {
+    return graphs_.begin(segmented, replayable && fusion_);
   }
-
-  bool end_graph() override {
-    if (!recording_) return false;
-    return finish_segment();
-  }
-
-  void pause_graph() override {
-    if (!recording_) return;
-    if (!finish_segment())
-      fail(ErrorKind::device,
-           "cuda graphs: recording a step segment failed after {} segment(s) ran; "
-           "--cuda-graphs off runs without graphs",
-           segment_);
-    ++segment_;
-    paused_ = true;
-  }
-
-  void resume_graph() override {
-    if (!paused_) return;
-    paused_ = false;
-    FERRY_CUDA_CHECK(cudaStreamBeginCapture(s_, cudaStreamCaptureModeThreadLocal));
-    recording_ = true;
-  }
-
-  bool graph_partially_ran() const override { return partial_; }
-
-  void abort_graph() override {
-    paused_ = false;
-    if (!recording_) return;
-    recording_ = false;
-    cudaGraph_t graph = nullptr;
-    if (cudaStreamEndCapture(s_, &graph) == cudaSuccess && graph) (void)cudaGraphDestroy(graph);
-    (void)cudaGetLastError();
-  }
-
-  void disable_graphs(const char* why) override {
-    if (graphs_on_) graphs_off(why);
-  }
+  bool end_graph() override { return graphs_.end(); }
+  bool graph_retry() const override { return graphs_.retry(); }
+  void pause_graph() override { graphs_.pause(); }
+  void resume_graph() override { graphs_.resume(); }
+  bool graph_partially_ran() const override { return graphs_.partially_ran(); }
+  void abort_graph() override { graphs_.abort(); }
+  void disable_graphs(const char* why) override { graphs_.disable(why); }
 
   DeviceBuffer alloc(size_t bytes) override { return dev_.alloc(bytes, "activations"); }
   void to_device(void* dst, const void* src_host, size_t bytes) override {
     ++calls_;
-    if (recording_) {
-      // A graph reads its copy's source when it runs, after the caller's (pageable) buffer is
-      // gone: the bytes go to pinned staging that lives as long as the graph's launch.
-      const size_t at = (staging_used_ + 15) / 16 * 16;
-      if (at + bytes > staging_.bytes())
-        fail(ErrorKind::internal, "cuda graph: {} bytes of step inputs exceed the {} staging", at + bytes, staging_.bytes());
-      std::memcpy(static_cast<char*>(staging_.data()) + at, src_host, bytes);
-      staging_used_ = at + bytes;
-      stream_->copy_h2d(dst, static_cast<char*>(staging_.data()) + at, bytes);
-      return;
-    }
+    if (graphs_.recording()) return graphs_.to_device(dst, src_host, bytes);
     stream_->copy_h2d(dst, src_host, bytes);
   }
   void to_host(void* dst_host, const void* src, size_t bytes) override {
@@ -158,7 +95,11 @@ class CudaOps final : public Ops {
     stream_->copy_d2h(dst_host, src, bytes);
     stream_->synchronize();
   }
-  void fill_zero(void* dst, size_t bytes) override { ++calls_; stream_->memset(dst, 0, bytes); }
+  void fill_zero(void* dst, size_t bytes) override {
+    ++calls_;
+    if (graphs_.recording()) return graphs_.fill_zero(dst, bytes);
+    stream_->memset(dst, 0, bytes);
+  }
   void sync() override { stream_->synchronize(); }
 
   WeightView resident(const WeightView& host) override {
@@ -336,6 +277,12 @@ class CudaOps final : public Ops {
     c.out_ld_token = int64_t{a.n_head} * a.kv.head_dim_v;
     c.n_tokens = a.n_tokens;
     c.p0 = a.pos0;
+    if (a.pos && a.n_tokens <= cuda::kAttentionRowsMaxTokens) {
+      // Decode: the kernels read the position; the launch is planned for a bucket of keys, so
+      // token after token it is the same launch (eager or replayed in a step graph alike).
+      c.p0_dev = a.pos;
+      c.p0 = cuda::attention_plan_keys(a.pos0 + a.n_tokens, a.kv.n_ctx) - a.n_tokens;
+    }
     c.n_head = a.n_head;
     c.n_head_kv = a.kv.n_head_kv;
     c.head_dim = a.kv.head_dim_k;
@@ -407,6 +354,10 @@ class CudaOps final : public Ops {
     c.head_dim = p.kv.head_dim_k;
     c.head_dim_v = p.kv.head_dim_v;
     c.p0 = p.pos0;
+    if (p.n_tokens <= cuda::kAttentionRowsMaxTokens) {  // the rows from pos[0] == pos0: see attention()
+      c.p0_dev = p.pos;
+      c.p0 = 0;
+    }
     c.n_tokens = p.n_tokens;
     cuda::attention_prep(c, s_);
   }
@@ -436,61 +387,7 @@ class CudaOps final : public Ops {
     }
   };
   uint64_t calls_ = 0;
-  // Step graphs (begin_graph): the executable graph, pinned staging for the step's inputs, the
-  // event after the last launch (the staging is reused once it has passed).
-  bool graphs_on_ = true, segments_on_ = false, recording_ = false, paused_ = false;
-  bool partial_ = false;  // a segment of the current step has been launched
-  int graph_warmup_ = 1;
-  size_t segment_ = 0;
-  std::vector<cudaGraphExec_t> graph_execs_;  // one per segment index of a step
-  HostBuffer staging_;
-  size_t staging_used_ = 0;
-  std::unique_ptr<Event> graph_done_;
-  uint64_t graph_launches_ = 0, graph_instantiations_ = 0;
-
-  // Ends the current recording and launches it as segment `segment_` of the step (updating that
-  // segment's executable graph, or instantiating it anew). False, with graphs off, when the
-  // recording or the instantiation failed: nothing of this segment ran.
-  bool finish_segment() {
-    recording_ = false;
-    cudaGraph_t graph = nullptr;
-    if (const cudaError_t e = cudaStreamEndCapture(s_, &graph); e != cudaSuccess) {
-      graphs_off(cudaGetErrorString(e));
-      return false;
-    }
-    if (graph_execs_.size() <= segment_) graph_execs_.resize(segment_ + 1, nullptr);
-    cudaGraphExec_t& exec = graph_execs_[segment_];
-    if (exec) {
-      cudaGraphExecUpdateResultInfo info{};
-      if (cudaGraphExecUpdate(exec, graph, &info) != cudaSuccess) {
-        (void)cudaGetLastError();
-        (void)cudaGraphExecDestroy(exec);
-        exec = nullptr;
-      }
-    }
-    if (!exec) {
-      if (const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0); e != cudaSuccess) {
-        exec = nullptr;
-        (void)cudaGraphDestroy(graph);
-        graphs_off(cudaGetErrorString(e));
-        return false;
-      }
-      ++graph_instantiations_;
-    }
-    (void)cudaGraphDestroy(graph);
-    FERRY_CUDA_CHECK(cudaGraphLaunch(exec, s_));
-    partial_ = true;
-    if (!graph_done_) graph_done_ = dev_.create_event();
-    stream_->record(*graph_done_);
-    ++graph_launches_;
-    return true;
-  }
-
-  void graphs_off(const char* why) {
-    (void)cudaGetLastError();
-    graphs_on_ = false;
-    log::warn("cuda: step graphs off ({}); steps run kernel by kernel", why);
-  }
+  CudaStepGraphs graphs_;
 
   std::mutex mu_;
   std::unordered_map<ResidentKey, DeviceBuffer, ResidentHash> resident_;

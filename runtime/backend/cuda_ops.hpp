@@ -22,10 +22,11 @@ struct CudaOpsOptions {
   size_t matmul_workspace_bytes = 64ull << 20;
   size_t attention_workspace_bytes = 16ull << 20;
   bool use_cublas = true;  // false: tiled kernel for large batches
-  // One-token steps as CUDA graphs (Ops::begin_graph; `--cuda-graphs on`). Off by default: on the
-  // H200, 8 interleaved resident decode runs gave kernel by kernel a median of 174.6 tok/s against
-  // 167.0 with graphs, which capture and update the whole step every token
-  // (bench/results/2026-12-04-gpu-check-h200-weight-types.md).
+  // One-token steps as CUDA graphs (Ops::begin_graph; `--cuda-graphs on`; resident steps are
+  // recorded once and replayed: cuda_step_graphs.hpp). Off by default: on the H200, 8 interleaved
+  // resident decode runs gave kernel by kernel a median of 174.6 tok/s against 167.0 with graphs
+  // when every token captured and updated the whole step
+  // (bench/results/2026-12-04-gpu-check-h200-weight-types.md); replay is not measured on a GPU yet.
   bool graphs = false;
   // Also steps whose MoE executor synchronises with the host (offload, the host bridge, the
   // decorators): recorded as one graph per stretch between MoE steps. Off until measured on a GPU
@@ -57,6 +58,9 @@ struct CudaOpsOptions {
 struct CudaGraphStats {
   uint64_t launches = 0, instantiations = 0;
   bool enabled = false;
+  // Of the launches: graphs replayed as recorded (no capture, no update), and the replayable steps
+  // that found no graph for their calls and were recorded (Ops::begin_graph's `replayable`).
+  uint64_t replays = 0, replay_misses = 0;
 };
 CudaGraphStats cuda_ops_graph_stats(const Ops& ops);
 // Turns step graphs on or off from the next step on (benchmarks compare both). No-op elsewhere.

@@ -112,6 +112,11 @@ struct AttentionArgs {
   int32_t n_tokens = 0;
   int32_t n_head = 0;
   int64_t pos0 = 0;
+  // Optional: the batch's positions in backend memory (pos[t] == pos0 + t). A device backend may
+  // read the position there at run time, so that a step launches the same kernels with the same
+  // arguments token after token (CUDA step graphs replayed as recorded: begin_graph). nullptr:
+  // pos0 only.
+  const int32_t* pos = nullptr;
   float scale = 1.0f;  // applied to q·k (1/√head_dim)
   float* out = nullptr;  // (n_tokens, n_head, head_dim_v) contiguous
 };
@@ -204,7 +209,16 @@ class Ops {
   // With `segmented`, the step's MoE steps run eagerly between recorded stretches: pause_graph()
   // launches what was recorded so far, resume_graph() records on (no-ops when not recording). A
   // step of which a segment already ran cannot be run again (graph_partially_ran()).
-  virtual bool begin_graph(bool segmented) { return false; }
+  // With `replayable` (a one-token step whose MoE work is the same device work with the same
+  // arguments every token: MoeExecutor::replayable), a backend may first run the step's calls on
+  // the host only, to find a graph it recorded for the same calls, and launch that as it is; when
+  // it has none, end_graph() returns false with graph_retry() true: graphs stay on, nothing of the
+  // step ran, and the caller records the step now (begin_graph again).
+  virtual bool begin_graph(bool segmented, bool replayable) {
+    (void)segmented, (void)replayable;
+    return false;
+  }
+  virtual bool graph_retry() const { return false; }
   virtual bool end_graph() { return false; }
   virtual void pause_graph() {}
   virtual void resume_graph() {}

@@ -60,7 +60,7 @@ StateFootprint state_footprint(const ModelConfig& c, const StateOptions& o) {
 void Model::run_step(int64_t n_tokens, MoeExecutor& moe, const std::function<void()>& step) {
   moe.begin_step(n_tokens);
   try {
-    record_step(n_tokens, moe.capturable(), step);
+    record_step(n_tokens, moe.capturable(), moe.replayable(), step);
   } catch (...) {
     // Part of the step may be queued: the executor still closes it (its refills must wait for
     // those kernels), and the step's own error is the one that propagates.
@@ -73,23 +73,29 @@ void Model::run_step(int64_t n_tokens, MoeExecutor& moe, const std::function<voi
   moe.end_step(n_tokens);
 }
 
-void Model::record_step(int64_t n_tokens, bool moe_capturable, const std::function<void()>& step) {
-  if (n_tokens != 1 || debug_ || !ops_.begin_graph(/*segmented=*/!moe_capturable)) {
+void Model::record_step(int64_t n_tokens, bool moe_capturable, bool moe_replayable,
+                        const std::function<void()>& step) {
+  const bool replayable = moe_capturable && moe_replayable;
+  if (n_tokens != 1 || debug_ || !ops_.begin_graph(/*segmented=*/!moe_capturable, replayable)) {
     step();
     return;
   }
-  try {
-    step();
-  } catch (const std::exception& e) {
-    ops_.abort_graph();
-    if (ops_.graph_partially_ran()) throw;  // part of the step ran: it cannot run again
-    // Run it eagerly. If that fails too, the error is the step's own (a full context, a bad
-    // argument) and propagates with graphs still on; if it works, recording is what failed.
-    step();
-    ops_.disable_graphs(e.what());
-    return;
+  // Twice at most: a replay that finds no recorded graph (graph_retry) records the step next.
+  for (int attempt = 0;; ++attempt) {
+    try {
+      step();
+    } catch (const std::exception& e) {
+      ops_.abort_graph();
+      if (ops_.graph_partially_ran()) throw;  // part of the step ran: it cannot run again
+      // Run it eagerly. If that fails too, the error is the step's own (a full context, a bad
+      // argument) and propagates with graphs still on; if it works, recording is what failed.
+      step();
+      ops_.disable_graphs(e.what());
+      return;
+    }
+    if (ops_.end_graph()) return;
+    if (attempt > 0 || !ops_.graph_retry() || !ops_.begin_graph(!moe_capturable, replayable)) break;
   }
-  if (ops_.end_graph()) return;
   // The (last) recording was invalid: graphs are off. Nothing of the step ran, unless earlier
   // segments did — then the step cannot run again.
   if (ops_.graph_partially_ran())

@@ -344,6 +344,7 @@ class Hybrid final : public Model {
     a.n_tokens = static_cast<int32_t>(nb);
     a.n_head = c.n_head;
     a.pos0 = st.n_past();
+    a.pos = st.pos.i32();
     a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
     a.out = st.attn.f32();
     ops.attention(a);

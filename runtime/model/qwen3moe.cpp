@@ -208,6 +208,7 @@ class Qwen3Moe final : public Model {
       a.n_tokens = static_cast<int32_t>(nb);
       a.n_head = c.n_head;
       a.pos0 = p0;
+      a.pos = st.pos.i32();
       a.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim_k));
       a.out = st.attn.f32();
       ops.attention(a);

@@ -36,6 +36,9 @@ class CudaMoeExecutor final : public MoeExecutor {
 
   // Resident experts: every step is device work on the ops stream, the routing log's copies too.
   bool capturable() const override { return true; }
+  // Without observers: the routing log's copies are not the Ops' own calls (a replay would skip
+  // them unseen), so observed steps are recorded every token instead.
+  bool replayable() const override { return !observed(); }
   // A decode step's shared expert rides in the down launch (cuda::moe_down_sum's SharedDown) when
   // its down matrix has the routed experts' down type (as llama.cpp's quantization mixes give it).
   bool takes_shared_down(int32_t layer, int64_t n_tokens, GgmlType type, int64_t ff) const override {

@@ -126,6 +126,8 @@ class RoutingExecutor final : public MoeExecutor {
   ~RoutingExecutor() override;
   void run(const MoeStep& step) override;
   bool capturable() const override { return o_.device_ops && inner_->capturable(); }
+  // The override's ids go up through the Ops (to_device), which a replay stages as recorded.
+  bool replayable() const override { return o_.device_ops && inner_->replayable(); }
   void begin_step(int64_t n_tokens) override;
   void end_step(int64_t n_tokens) override { inner_->end_step(n_tokens); }
   void drain() override { inner_->drain(); }

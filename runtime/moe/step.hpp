@@ -114,6 +114,10 @@ class MoeExecutor {
   // True when run() only enqueues device work on the backend's stream (no host synchronisation, no
   // allocation, no host-side decision on the routing), so a step can be recorded as a CUDA graph.
   virtual bool capturable() const { return false; }
+  // True when, besides, a one-token step's device work and its arguments are the same every token
+  // (the routing lives in device memory; nothing of it is decided on the host), so that a step
+  // graph recorded once can be replayed as it is (Ops::begin_graph).
+  virtual bool replayable() const { return false; }
   // Called by the forward around each forward step (all layers of n_tokens tokens), eagerly:
   // never inside a recorded CUDA graph. Executors that keep host state in step with device work
   // queued without synchronising (device routing logs, decode tables) do their bookkeeping here.

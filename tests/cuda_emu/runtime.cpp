@@ -861,6 +861,11 @@ cudaError_t cudaGraphExecUpdate(cudaGraphExec_t exec, cudaGraph_t graph, cudaGra
   exec->nodes = graph->nodes;  // the new parameters: kernel arguments, grid, copy addresses
   return cudaSuccess;
 }
+cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t* nodes, size_t* numNodes) {
+  if (!graph || !numNodes || nodes) return result(cudaErrorInvalidValue);
+  *numNodes = graph->nodes.size();
+  return cudaSuccess;
+}
 cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
   if (!exec) return result(cudaErrorInvalidValue);
   counters().graph_launches.fetch_add(1, std::memory_order_relaxed);

@@ -368,11 +368,6 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{synth::Arch::qwen35moe, synth::QuantMix::mxfp4_moe, GgmlType::F32}),
     case_name);
 
-// Decode steps recorded as CUDA graphs (CudaOpsOptions::graphs, off by default) run the same
-// kernels as eager launches: bit-identical logits. The first one-token step runs eagerly (warm-up),
-// every later one is a graph launch, and the executable graph is instantiated once and then
-// updated in place while only kernel arguments change — and instantiated anew when the step's
-// kernels change: past 128 keys attention splits the keys and adds a combine kernel.
 // A qwen35moe prompt step long enough for the GPU's chunked delta rule (from
 // cuda::kGdnChunkedMinTokens = 64 tokens; 100 = one full chunk and a partial one) against the CPU
 // backend (its recurrence), then decode (the recurrent kernel) from the state the step left; once
@@ -405,6 +400,13 @@ TEST(GpuE2eLongPrompt, Qwen35ChunkedPrefillMatchesCpu) {
   }
 }
 
+// Decode steps recorded as CUDA graphs (CudaOpsOptions::graphs, off by default) run the same
+// kernels as eager launches: bit-identical logits. The first one-token step runs eagerly (warm-up).
+// A resident step is replayable: the next one is run on the host only, finds no graph, and is
+// recorded (one instantiation, a replay miss); every later token replays that graph as it is (no
+// capture, no update: the kernels read the position from device memory). A new graph is recorded
+// only when the attention plan changes (cuda::attention_plan_keys: past 256 keys, then every eighth
+// of an octave) — the last scenario crosses 256 keys.
 TEST(GpuGraphs, DecodeAsGraphsGivesTheEagerLogits) {
   FERRY_REQUIRE_GPU();
   struct Scenario {
@@ -412,12 +414,9 @@ TEST(GpuGraphs, DecodeAsGraphsGivesTheEagerLogits) {
     int n_prompt, n_decode;
     uint64_t instantiations;
   };
-  // One instantiation each: the decode graph is updated in place token after token. Across the
-  // 128-key mark (the third scenario) the rows kernel used to give way to another attention
-  // kernel, which no update can swap (2 instantiations); the flash-decoding kernel
-  // (kernels/cuda/attention_split.cu) now runs on both sides, with only its grid changing.
+  // 252 + 8: the first decode steps see 253..256 keys (plan 256), the next ones 257..259 (288).
   for (const Scenario sc : {Scenario{synth::Arch::qwen3moe, 24, 8, 1}, Scenario{synth::Arch::qwen35moe, 24, 8, 1},
-                            Scenario{synth::Arch::qwen3moe, 124, 8, 1}}) {
+                            Scenario{synth::Arch::qwen3moe, 252, 8, 2}}) {
     const gguf::File f = gguf::File::open(write_model(sc.arch, synth::QuantMix::q4_k_m));
     std::vector<int32_t> prompt(static_cast<size_t>(sc.n_prompt)), next(static_cast<size_t>(sc.n_decode));
     std::iota(prompt.begin(), prompt.end(), 11);
@@ -433,7 +432,7 @@ TEST(GpuGraphs, DecodeAsGraphsGivesTheEagerLogits) {
       Ops& g = *ops;
       auto m = load_model(f, g, [&g](const std::vector<MoeLayerWeights>& l) { return make_cuda_resident_executor(g, l); });
       StateOptions so;
-      so.n_ctx = 256;
+      so.n_ctx = 512;
       so.n_batch = 16;
       auto st = m->new_state(so);
       const size_t V = static_cast<size_t>(m->config().n_vocab);
@@ -444,14 +443,18 @@ TEST(GpuGraphs, DecodeAsGraphsGivesTheEagerLogits) {
         by_mode[graphs].insert(by_mode[graphs].end(), logits.begin(), logits.end());
       }
       const CudaGraphStats gs = cuda_ops_graph_stats(g);
-      std::printf("[gpu-info] graphs %s, %d + %d tokens, %s: %llu launches, %llu instantiations, %s\n",
+      std::printf("[gpu-info] graphs %s, %d + %d tokens, %s: %llu launches (%llu replayed, %llu misses), "
+                  "%llu instantiations, %s\n",
                   std::string(synth::arch_name(sc.arch)).c_str(), sc.n_prompt, sc.n_decode, graphs ? "on" : "off",
-                  static_cast<unsigned long long>(gs.launches), static_cast<unsigned long long>(gs.instantiations),
-                  gs.enabled ? "enabled" : "disabled");
+                  static_cast<unsigned long long>(gs.launches), static_cast<unsigned long long>(gs.replays),
+                  static_cast<unsigned long long>(gs.replay_misses),
+                  static_cast<unsigned long long>(gs.instantiations), gs.enabled ? "enabled" : "disabled");
       if (graphs) {
         EXPECT_TRUE(gs.enabled);
         EXPECT_EQ(gs.launches, next.size() - 1);
         EXPECT_EQ(gs.instantiations, sc.instantiations);
+        EXPECT_EQ(gs.replay_misses, sc.instantiations);  // each recorded graph: a replay that missed
+        EXPECT_EQ(gs.replays, gs.launches - sc.instantiations);
       } else {
         EXPECT_EQ(gs.launches, 0u);
       }

@@ -28,7 +28,9 @@ std::string name(const Case& c) {
          (c.gate ? " gated" : "");
 }
 
-void run(const Case& c, int path /*0 dispatch, 1 rows, 2 tiled, 3 split, 4 staged*/) {
+// plan_keys > 0: the position is read from device memory (AttentionArgs::p0_dev) and the launch is
+// planned for plan_keys keys, as a replayed step graph runs it.
+void run(const Case& c, int path /*0 dispatch, 1 rows, 2 tiled, 3 split, 4 staged*/, int64_t plan_keys = 0) {
   const int64_t n_kv = c.p0 + c.n_tokens, kvw = int64_t{c.n_head_kv} * c.head_dim;
   // q and gate interleaved per head like qwen35's attn_q output: [q(d) | gate(d)] per head.
   const int64_t q_ld_head = c.gate ? 2 * c.head_dim : c.head_dim, q_ld_token = c.n_head * q_ld_head;
@@ -93,7 +95,12 @@ void run(const Case& c, int path /*0 dispatch, 1 rows, 2 tiled, 3 split, 4 stage
   a.n_head_kv = c.n_head_kv;
   a.head_dim = c.head_dim;
   a.scale = scale;
-  DevBuf<uint8_t> ws(cuda::attention_workspace_bytes(c.n_tokens, c.n_head, c.head_dim, n_kv));
+  DevBuf<int32_t> dpos(std::vector<int32_t>{static_cast<int32_t>(c.p0)});
+  if (plan_keys > 0) {
+    a.p0_dev = dpos.get();
+    a.p0 = plan_keys - c.n_tokens;
+  }
+  DevBuf<uint8_t> ws(cuda::attention_workspace_bytes(c.n_tokens, c.n_head, c.head_dim, std::max(n_kv, plan_keys)));
   a.workspace = ws.get();
   a.workspace_bytes = ws.size();
   static const char* kPath[] = {"attention", "attention_rows", "attention_tiled", "attention_split", "attention_staged"};
@@ -108,7 +115,8 @@ void run(const Case& c, int path /*0 dispatch, 1 rows, 2 tiled, 3 split, 4 stage
   else if (path == 2) cuda::attention_tiled(a, nullptr);
   else if (path == 3) cuda::attention_split(a, nullptr);
   else cuda::attention_staged(a, nullptr);
-  report(kPath[path], name(c), nmse(ref, dout.download()), 1e-9);
+  report(kPath[path], name(c) + (plan_keys > 0 ? " planned for " + std::to_string(plan_keys) : ""),
+         nmse(ref, dout.download()), 1e-9);
   if (path == 1 && n_kv > 256) {  // also without workspace: no split-K
     a.workspace = nullptr;
     a.workspace_bytes = 0;
@@ -158,6 +166,26 @@ TEST(GpuAttention, StagedDecode) {
   run({4, 2, 32, 333, 3, GgmlType::F16, true}, 4);
   run({2, 1, 32, 131071, 1, GgmlType::F16, false}, 4);  // 128K context
   run({16, 2, 256, 900, 1, GgmlType::F16, true}, 0);    // the dispatch takes it
+}
+
+// Decode planned ahead of the position (a replayed step graph: the kernels read the position from
+// device memory, the launch covers a bucket of keys, kernels/cuda/attention.cuh
+// attention_plan_keys): every decode path gives the reference with splits past the last key.
+TEST(GpuAttention, DecodePlannedAheadReadsThePosition) {
+  FERRY_REQUIRE_GPU();
+  EXPECT_EQ(cuda::attention_plan_keys(1, 4096), 256);
+  EXPECT_EQ(cuda::attention_plan_keys(256, 4096), 256);
+  EXPECT_EQ(cuda::attention_plan_keys(257, 4096), 288);
+  EXPECT_EQ(cuda::attention_plan_keys(481, 4096), 512);
+  EXPECT_EQ(cuda::attention_plan_keys(513, 4096), 576);
+  EXPECT_EQ(cuda::attention_plan_keys(40000, 1 << 20), 40960);  // 10·4096
+  EXPECT_EQ(cuda::attention_plan_keys(100, 200), 200);           // at most the context
+  EXPECT_EQ(cuda::attention_plan_keys(300, 300), 300);
+  run({16, 2, 256, 700, 1, GgmlType::F16, true}, 4, cuda::attention_plan_keys(701, 4096));
+  run({16, 2, 256, 700, 1, GgmlType::F16, true}, 3, 1536);
+  run({32, 4, 128, 300, 1, GgmlType::F16, false}, 1, 2048);  // the rows kernel, most splits empty
+  run({8, 2, 128, 1021, 4, GgmlType::F16, false}, 4, 1536);   // 4 tokens
+  run({16, 2, 256, 0, 1, GgmlType::F16, true}, 0, 256);       // the first token
 }
 
 // Where the staged kernel does not apply (plain K/V not 16-byte aligned, block-type rows that are

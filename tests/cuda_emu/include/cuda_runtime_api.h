@@ -155,6 +155,8 @@ cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph);
 cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status);
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long flags = 0);
 cudaError_t cudaGraphExecUpdate(cudaGraphExec_t exec, cudaGraph_t graph, cudaGraphExecUpdateResultInfo* info);
+// The node count (nodes must be nullptr: the emulator's nodes have no handles).
+cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t* nodes, size_t* numNodes);
 cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream);
 cudaError_t cudaGraphDestroy(cudaGraph_t graph);
 cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec);
