@@ -99,12 +99,16 @@ fi
 # Per-kernel GPU time of the decode (issue 25), right after the side-by-side: `ferry bench
 # --kernel-times` (CUDA events around every launch, graphs off; kernels/cuda/kernel_times.hpp) on
 # the same file, resident and as the 16 GB card with locality routing: one table per run of
-# kernel | launches/token | µs/token | % | µs/launch, and the sum against the wall time per token.
+# kernel | launches/token | µs/token | % | µs/launch, the sum against the wall time per token, and
+# the step thread's host CPU time per token against the same wall (the line after the sum).
 # Bounded: the resident run gets 25 s, the offloaded one what is left of GPU_CHECK_KTIME_S
 # (default 60; its load fills the host store). GPU_CHECK_KTIME=0 skips it; GPU_CHECK_KTIME_VRAM
 # (default 16G), GPU_CHECK_KTIME_N (default 32 tokens) and GPU_CHECK_KTIME_ARGS (more flags) are for
 # the dry run's tiny card.
 ktime_summary=""
+ktime_table() {  # log: its kernel-time table through the sum line, then the host CPU line
+  awk '/^kernel times,/{p=1} p{print} /^sum of kernel times/{p=0} /^host CPU/{print}' "$1"
+}
 if [[ "${GPU_CHECK_KTIME:-1}" != 0 ]]; then
   ktime_s=${GPU_CHECK_KTIME_S:-60}
   t0=$SECONDS
@@ -117,7 +121,7 @@ if [[ "${GPU_CHECK_KTIME:-1}" != 0 ]]; then
       # shellcheck disable=SC2086  # GPU_CHECK_KTIME_ARGS is a list of flags
       run_prog "$name" "$tmo" "$bundle/bin/ferry" bench -m "$model" --device cuda --kernel-times \
         -p 0 -n "${GPU_CHECK_KTIME_N:-32}" -r 1 "${placement[@]}" ${GPU_CHECK_KTIME_ARGS:-}
-      ktime_summary="$ktime_summary$(awk '/^kernel times,/,/^sum of kernel times/' "$logs/$name.log")"$'\n\n'
+      ktime_summary="$ktime_summary$(ktime_table "$logs/$name.log")"$'\n\n'
     done
     # The same resident decode kernel per op (--cuda-no-fusion): which fused kernel costs what.
     left=$((ktime_s + 20 - (SECONDS - t0)))
@@ -125,7 +129,7 @@ if [[ "${GPU_CHECK_KTIME:-1}" != 0 ]]; then
       # shellcheck disable=SC2086
       run_prog kernel-times-nofusion $((left < 25 ? left : 25)) "$bundle/bin/ferry" bench -m "$model" --device cuda \
         --kernel-times --cuda-no-fusion -p 0 -n "${GPU_CHECK_KTIME_N:-32}" -r 1 ${GPU_CHECK_KTIME_ARGS:-}
-      ktime_summary="$ktime_summary--cuda-no-fusion:"$'\n'"$(awk '/^kernel times,/,/^sum of kernel times/' "$logs/kernel-times-nofusion.log")"$'\n\n'
+      ktime_summary="$ktime_summary--cuda-no-fusion:"$'\n'"$(ktime_table "$logs/kernel-times-nofusion.log")"$'\n\n'
     fi
   else
     echo "== kernel times: synth $e2e_preset did not finish (see $logs/synth-$e2e_preset.log)"
