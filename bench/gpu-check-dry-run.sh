@@ -9,10 +9,12 @@
 # bench_ballast holds the rest for llama-bench's stand-in; the emulator's memory is per process, so
 # each Ferry run gets the card's size as FERRY_CUDA_EMU_MEMORY and fits it with --fit-target 1 —
 # its CUDA workspaces take 125 MiB, so a budget of 128M/127M leaves a partial expert cache), -p 2 -n 2 -r 1 without warm-up, 2 threads, depth 4. Fails unless the
-# ratio table has every row with a Ferry figure, and unless the kernel-times section printed its three
-# tables (resident, a 128M budget, resident unfused; -n 4), each with its sum and host CPU lines.
-# ctest runs it as gpu.GpuCheckDryRun (~40 s on the 2-core machine: each emulated ferry run takes
-# 5–10 s).
+# ratio table has every row with a Ferry figure, unless the kernel-times section printed its three
+# tables (resident, a 128M budget, resident unfused; -n 4), each with its sum and host CPU lines,
+# and unless the decode-switch section has its ten rows (default, --cuda-pdl, --cuda-no-fusion,
+# --cuda-graphs on twice each, resident; default and --cuda-pdl at 129M), each with t/s and host
+# ms/tok. ctest runs it as gpu.GpuCheckDryRun (each emulated ferry run takes 5–10 s on the 2-core
+# machine).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="$(cd "${1:-$root/build-emu}" && pwd)"
@@ -62,8 +64,10 @@ n_host=$(grep -c '^host CPU [0-9.]* µs/token vs wall [0-9.]* µs/token' <<<"$su
 echo "gpu-check-dry-run: kernel times: $n_tables tables, $n_sums sums, $n_host host CPU lines, $n_kernels kernel rows"
 ((n_tables == 3 && n_sums == 3 && n_host == 3 && n_kernels >= 15)) ||
   { echo "gpu-check-dry-run: FAIL: expected 3 kernel-time tables with rows, sums and host CPU lines" >&2; exit 1; }
-# The decode-switch rows: eight runs, each with a figure.
-n_sw=$(grep -cE '^\| (none|129M) \| (default|--cuda-pdl|--cuda-no-fusion) \| [0-9.]+ ± [0-9.]+ t/s \|' "$work/gpu-check.log" || true)
-echo "gpu-check-dry-run: $n_sw decode-switch rows with a figure"
-((n_sw == 8)) || { echo "gpu-check-dry-run: FAIL: expected 8 decode-switch rows" >&2; exit 1; }
+# The decode-switch rows: ten runs, each with a figure and the host CPU per token.
+n_sw=$(grep -cE '^\| (none|129M) \| (default|--cuda-pdl|--cuda-no-fusion|--cuda-graphs on) \| [0-9.]+ ± [0-9.]+ t/s \| [0-9.]+ \|' \
+  "$work/gpu-check.log" || true)
+n_graphs=$(grep -cE '^\| none \| --cuda-graphs on \| [0-9.]+ ± ' "$work/gpu-check.log" || true)
+echo "gpu-check-dry-run: $n_sw decode-switch rows with a figure and host ms/tok ($n_graphs with --cuda-graphs on)"
+((n_sw == 10 && n_graphs == 2)) || { echo "gpu-check-dry-run: FAIL: expected 10 decode-switch rows, 2 with graphs" >&2; exit 1; }
 echo "gpu-check-dry-run: PASS"

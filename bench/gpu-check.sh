@@ -137,29 +137,36 @@ if [[ "${GPU_CHECK_KTIME:-1}" != 0 ]]; then
 fi
 
 # Decode switches A/B on the side-by-side's file, interleaved (default, --cuda-pdl, --cuda-no-fusion,
-# twice each, resident; then default and --cuda-pdl at --vram 16G, locality routing), tg128 -r 3:
-# programmatic dependent launch decides --cuda-pdl's default (docs/decisions/0013-cuda-pdl.md), and
-# --cuda-no-fusion says what the fused decode step gains on this GPU. GPU_CHECK_PDL=0 skips it
-# (~100 s); the dry run sets GPU_CHECK_PDL_VRAM (the budget row) and GPU_CHECK_PDL_ARGS (-n/-r) for
-# its tiny model.
+# --cuda-graphs on, twice each, resident; then default and --cuda-pdl at --vram 16G, locality
+# routing), tg128 -r 3: programmatic dependent launch decides --cuda-pdl's default
+# (docs/decisions/0013-cuda-pdl.md), --cuda-no-fusion says what the fused decode step gains on this
+# GPU, and --cuda-graphs on whether recording the fused step as a graph beats eager launches now
+# (graphs lost on the H200 before the fusions, docs/options.md). Each row also gives the step
+# thread's host CPU ms per token (ferry bench's `host ms/tok`). Each row takes ~10 s (load, warm-up,
+# 3 x 128 tokens): ~120 s in all. GPU_CHECK_PDL=0 skips it; the dry run sets GPU_CHECK_PDL_VRAM (the
+# budget row) and GPU_CHECK_PDL_ARGS (-n/-r) for its tiny model.
 pdl_summary=""
 if [[ "${GPU_CHECK_PDL:-1}" != 0 ]] && model=$(synth_model "$e2e_preset" "${GPU_E2E_SYNTH_S:-150}"); then
   t0=$SECONDS
   pv="${GPU_CHECK_PDL_VRAM:-16G}"
   read -r -a pdl_args <<< "${GPU_CHECK_PDL_ARGS:--n 128 -r 3}"
-  for run in "none default" "none --cuda-pdl" "none --cuda-no-fusion" "none default" "none --cuda-pdl" \
-             "none --cuda-no-fusion" "$pv default" "$pv --cuda-pdl"; do
-    read -r vram sw <<< "$run"
+  for run in "none default" "none --cuda-pdl" "none --cuda-no-fusion" "none --cuda-graphs on" "none default" \
+             "none --cuda-pdl" "none --cuda-no-fusion" "none --cuda-graphs on" "$pv default" "$pv --cuda-pdl"; do
+    read -r vram sw <<< "$run"  # sw: the rest of the words (a switch and its value)
     ((budget_s - (SECONDS - t_start) < 60)) && { echo "== decode switches: skipped $vram $sw (time)"; continue; }
-    flags=(); [[ "$sw" != default ]] && flags=("$sw")
+    flags=(); [[ "$sw" != default ]] && read -r -a flags <<< "$sw"
     extra=(); [[ "$vram" != none ]] && extra=(--vram "$vram" --routing locality --host-load mmap)
-    log="$logs/switch-$vram${sw#--cuda}-$((SECONDS - t0)).log"
+    tag="${sw#--cuda}"
+    log="$logs/switch-$vram${tag// /-}-$((SECONDS - t0)).log"
     timeout 60 "$bundle/bin/ferry" bench -m "$model" --device cuda -p 0 "${pdl_args[@]}" -o md "${flags[@]}" "${extra[@]}" \
       > "$log" 2>&1
     row=$(grep -o 'tg[0-9]*[^:]*: [0-9.]* ± [0-9.]* t/s' "$log" | tail -1 | sed 's/.*: //')
     [[ -n "$row" ]] || row="FAILED ($(tail -1 "$log"))"
-    pdl_summary="$pdl_summary"$'\n'"| $vram | $sw | $row |"
-    echo "== decode switch $vram $sw: $row"
+    # The md table's `host ms/tok` cell (found by its header; "-" when absent).
+    host=$(awk -F'|' '/host ms\/tok/{for (i = 1; i <= NF; i++) if ($i ~ /host ms\/tok/) c = i; next}
+                      c && /^\| / && !/^\|[-: |]+$/ {v = $c} END {gsub(/ /, "", v); print v == "" ? "-" : v}' "$log")
+    pdl_summary="$pdl_summary"$'\n'"| $vram | $sw | $row | $host |"
+    echo "== decode switch $vram $sw: $row, host $host ms/tok"
   done
   rows+=("$(printf '| %-28s | %-12s | %6s | %6s | %7s | %5ss |' decode-switches PASS - - - $((SECONDS - t0)))")
 fi
@@ -349,8 +356,8 @@ section "end-to-end (bench_gpu_e2e)" "$e2e_summary"
 section "side by side (bench/sidebyside.py; raw runs in $logs/sidebyside/raw)" "$sbs_summary"
 section "kernel times of the decode (ferry bench --kernel-times; logs $logs/kernel-times-*.log)" "$ktime_summary"
 section "gpu_test_e2e with the chunked Gated DeltaNet prefill as the default (docs/decisions/0012-gdn-prefill-chunked.md)" "$gdn_summary"
-[[ -n "$pdl_summary" ]] && pdl_summary="| vram | switch | tg t/s |"$'\n'"|---|---|---|$(printf '%s' "$pdl_summary")"
-section "decode switches (t/s, interleaved; --cuda-pdl: docs/decisions/0013-cuda-pdl.md)" "$pdl_summary"
+[[ -n "$pdl_summary" ]] && pdl_summary="| vram | switch | tg t/s | host ms/tok |"$'\n'"|---|---|---|---:|$(printf '%s' "$pdl_summary")"
+section "decode switches (t/s, interleaved; --cuda-pdl: docs/decisions/0013-cuda-pdl.md; --cuda-graphs: docs/options.md)" "$pdl_summary"
 if [[ -n "$offload_summary" ]]; then
   echo
   echo "== offload (ferry bench --device cuda --vram ...)"
