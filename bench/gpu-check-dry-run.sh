@@ -18,7 +18,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="$(cd "${1:-$root/build-emu}" && pwd)"
-for f in "$build/ferry" "$build/bench/bench_ballast"; do
+for f in "$build/ferry" "$build/bench/bench_ballast" "$build/tests/gpu_test_e2e"; do
   [[ -x "$f" ]] || { echo "gpu-check-dry-run: $f is not built (an emulator build: scripts/build.sh emu)" >&2; exit 2; }
 done
 grep -q '^FERRY_CUDA:STRING=EMU' "$build/CMakeCache.txt" ||
@@ -27,10 +27,15 @@ grep -q '^FERRY_CUDA:STRING=EMU' "$build/CMakeCache.txt" ||
 work="$(mktemp -d "${TMPDIR:-/tmp}/ferry-gpu-dry.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 # A bundle of just the two programs the side-by-side needs (gpu-check.sh runs every test program
-# it finds in bin/; those have their own ctest entries).
+# it finds in bin/; those have their own ctest entries), and gpu_test_e2e cut to one quick test by
+# a wrapper, so that the script's second run of it with FERRY_TEST_GDN_PREFILL=chunked and that
+# run's verdict section are exercised too (the plumbing, not the numerics: ~2 s).
 mkdir -p "$work/bundle/bin" "$work/bundle/lib"
 ln -s "$build/ferry" "$work/bundle/bin/ferry"
 ln -s "$build/bench/bench_ballast" "$work/bundle/bin/bench_ballast"
+printf '#!/bin/sh\nexec "%s" --gtest_filter=GpuE2eKvQuant.StateTakesTheFootprintFromTheBudget "$@"\n' \
+  "$build/tests/gpu_test_e2e" > "$work/bundle/bin/gpu_test_e2e"
+chmod +x "$work/bundle/bin/gpu_test_e2e"
 
 FERRY_CUDA_EMU_MEMORY=512 OUT="$work/out" GPU_E2E_DIR="$work/models" GPU_E2E_PRESET=tiny GPU_CHECK_E2E=0 \
   GPU_E2E_TYPES="" GPU_CHECK_BUDGET_S=260 GPU_CHECK_SBS_S=180 GPU_CHECK_KTIME_VRAM=128M GPU_CHECK_KTIME_N=4 \
@@ -70,4 +75,10 @@ n_sw=$(grep -cE '^\| (none|129M) \| (default|--cuda-pdl|--cuda-no-fusion|--cuda-
 n_graphs=$(grep -cE '^\| none \| --cuda-graphs on \| [0-9.]+ ± ' "$work/gpu-check.log" || true)
 echo "gpu-check-dry-run: $n_sw decode-switch rows with a figure and host ms/tok ($n_graphs with --cuda-graphs on)"
 ((n_sw == 10 && n_graphs == 2)) || { echo "gpu-check-dry-run: FAIL: expected 10 decode-switch rows, 2 with graphs" >&2; exit 1; }
+# gpu_test_e2e twice (the default form, then chunked) and the verdict of the second run.
+for name in gpu_test_e2e gpu_test_e2e-gdn-chunked; do
+  grep -q "^| $name .*| PASS " "$work/gpu-check.log" || { echo "gpu-check-dry-run: FAIL: no PASS row for $name" >&2; exit 1; }
+done
+grep -q '^PASS: no test fails with chunked that passed with the default form' "$work/gpu-check.log" ||
+  { echo "gpu-check-dry-run: FAIL: no verdict of the chunked gpu_test_e2e run" >&2; exit 1; }
 echo "gpu-check-dry-run: PASS"
