@@ -3,7 +3,9 @@
 # bench/gpu-bundle.sh for how the bundle is made; default bundle build-gpu/gpu-bundle). Prints
 # nvidia-smi, runs Ferry beside llama.cpp FIRST (bench/sidebyside.py: resident and as a 16 GB and a
 # 12 GB card, one table of ratios), then the decode's GPU time per kernel (ferry bench
-# --kernel-times, resident and 16 GB), then every backend and GPU test program, a compute-sanitizer memcheck pass over the
+# --kernel-times, resident and 16 GB, with the host CPU per token), the decode switches A/B
+# (--cuda-pdl, --cuda-no-fusion, --cuda-graphs on), then every backend and GPU test program
+# (gpu_test_e2e a second time with the chunked DeltaNet prefill as the default), a compute-sanitizer memcheck pass over the
 # kernel tests when the tool exists and time allows, the end-to-end and offload benchmarks on a
 # synthetic 35b-a3b, then the GPU benchmarks (bench_gpu_kernels
 # first, then any other bench_gpu_* with the time left), and prints a summary table LAST. Logs go
