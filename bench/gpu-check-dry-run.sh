@@ -9,13 +9,16 @@
 # bench_ballast holds the rest for llama-bench's stand-in; the emulator's memory is per process, so
 # each Ferry run gets the card's size as FERRY_CUDA_EMU_MEMORY and fits it with --fit-target 1 —
 # its CUDA workspaces take 125 MiB, so a budget of 128M/127M leaves a partial expert cache), -p 2 -n 2 -r 1 without warm-up, 2 threads, depth 4. Fails unless the
-# ratio table has every row with a Ferry figure, and unless the kernel-times section printed its two
-# tables (resident and a 128M budget, -n 4). ctest runs it as gpu.GpuCheckDryRun (~40 s on the
-# 2-core machine: each emulated ferry run takes 5–10 s).
+# ratio table has every row with a Ferry figure, unless the kernel-times section printed its three
+# tables (resident, a 128M budget, resident unfused; -n 4), each with its sum and host CPU lines,
+# and unless the decode-switch section has its ten rows (default, --cuda-pdl, --cuda-no-fusion,
+# --cuda-graphs on twice each, resident; default and --cuda-pdl at 129M), each with t/s and host
+# ms/tok. ctest runs it as gpu.GpuCheckDryRun (each emulated ferry run takes 5–10 s on the 2-core
+# machine).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="$(cd "${1:-$root/build-emu}" && pwd)"
-for f in "$build/ferry" "$build/bench/bench_ballast"; do
+for f in "$build/ferry" "$build/bench/bench_ballast" "$build/tests/gpu_test_e2e"; do
   [[ -x "$f" ]] || { echo "gpu-check-dry-run: $f is not built (an emulator build: scripts/build.sh emu)" >&2; exit 2; }
 done
 grep -q '^FERRY_CUDA:STRING=EMU' "$build/CMakeCache.txt" ||
@@ -24,10 +27,15 @@ grep -q '^FERRY_CUDA:STRING=EMU' "$build/CMakeCache.txt" ||
 work="$(mktemp -d "${TMPDIR:-/tmp}/ferry-gpu-dry.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 # A bundle of just the two programs the side-by-side needs (gpu-check.sh runs every test program
-# it finds in bin/; those have their own ctest entries).
+# it finds in bin/; those have their own ctest entries), and gpu_test_e2e cut to one quick test by
+# a wrapper, so that the script's second run of it with FERRY_TEST_GDN_PREFILL=chunked and that
+# run's verdict section are exercised too (the plumbing, not the numerics: ~2 s).
 mkdir -p "$work/bundle/bin" "$work/bundle/lib"
 ln -s "$build/ferry" "$work/bundle/bin/ferry"
 ln -s "$build/bench/bench_ballast" "$work/bundle/bin/bench_ballast"
+printf '#!/bin/sh\nexec "%s" --gtest_filter=GpuE2eKvQuant.StateTakesTheFootprintFromTheBudget "$@"\n' \
+  "$build/tests/gpu_test_e2e" > "$work/bundle/bin/gpu_test_e2e"
+chmod +x "$work/bundle/bin/gpu_test_e2e"
 
 FERRY_CUDA_EMU_MEMORY=512 OUT="$work/out" GPU_E2E_DIR="$work/models" GPU_E2E_PRESET=tiny GPU_CHECK_E2E=0 \
   GPU_E2E_TYPES="" GPU_CHECK_BUDGET_S=260 GPU_CHECK_SBS_S=180 GPU_CHECK_KTIME_VRAM=128M GPU_CHECK_KTIME_N=4 \
@@ -57,10 +65,20 @@ summary="$(sed -n '/^== kernel times of the decode/,/^== decode switches\|^== of
 n_tables=$(grep -c '^kernel times, tg4 .*CUDA emulator.*NOT GPU timings' <<<"$summary" || true)
 n_sums=$(grep -c '^sum of kernel times [0-9.]* µs/token vs wall [0-9.]* µs/token' <<<"$summary" || true)
 n_kernels=$(grep -cE '^\| [a-z_]+[^|]* \| [0-9.]+ \| [0-9.]+ \| [0-9.]+% \| [0-9.]+ \|$' <<<"$summary" || true)
-echo "gpu-check-dry-run: kernel times: $n_tables tables, $n_sums sums, $n_kernels kernel rows"
-((n_tables == 3 && n_sums == 3 && n_kernels >= 15)) || { echo "gpu-check-dry-run: FAIL: expected 3 kernel-time tables with rows" >&2; exit 1; }
-# The decode-switch rows: eight runs, each with a figure.
-n_sw=$(grep -cE '^\| (none|129M) \| (default|--cuda-pdl|--cuda-no-fusion) \| [0-9.]+ ± [0-9.]+ t/s \|' "$work/gpu-check.log" || true)
-echo "gpu-check-dry-run: $n_sw decode-switch rows with a figure"
-((n_sw == 8)) || { echo "gpu-check-dry-run: FAIL: expected 8 decode-switch rows" >&2; exit 1; }
+n_host=$(grep -c '^host CPU [0-9.]* µs/token vs wall [0-9.]* µs/token' <<<"$summary" || true)
+echo "gpu-check-dry-run: kernel times: $n_tables tables, $n_sums sums, $n_host host CPU lines, $n_kernels kernel rows"
+((n_tables == 3 && n_sums == 3 && n_host == 3 && n_kernels >= 15)) ||
+  { echo "gpu-check-dry-run: FAIL: expected 3 kernel-time tables with rows, sums and host CPU lines" >&2; exit 1; }
+# The decode-switch rows: ten runs, each with a figure and the host CPU per token.
+n_sw=$(grep -cE '^\| (none|129M) \| (default|--cuda-pdl|--cuda-no-fusion|--cuda-graphs on) \| [0-9.]+ ± [0-9.]+ t/s \| [0-9.]+ \|' \
+  "$work/gpu-check.log" || true)
+n_graphs=$(grep -cE '^\| none \| --cuda-graphs on \| [0-9.]+ ± ' "$work/gpu-check.log" || true)
+echo "gpu-check-dry-run: $n_sw decode-switch rows with a figure and host ms/tok ($n_graphs with --cuda-graphs on)"
+((n_sw == 10 && n_graphs == 2)) || { echo "gpu-check-dry-run: FAIL: expected 10 decode-switch rows, 2 with graphs" >&2; exit 1; }
+# gpu_test_e2e twice (the default form, then chunked) and the verdict of the second run.
+for name in gpu_test_e2e gpu_test_e2e-gdn-chunked; do
+  grep -q "^| $name .*| PASS " "$work/gpu-check.log" || { echo "gpu-check-dry-run: FAIL: no PASS row for $name" >&2; exit 1; }
+done
+grep -q '^PASS: no test fails with chunked that passed with the default form' "$work/gpu-check.log" ||
+  { echo "gpu-check-dry-run: FAIL: no verdict of the chunked gpu_test_e2e run" >&2; exit 1; }
 echo "gpu-check-dry-run: PASS"

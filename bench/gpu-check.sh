@@ -3,7 +3,9 @@
 # bench/gpu-bundle.sh for how the bundle is made; default bundle build-gpu/gpu-bundle). Prints
 # nvidia-smi, runs Ferry beside llama.cpp FIRST (bench/sidebyside.py: resident and as a 16 GB and a
 # 12 GB card, one table of ratios), then the decode's GPU time per kernel (ferry bench
-# --kernel-times, resident and 16 GB), then every backend and GPU test program, a compute-sanitizer memcheck pass over the
+# --kernel-times, resident and 16 GB, with the host CPU per token), the decode switches A/B
+# (--cuda-pdl, --cuda-no-fusion, --cuda-graphs on), then every backend and GPU test program
+# (gpu_test_e2e a second time with the chunked DeltaNet prefill as the default), a compute-sanitizer memcheck pass over the
 # kernel tests when the tool exists and time allows, the end-to-end and offload benchmarks on a
 # synthetic 35b-a3b, then the GPU benchmarks (bench_gpu_kernels
 # first, then any other bench_gpu_* with the time left), and prints a summary table LAST. Logs go
@@ -99,12 +101,16 @@ fi
 # Per-kernel GPU time of the decode (issue 25), right after the side-by-side: `ferry bench
 # --kernel-times` (CUDA events around every launch, graphs off; kernels/cuda/kernel_times.hpp) on
 # the same file, resident and as the 16 GB card with locality routing: one table per run of
-# kernel | launches/token | µs/token | % | µs/launch, and the sum against the wall time per token.
+# kernel | launches/token | µs/token | % | µs/launch, the sum against the wall time per token, and
+# the step thread's host CPU time per token against the same wall (the line after the sum).
 # Bounded: the resident run gets 25 s, the offloaded one what is left of GPU_CHECK_KTIME_S
 # (default 60; its load fills the host store). GPU_CHECK_KTIME=0 skips it; GPU_CHECK_KTIME_VRAM
 # (default 16G), GPU_CHECK_KTIME_N (default 32 tokens) and GPU_CHECK_KTIME_ARGS (more flags) are for
 # the dry run's tiny card.
 ktime_summary=""
+ktime_table() {  # log: its kernel-time table through the sum line, then the host CPU line
+  awk '/^kernel times,/{p=1} p{print} /^sum of kernel times/{p=0} /^host CPU/{print}' "$1"
+}
 if [[ "${GPU_CHECK_KTIME:-1}" != 0 ]]; then
   ktime_s=${GPU_CHECK_KTIME_S:-60}
   t0=$SECONDS
@@ -117,7 +123,7 @@ if [[ "${GPU_CHECK_KTIME:-1}" != 0 ]]; then
       # shellcheck disable=SC2086  # GPU_CHECK_KTIME_ARGS is a list of flags
       run_prog "$name" "$tmo" "$bundle/bin/ferry" bench -m "$model" --device cuda --kernel-times \
         -p 0 -n "${GPU_CHECK_KTIME_N:-32}" -r 1 "${placement[@]}" ${GPU_CHECK_KTIME_ARGS:-}
-      ktime_summary="$ktime_summary$(awk '/^kernel times,/,/^sum of kernel times/' "$logs/$name.log")"$'\n\n'
+      ktime_summary="$ktime_summary$(ktime_table "$logs/$name.log")"$'\n\n'
     done
     # The same resident decode kernel per op (--cuda-no-fusion): which fused kernel costs what.
     left=$((ktime_s + 20 - (SECONDS - t0)))
@@ -125,7 +131,7 @@ if [[ "${GPU_CHECK_KTIME:-1}" != 0 ]]; then
       # shellcheck disable=SC2086
       run_prog kernel-times-nofusion $((left < 25 ? left : 25)) "$bundle/bin/ferry" bench -m "$model" --device cuda \
         --kernel-times --cuda-no-fusion -p 0 -n "${GPU_CHECK_KTIME_N:-32}" -r 1 ${GPU_CHECK_KTIME_ARGS:-}
-      ktime_summary="$ktime_summary--cuda-no-fusion:"$'\n'"$(awk '/^kernel times,/,/^sum of kernel times/' "$logs/kernel-times-nofusion.log")"$'\n\n'
+      ktime_summary="$ktime_summary--cuda-no-fusion:"$'\n'"$(ktime_table "$logs/kernel-times-nofusion.log")"$'\n\n'
     fi
   else
     echo "== kernel times: synth $e2e_preset did not finish (see $logs/synth-$e2e_preset.log)"
@@ -133,29 +139,36 @@ if [[ "${GPU_CHECK_KTIME:-1}" != 0 ]]; then
 fi
 
 # Decode switches A/B on the side-by-side's file, interleaved (default, --cuda-pdl, --cuda-no-fusion,
-# twice each, resident; then default and --cuda-pdl at --vram 16G, locality routing), tg128 -r 3:
-# programmatic dependent launch decides --cuda-pdl's default (docs/decisions/0013-cuda-pdl.md), and
-# --cuda-no-fusion says what the fused decode step gains on this GPU. GPU_CHECK_PDL=0 skips it
-# (~100 s); the dry run sets GPU_CHECK_PDL_VRAM (the budget row) and GPU_CHECK_PDL_ARGS (-n/-r) for
-# its tiny model.
+# --cuda-graphs on, twice each, resident; then default and --cuda-pdl at --vram 16G, locality
+# routing), tg128 -r 3: programmatic dependent launch decides --cuda-pdl's default
+# (docs/decisions/0013-cuda-pdl.md), --cuda-no-fusion says what the fused decode step gains on this
+# GPU, and --cuda-graphs on whether recording the fused step as a graph beats eager launches now
+# (graphs lost on the H200 before the fusions, docs/options.md). Each row also gives the step
+# thread's host CPU ms per token (ferry bench's `host ms/tok`). Each row takes ~10 s (load, warm-up,
+# 3 x 128 tokens): ~120 s in all. GPU_CHECK_PDL=0 skips it; the dry run sets GPU_CHECK_PDL_VRAM (the
+# budget row) and GPU_CHECK_PDL_ARGS (-n/-r) for its tiny model.
 pdl_summary=""
 if [[ "${GPU_CHECK_PDL:-1}" != 0 ]] && model=$(synth_model "$e2e_preset" "${GPU_E2E_SYNTH_S:-150}"); then
   t0=$SECONDS
   pv="${GPU_CHECK_PDL_VRAM:-16G}"
   read -r -a pdl_args <<< "${GPU_CHECK_PDL_ARGS:--n 128 -r 3}"
-  for run in "none default" "none --cuda-pdl" "none --cuda-no-fusion" "none default" "none --cuda-pdl" \
-             "none --cuda-no-fusion" "$pv default" "$pv --cuda-pdl"; do
-    read -r vram sw <<< "$run"
+  for run in "none default" "none --cuda-pdl" "none --cuda-no-fusion" "none --cuda-graphs on" "none default" \
+             "none --cuda-pdl" "none --cuda-no-fusion" "none --cuda-graphs on" "$pv default" "$pv --cuda-pdl"; do
+    read -r vram sw <<< "$run"  # sw: the rest of the words (a switch and its value)
     ((budget_s - (SECONDS - t_start) < 60)) && { echo "== decode switches: skipped $vram $sw (time)"; continue; }
-    flags=(); [[ "$sw" != default ]] && flags=("$sw")
+    flags=(); [[ "$sw" != default ]] && read -r -a flags <<< "$sw"
     extra=(); [[ "$vram" != none ]] && extra=(--vram "$vram" --routing locality --host-load mmap)
-    log="$logs/switch-$vram${sw#--cuda}-$((SECONDS - t0)).log"
+    tag="${sw#--cuda}"
+    log="$logs/switch-$vram${tag// /-}-$((SECONDS - t0)).log"
     timeout 60 "$bundle/bin/ferry" bench -m "$model" --device cuda -p 0 "${pdl_args[@]}" -o md "${flags[@]}" "${extra[@]}" \
       > "$log" 2>&1
     row=$(grep -o 'tg[0-9]*[^:]*: [0-9.]* ± [0-9.]* t/s' "$log" | tail -1 | sed 's/.*: //')
     [[ -n "$row" ]] || row="FAILED ($(tail -1 "$log"))"
-    pdl_summary="$pdl_summary"$'\n'"| $vram | $sw | $row |"
-    echo "== decode switch $vram $sw: $row"
+    # The md table's `host ms/tok` cell (found by its header; "-" when absent).
+    host=$(awk -F'|' '/host ms\/tok/{for (i = 1; i <= NF; i++) if ($i ~ /host ms\/tok/) c = i; next}
+                      c && /^\| / && !/^\|[-: |]+$/ {v = $c} END {gsub(/ /, "", v); print v == "" ? "-" : v}' "$log")
+    pdl_summary="$pdl_summary"$'\n'"| $vram | $sw | $row | $host |"
+    echo "== decode switch $vram $sw: $row, host $host ms/tok"
   done
   rows+=("$(printf '| %-28s | %-12s | %6s | %6s | %7s | %5ss |' decode-switches PASS - - - $((SECONDS - t0)))")
 fi
@@ -164,6 +177,25 @@ for b in "$bundle"/bin/backend_test_* "$bundle"/bin/gpu_test_*; do
   [[ -x "$b" ]] || continue
   run_prog "$(basename "$b")" 120 "$b" --gtest_color=no
 done
+# The end-to-end tests once more with the chunked Gated DeltaNet prefill as the CUDA default
+# (tests/gpu/test_e2e.cpp reads FERRY_TEST_GDN_PREFILL): the check docs/decisions/0012 waits for
+# before `--gdn-prefill auto` may mean chunked on cuda. Its verdict: no test fails here that passed
+# in the default run above (a failure both runs share is not the prefill form's). ~1 s on a GPU.
+gdn_summary=""
+if [[ -x "$bundle/bin/gpu_test_e2e" ]]; then
+  run_prog gpu_test_e2e-gdn-chunked 120 env FERRY_TEST_GDN_PREFILL=chunked "$bundle/bin/gpu_test_e2e" --gtest_color=no
+  failed_tests() { grep -o '^\[  FAILED  \] [A-Za-z][^ ,]*' "$1" 2>/dev/null | sed 's/.*\] //' | sort -u; }
+  gdn_log="$logs/gpu_test_e2e-gdn-chunked.log"
+  gdn_new=$(comm -13 <(failed_tests "$logs/gpu_test_e2e.log") <(failed_tests "$gdn_log") | tr '\n' ' ')
+  if ! grep -q '^\[==========\] [0-9]* tests\? from .* ran' "$gdn_log" || ! grep -q '^\[==========\]' "$logs/gpu_test_e2e.log"; then
+    gdn_summary="did not finish (see $gdn_log and $logs/gpu_test_e2e.log)"
+  elif [[ -n "$gdn_new" ]]; then
+    gdn_summary="FAIL: with chunked, beyond the default run: $gdn_new"
+  else
+    gdn_summary="PASS: no test fails with chunked that passed with the default form ($(failed_tests "$gdn_log" | wc -l) failing in both)"
+  fi
+  echo "== gdn prefill chunked as the default: $gdn_summary"
+fi
 
 run_prog "ferry-help" 20 "$bundle/bin/ferry" --help
 
@@ -325,8 +357,9 @@ section() {  # heading, text: printed under a blank line and the heading when th
 section "end-to-end (bench_gpu_e2e)" "$e2e_summary"
 section "side by side (bench/sidebyside.py; raw runs in $logs/sidebyside/raw)" "$sbs_summary"
 section "kernel times of the decode (ferry bench --kernel-times; logs $logs/kernel-times-*.log)" "$ktime_summary"
-[[ -n "$pdl_summary" ]] && pdl_summary="| vram | switch | tg t/s |"$'\n'"|---|---|---|$(printf '%s' "$pdl_summary")"
-section "decode switches (t/s, interleaved; --cuda-pdl: docs/decisions/0013-cuda-pdl.md)" "$pdl_summary"
+section "gpu_test_e2e with the chunked Gated DeltaNet prefill as the default (docs/decisions/0012-gdn-prefill-chunked.md)" "$gdn_summary"
+[[ -n "$pdl_summary" ]] && pdl_summary="| vram | switch | tg t/s | host ms/tok |"$'\n'"|---|---|---|---:|$(printf '%s' "$pdl_summary")"
+section "decode switches (t/s, interleaved; --cuda-pdl: docs/decisions/0013-cuda-pdl.md; --cuda-graphs: docs/options.md)" "$pdl_summary"
 if [[ -n "$offload_summary" ]]; then
   echo
   echo "== offload (ferry bench --device cuda --vram ...)"

@@ -72,6 +72,12 @@ std::string kernel_times_table(const BenchKernelTimes& k) {
       "time the GPU waited for the host)\n",
       k.sum_us_per_token, k.wall_us_per_token,
       k.wall_us_per_token > 0 ? 100.0 * k.sum_us_per_token / k.wall_us_per_token : 0.0);
+  if (k.host_cpu_us_per_token)
+    out += fmt::format(
+        "host CPU {:.1f} µs/token vs wall {:.1f} µs/token ({:.1f}% of the wall: the step thread's own CPU "
+        "time; the CUDA runtime's spin while it waits for the device counts too)\n",
+        *k.host_cpu_us_per_token, k.wall_us_per_token,
+        k.wall_us_per_token > 0 ? 100.0 * *k.host_cpu_us_per_token / k.wall_us_per_token : 0.0);
   if (k.untimed_launches)
     out += fmt::format("{} launches were captured into CUDA graphs and are not timed\n",
                        k.untimed_launches);
@@ -88,9 +94,12 @@ std::string kernel_times_json(const BenchKernelTimes& k) {
         row.us_per_launch);
   return fmt::format(
       "{{\"emulated\": {}, \"sum_us_per_token\": {}, \"wall_us_per_token\": {}, "
+      "\"host_cpu_us_per_token\": {}, "
       "\"untimed_launches\": {}, "
       "\"kernels\": [{}]}}",
-      k.emulated, k.sum_us_per_token, k.wall_us_per_token, k.untimed_launches, rows);
+      k.emulated, k.sum_us_per_token, k.wall_us_per_token,
+      k.host_cpu_us_per_token ? fmt::format("{}", *k.host_cpu_us_per_token) : std::string("null"),
+      k.untimed_launches, rows);
 }
 
 }  // namespace ferry::cli

@@ -61,7 +61,8 @@ std::vector<Field> fields_of(const BenchResult& r) {
           Field{"weight_bytes_per_token", Kind::real, opt_real(r.weight_bytes_per_token)},
           Field{"mem_bw_gbps", Kind::real, opt_real(r.mem_bw_gbps)},
           Field{"speed_of_light_fraction", Kind::real, opt_real(r.speed_of_light_fraction)},
-          Field{"launches_per_token", Kind::real, opt_real(r.launches_per_token)}};
+          Field{"launches_per_token", Kind::real, opt_real(r.launches_per_token)},
+          Field{"host_cpu_ms_per_token", Kind::real, opt_real(r.host_cpu_ms_per_token)}};
 }
 
 std::string escape_csv(const std::string& v) {
@@ -267,8 +268,14 @@ void BenchPrinter::print_md() {
     cols.push_back({"wait", true, [opt](const BenchResult& r) { return opt(r.gpu_wait_pct, "{:.1f}%"); }});
   }
   cols.push_back({"SoL", true, [opt](const BenchResult& r) { return opt(r.speed_of_light_fraction, "{:.3f}"); }});
-  if (std::any_of(rows_.begin(), rows_.end(), [](const BenchResult& r) { return r.device == "cuda"; }))
+  const bool cuda = std::any_of(rows_.begin(), rows_.end(), [](const BenchResult& r) { return r.device == "cuda"; });
+  if (cuda)
     cols.push_back({"launches/tok", true, [opt](const BenchResult& r) { return opt(r.launches_per_token, "{:.1f}"); }});
+  // Host CPU per token where the question is host- against device-bound (cuda, --kernel-times);
+  // the cpu device's table stays llama-bench's shape (its CPU time is the wall's, less the
+  // worker threads').
+  if (cuda || std::any_of(rows_.begin(), rows_.end(), [](const BenchResult& r) { return r.kernel_times.has_value(); }))
+    cols.push_back({"host ms/tok", true, [opt](const BenchResult& r) { return opt(r.host_cpu_ms_per_token, "{:.3f}"); }});
 
   // Display width counts code points, so "±" is one column wide.
   auto width_of = [](const std::string& s) {

@@ -21,6 +21,9 @@ struct BenchKernelTimes {
   std::vector<Row> rows;  // by us_per_token, largest first
   double sum_us_per_token = 0;   // over all rows
   double wall_us_per_token = 0;  // the timed wall time: what the sum leaves is GPU idle time
+  // CPU time of the thread that ran the timed evals (BenchResult::host_cpu_ms_per_token); unset
+  // where the caller did not measure it (bench_gpu_e2e).
+  std::optional<double> host_cpu_us_per_token;
   uint64_t untimed_launches = 0;  // launches into a CUDA graph capture (none with graphs off)
   bool emulated = false;          // the CUDA emulator: CPU times, not GPU timings
 };
@@ -51,6 +54,12 @@ struct BenchResult {
   // CUDA kernels run per generated token, over the timed single-token steps (cuda only; graph
   // nodes counted, runtime/backend/cuda_ops.hpp cuda_kernels_launched): what fusing lowers.
   std::optional<double> launches_per_token;
+  // CPU time (CLOCK_THREAD_CPUTIME_ID) of the one thread that ran the timed evals, per token of
+  // the test (n_prompt + n_gen, all repetitions): the host's own work per token (graph building,
+  // launches, the CPU backend's share on that thread; not its worker threads). At most the wall
+  // time per token, the thread being one. On a GPU the CUDA runtime spins while this thread waits
+  // for the device (its default schedule with fewer contexts than cores), so that wait counts too.
+  std::optional<double> host_cpu_ms_per_token;
   std::optional<BenchKernelTimes> kernel_times;  // --kernel-times on a cuda load
 
   uint64_t avg_ns() const;

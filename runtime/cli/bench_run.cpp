@@ -79,6 +79,14 @@ std::string utc_now_iso() {
   return buf;
 }
 
+// CPU time of the calling thread so far: its own work, not the worker threads' it waits for.
+uint64_t thread_cpu_ns() {
+  timespec ts{};
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
+    fail(ErrorKind::internal, "clock_gettime(CLOCK_THREAD_CPUTIME_ID) failed");
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
+}
+
 bool beyond_layers(const std::string& name, int32_t n_layer) {
   return name.rfind("blk.", 0) == 0 && std::atoi(name.c_str() + 4) >= n_layer;
 }
@@ -247,6 +255,7 @@ BenchResult BenchModel::run(const BenchTestSpec& t, std::optional<double> mem_bw
   WeightTraffic traffic;
   uint64_t uses = 0, hits = 0, h2d = 0, table_tokens = 0, gen_kernels = 0;
   double wait_ms = 0, timed_ms = 0;
+  uint64_t host_cpu_ns = 0;
   for (int32_t rep = 0; rep < t.reps; ++rep) {
     std::fprintf(stderr, "%s: repetition %d/%d\n", progress.c_str(), rep + 1, t.reps);
     if (t.depth_by_copy && t.n_depth > 0) {
@@ -264,11 +273,14 @@ BenchResult BenchModel::run(const BenchTestSpec& t, std::optional<double> mem_bw
     const OffloadStats s0 = ox ? ox->stats() : OffloadStats{};
 
     if (t.kernel_times) kernel_times_timing(true);
+    // The thread-CPU interval lies inside the wall interval, so it can never exceed the wall time.
     const auto t0 = std::chrono::steady_clock::now();
+    const uint64_t cpu0 = thread_cpu_ns();
     if (t.n_prompt > 0) eval_random(session, t.n_prompt, spec_.n_batch);
     const uint64_t k0 = cuda_kernels_launched();  // each eval waits for its logits: all ran
     for (int32_t i = 0; i < t.n_gen; ++i) eval_random(session, 1, 1);
     gen_kernels += cuda_kernels_launched() - k0;
+    host_cpu_ns += thread_cpu_ns() - cpu0;
     const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
     if (t.kernel_times) kernel_times_timing(false);
     r.samples_ns.push_back(static_cast<uint64_t>(ns));
@@ -293,7 +305,11 @@ BenchResult BenchModel::run(const BenchTestSpec& t, std::optional<double> mem_bw
   }
 
   const double tokens = static_cast<double>(t.n_prompt + t.n_gen) * t.reps;
-  if (t.kernel_times) r.kernel_times = kernel_times_take(tokens, timed_ms * 1e3);
+  if (tokens > 0) r.host_cpu_ms_per_token = static_cast<double>(host_cpu_ns) * 1e-6 / tokens;
+  if (t.kernel_times) {
+    r.kernel_times = kernel_times_take(tokens, timed_ms * 1e3);
+    if (r.host_cpu_ms_per_token) r.kernel_times->host_cpu_us_per_token = *r.host_cpu_ms_per_token * 1e3;
+  }
   if (!traffic_) {
     const WeightTraffic one = estimate_traffic(t);
     traffic = {one.steps * static_cast<uint64_t>(t.reps), one.tokens * static_cast<uint64_t>(t.reps),

@@ -14,6 +14,9 @@
 - sweeps: -t 1,2 and --routing model,uniform multiply the tests; --device sim --vram gives
   offload counters (hit_rate in [0, 1], h2d bytes > 0 when the budget holds only part of the
   experts), the cpu device gives none (null).
+- host_cpu_ms_per_token (the CPU time of the one thread that ran the timed evals, per token) is
+  > 0 and at most the wall time per token (one thread cannot use more CPU than wall time; with
+  -t 2 the process as a whole can), and the cpu device's md table has no host column.
 - bad arguments exit non-zero with a message.
 """
 import csv
@@ -96,7 +99,8 @@ LLAMA_FIELDS = ["model_filename", "model_type", "model_size", "model_n_params", 
                 "type_v", "n_prompt", "n_gen", "n_depth", "test_time", "avg_ns", "stddev_ns", "avg_ts", "stddev_ts",
                 "samples_ns", "samples_ts"]
 FERRY_FIELDS = ["device", "vram_budget", "routing", "hit_rate", "h2d_bytes_per_token", "gpu_wait_pct",
-                "weight_bytes_per_token", "mem_bw_gbps", "speed_of_light_fraction", "launches_per_token"]
+                "weight_bytes_per_token", "mem_bw_gbps", "speed_of_light_fraction", "launches_per_token",
+                "host_cpu_ms_per_token"]
 
 
 def main():
@@ -123,6 +127,12 @@ def main():
             check(r["n_threads"] == 2 and r["type_k"] == "f16" and r["device"] == "cpu", f"{where}: settings")
             check(r["hit_rate"] is None and r["h2d_bytes_per_token"] is None, f"{where}: cpu has no offload counters")
             check(r["launches_per_token"] is None, f"{where}: cpu launches no kernels")
+            # The step thread's CPU interval lies inside the timed wall interval (bench_run.cpp);
+            # 1e-3 relative: the thread CPU clock and CLOCK_MONOTONIC tick from different sources.
+            host, tokens = r["host_cpu_ms_per_token"], (r["n_prompt"] + r["n_gen"]) * 2
+            wall = sum(r["samples_ns"]) * 1e-6 / tokens
+            check(host is not None and 0 < host <= wall * (1 + 1e-3),
+                  f"{where}: host_cpu_ms_per_token {host} vs wall {wall} ms per token (one thread)")
             check(r["mem_bw_gbps"] is not None and r["mem_bw_gbps"] > 0, f"{where}: mem_bw_gbps {r['mem_bw_gbps']}")
             # Tiny models fit in the cache, so the fraction may exceed 1; it must follow from the
             # other columns: bytes per token x tokens / timed seconds / bandwidth.
@@ -150,6 +160,7 @@ def main():
         md = bench(*base, fmt="md").splitlines()
         check(len(md) == 4 and "t/s" in md[0] and md[1].startswith("|"), f"{arch}: md table {md}")
         check(any("pp16" in x for x in md) and any("tg4" in x for x in md), f"{arch}: md rows {md}")
+        check("host ms/tok" not in md[0], f"{arch}: the cpu device's md table has no host column: {md[0]}")
         # --depth-fill copy: a depth past the 256 evaluated tokens, made by copying KV rows.
         r = ferry("bench", "-m", path, "-r", "1", "-p", "0", "-n", "2", "-t", "2", "-d", "600",
                   "--depth-fill", "copy", "-ctk", "q8_0", "-ctv", "q4_0", "-o", "json")
