@@ -125,6 +125,13 @@ bool CudaStepGraphs::launch_replay() {
   if (it == replayable_.end()) {
     retry_ = true;
     ++replay_misses_;
+    // Steps that keep missing (more sessions than kept graphs, each with its own buffers) pay the
+    // host run twice: past a quarter of misses they are recorded and updated every token instead.
+    if (replay_misses_ > kMaxReplayGraphs && replay_misses_ * 4 > replays_ + replay_misses_) {
+      replay_ok_ = false;
+      log::info("cuda: step graphs are recorded every token ({} of {} replays missed)", replay_misses_,
+                replays_ + replay_misses_);
+    }
     return false;
   }
   it->second.last_use = ++tick_;

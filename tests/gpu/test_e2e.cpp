@@ -525,6 +525,54 @@ TEST(GpuGraphs, DecodeAsGraphsGivesTheEagerLogits) {
   }
 }
 
+// Ten sessions of one model decoding in turn (a server's slots): each has its own buffers, so each
+// needs its own replayed graph, and eight are kept — every step misses. Past nine misses with no
+// replay the Ops stops trying (its steps are recorded and updated every token, as before replay);
+// the logits stay the eager run's. Without that guard every step would miss (19 misses).
+TEST(GpuGraphs, ReplayStopsWhenSessionsOutnumberTheKeptGraphs) {
+  FERRY_REQUIRE_GPU();
+  const gguf::File f = gguf::File::open(write_model(synth::Arch::qwen3moe, synth::QuantMix::q4_k_m));
+  constexpr int kSessions = 10, kRounds = 2;
+  std::vector<float> by_mode[2];
+  for (const bool graphs : {false, true}) {
+    DeviceOptions o;
+    o.budget_bytes = 1ull << 30;
+    auto dev = make_device(DeviceKind::cuda, o);
+    CudaOpsOptions oo = test_ops_options();
+    oo.graphs = graphs;
+    auto ops = make_cuda_ops(*dev, oo);
+    Ops& g = *ops;
+    auto m = load_model(f, g, [&g](const std::vector<MoeLayerWeights>& l) { return make_cuda_resident_executor(g, l); });
+    StateOptions so;
+    so.n_ctx = 32;
+    so.n_batch = 4;
+    std::vector<std::unique_ptr<ModelState>> states;
+    std::vector<float> logits(static_cast<size_t>(m->config().n_vocab));
+    for (int i = 0; i < kSessions; ++i) {
+      states.push_back(m->new_state(so));
+      const int32_t prompt[2] = {11 + i, 12 + i};
+      m->forward(*states.back(), prompt, LogitsMode::last, logits.data());
+    }
+    for (int r = 0; r < kRounds; ++r)
+      for (int i = 0; i < kSessions; ++i) {
+        const int32_t t = 40 + r * kSessions + i;
+        m->forward(*states[static_cast<size_t>(i)], std::span<const int32_t>(&t, 1), LogitsMode::last, logits.data());
+        by_mode[graphs].insert(by_mode[graphs].end(), logits.begin(), logits.end());
+      }
+    const CudaGraphStats gs = cuda_ops_graph_stats(g);
+    std::printf("[gpu-info] %d sessions x %d tokens, graphs %s: %llu launches (%llu replayed, %llu misses)\n",
+                kSessions, kRounds, graphs ? "on" : "off", static_cast<unsigned long long>(gs.launches),
+                static_cast<unsigned long long>(gs.replays), static_cast<unsigned long long>(gs.replay_misses));
+    if (graphs) {
+      EXPECT_TRUE(gs.enabled);
+      EXPECT_EQ(gs.launches, uint64_t{kSessions * kRounds - 1});  // the first decode step runs eagerly
+      EXPECT_EQ(gs.replays, 0u);
+      EXPECT_EQ(gs.replay_misses, 9u);
+    }
+  }
+  report_exact("graphs qwen3moe decode, 10 sessions in turn", "2 tokens each", by_mode[0] == by_mode[1]);
+}
+
 // An executor that the forward must not record (as the offload engine's host-routed steps): the resident kernels behind capturable() == false.
 class NotCapturable final : public MoeExecutor {
  public:
