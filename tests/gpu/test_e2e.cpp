@@ -484,14 +484,11 @@ TEST(GpuGraphs, DecodeAsGraphsGivesTheEagerLogits) {
     std::iota(next.begin(), next.end(), 40);
     std::vector<float> by_mode[2];
     for (const bool graphs : {false, true}) {
-      DeviceOptions o;
-      o.budget_bytes = 1ull << 30;
-      auto dev = make_device(DeviceKind::cuda, o);
       CudaOpsOptions oo = test_ops_options();
       oo.graphs = graphs;
-      auto ops = make_cuda_ops(*dev, oo);
-      Ops& g = *ops;
-      auto m = load_model(f, g, [&g](const std::vector<MoeLayerWeights>& l) { return make_cuda_resident_executor(g, l); });
+      ResidentCuda r(f, oo);
+      Ops& g = *r.ops;
+      Model* m = r.model.get();
       StateOptions so;
       so.n_ctx = 512;
       so.n_batch = 16;
@@ -535,14 +532,11 @@ TEST(GpuGraphs, ReplayStopsWhenSessionsOutnumberTheKeptGraphs) {
   constexpr int kSessions = 10, kRounds = 2;
   std::vector<float> by_mode[2];
   for (const bool graphs : {false, true}) {
-    DeviceOptions o;
-    o.budget_bytes = 1ull << 30;
-    auto dev = make_device(DeviceKind::cuda, o);
     CudaOpsOptions oo = test_ops_options();
     oo.graphs = graphs;
-    auto ops = make_cuda_ops(*dev, oo);
-    Ops& g = *ops;
-    auto m = load_model(f, g, [&g](const std::vector<MoeLayerWeights>& l) { return make_cuda_resident_executor(g, l); });
+    ResidentCuda r(f, oo);
+    Ops& g = *r.ops;
+    Model* m = r.model.get();
     StateOptions so;
     so.n_ctx = 32;
     so.n_batch = 4;
