@@ -7,10 +7,11 @@
 // calls folds the kernel, its grid, block, shared bytes, stream and the bytes of every argument
 // (converted to the kernel's parameter type, as the launch passes it) into `hash`, counts itself
 // in `kernels`, and is launched only when `launch` is set (recording); a replay only folds.
-// FNV-1a, 64 bits. Arguments whose bytes differ (a position, a pointer, struct padding) give
+// FNV-1a over 8-byte words (then the tail bytes), 64 bits. Arguments whose bytes differ (a position, a pointer, struct padding) give
 // another fingerprint, so a replay can only miss, never run a graph of other calls.
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 namespace ferry::cuda::detail {
 
@@ -20,7 +21,13 @@ struct StepFold {
   bool launch = true;
   void bytes(const void* p, size_t n) {
     const auto* b = static_cast<const unsigned char*>(p);
-    for (size_t i = 0; i < n; ++i) hash = (hash ^ b[i]) * 1099511628211ull;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      uint64_t w;
+      std::memcpy(&w, b + i, 8);
+      hash = (hash ^ w) * 1099511628211ull;
+    }
+    for (; i < n; ++i) hash = (hash ^ b[i]) * 1099511628211ull;
   }
   template <typename T>
   void value(const T& v) {

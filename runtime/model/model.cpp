@@ -60,7 +60,7 @@ StateFootprint state_footprint(const ModelConfig& c, const StateOptions& o) {
 void Model::run_step(int64_t n_tokens, MoeExecutor& moe, const std::function<void()>& step) {
   moe.begin_step(n_tokens);
   try {
-    record_step(n_tokens, moe.capturable(), moe.replayable(), step);
+    record_step(n_tokens, moe, step);
   } catch (...) {
     // Part of the step may be queued: the executor still closes it (its refills must wait for
     // those kernels), and the step's own error is the one that propagates.
@@ -73,10 +73,9 @@ void Model::run_step(int64_t n_tokens, MoeExecutor& moe, const std::function<voi
   moe.end_step(n_tokens);
 }
 
-void Model::record_step(int64_t n_tokens, bool moe_capturable, bool moe_replayable,
-                        const std::function<void()>& step) {
-  const bool replayable = moe_capturable && moe_replayable;
-  if (n_tokens != 1 || debug_ || !ops_.begin_graph(/*segmented=*/!moe_capturable, replayable)) {
+void Model::record_step(int64_t n_tokens, const MoeExecutor& moe, const std::function<void()>& step) {
+  const bool segmented = !moe.capturable(), replayable = moe.capturable() && moe.replayable();
+  if (n_tokens != 1 || debug_ || !ops_.begin_graph(segmented, replayable)) {
     step();
     return;
   }
@@ -94,7 +93,7 @@ void Model::record_step(int64_t n_tokens, bool moe_capturable, bool moe_replayab
       return;
     }
     if (ops_.end_graph()) return;
-    if (attempt > 0 || !ops_.graph_retry() || !ops_.begin_graph(!moe_capturable, replayable)) break;
+    if (attempt > 0 || !ops_.graph_retry() || !ops_.begin_graph(segmented, replayable)) break;
   }
   // The (last) recording was invalid: graphs are off. Nothing of the step ran, unless earlier
   // segments did — then the step cannot run again.

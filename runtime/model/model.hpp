@@ -119,7 +119,7 @@ class Model {
   // not change host state it reads (it may run twice: recorded, then eagerly). The executor's
   // begin_step / end_step run eagerly around it.
   void run_step(int64_t n_tokens, MoeExecutor& moe, const std::function<void()>& step);
-  void record_step(int64_t n_tokens, bool moe_capturable, bool moe_replayable, const std::function<void()>& step);
+  void record_step(int64_t n_tokens, const MoeExecutor& moe, const std::function<void()>& step);
   // A MoE step inside run_step's step: an executor that is not capturable runs eagerly between two
   // recorded segments (when the backend records segments; otherwise the step was not recorded).
   void run_moe(MoeExecutor& moe, const MoeStep& req) {

@@ -244,6 +244,13 @@ struct ResidentCuda {
   std::unique_ptr<Model> model;
 };
 
+// The harness's CUDA ops with step graphs on or off.
+CudaOpsOptions graph_options(bool graphs) {
+  CudaOpsOptions o = test_ops_options();
+  o.graphs = graphs;
+  return o;
+}
+
 void compare(const std::string& what, const Logits& cpu, const Logits& gpu, size_t V, double bound,
              double argmax_min) {
   report("e2e " + what + " prefill", fmt::format("{}x{}", cpu.prefill.size() / V, V), nmse(cpu.prefill, gpu.prefill),
@@ -484,10 +491,7 @@ TEST(GpuGraphs, DecodeAsGraphsGivesTheEagerLogits) {
     std::iota(next.begin(), next.end(), 40);
     std::vector<float> by_mode[2];
     for (const bool graphs : {false, true}) {
-      CudaOpsOptions oo = test_ops_options();
-      oo.graphs = graphs;
-      ResidentCuda r(f, oo);
-      Ops& g = *r.ops;
+      ResidentCuda r(f, graph_options(graphs));
       Model* m = r.model.get();
       StateOptions so;
       so.n_ctx = 512;
@@ -500,7 +504,7 @@ TEST(GpuGraphs, DecodeAsGraphsGivesTheEagerLogits) {
         m->forward(*st, std::span<const int32_t>(&t, 1), LogitsMode::last, logits.data());
         by_mode[graphs].insert(by_mode[graphs].end(), logits.begin(), logits.end());
       }
-      const CudaGraphStats gs = cuda_ops_graph_stats(g);
+      const CudaGraphStats gs = cuda_ops_graph_stats(*r.ops);
       std::printf("[gpu-info] graphs %s, %d + %d tokens, %s: %llu launches (%llu replayed, %llu misses), "
                   "%llu instantiations, %s\n",
                   std::string(synth::arch_name(sc.arch)).c_str(), sc.n_prompt, sc.n_decode, graphs ? "on" : "off",
@@ -532,10 +536,7 @@ TEST(GpuGraphs, ReplayStopsWhenSessionsOutnumberTheKeptGraphs) {
   constexpr int kSessions = 10, kRounds = 2;
   std::vector<float> by_mode[2];
   for (const bool graphs : {false, true}) {
-    CudaOpsOptions oo = test_ops_options();
-    oo.graphs = graphs;
-    ResidentCuda r(f, oo);
-    Ops& g = *r.ops;
+    ResidentCuda r(f, graph_options(graphs));
     Model* m = r.model.get();
     StateOptions so;
     so.n_ctx = 32;
@@ -553,7 +554,7 @@ TEST(GpuGraphs, ReplayStopsWhenSessionsOutnumberTheKeptGraphs) {
         m->forward(*states[static_cast<size_t>(i)], std::span<const int32_t>(&t, 1), LogitsMode::last, logits.data());
         by_mode[graphs].insert(by_mode[graphs].end(), logits.begin(), logits.end());
       }
-    const CudaGraphStats gs = cuda_ops_graph_stats(g);
+    const CudaGraphStats gs = cuda_ops_graph_stats(*r.ops);
     std::printf("[gpu-info] %d sessions x %d tokens, graphs %s: %llu launches (%llu replayed, %llu misses)\n",
                 kSessions, kRounds, graphs ? "on" : "off", static_cast<unsigned long long>(gs.launches),
                 static_cast<unsigned long long>(gs.replays), static_cast<unsigned long long>(gs.replay_misses));
