@@ -359,6 +359,27 @@ cudaMemcpyKind infer_kind(void* dst, const void* src, size_t n) {
   return cudaMemcpyHostToHost;
 }
 
+// The FERRY_CUDA_EMU_TRACE file (trace_kernel, below, says what it holds), and its host-call lines.
+FILE* trace_file() {
+  static FILE* out = [] {
+    const char* f = std::getenv("FERRY_CUDA_EMU_TRACE");
+    return f && *f ? std::fopen(f, "w") : nullptr;
+  }();
+  return out;
+}
+std::mutex& trace_mutex() {
+  static std::mutex mu;
+  return mu;
+}
+
+void trace_api(const char* what, size_t bytes = 0) {
+  FILE* out = trace_file();
+  if (!out) return;
+  std::lock_guard lk(trace_mutex());
+  std::fprintf(out, "api %s %zu\n", what, bytes);
+  std::fflush(out);
+}
+
 cudaError_t copy(void* dst, const void* src, size_t n, cudaMemcpyKind kind, cudaStream_t s, bool sync) {
   if (n == 0) return cudaSuccess;
   if (kind == cudaMemcpyDefault) kind = infer_kind(dst, src, n);
@@ -369,6 +390,14 @@ cudaError_t copy(void* dst, const void* src, size_t n, cudaMemcpyKind kind, cuda
     return result(cudaErrorInvalidValue);
   const bool capturing = s && as_stream(s)->capture;
   const bool d2h = src_dev && !dst_dev;
+  if (!capturing) {
+    const bool pageable = (!src_dev && !is_pinned_or_device(src, n)) || (!dst_dev && !is_pinned_or_device(dst, n));
+    trace_api(kind == cudaMemcpyHostToDevice   ? (pageable ? "copy_h2d_pageable" : "copy_h2d")
+              : kind == cudaMemcpyDeviceToHost ? (pageable ? "copy_d2h_pageable" : "copy_d2h")
+              : kind == cudaMemcpyDeviceToDevice ? "copy_d2d"
+                                                 : "copy_h2h",
+              n);
+  }
   if (capturing && ((!src_dev && !is_pinned_or_device(src, n)) || (!dst_dev && !is_pinned_or_device(dst, n)))) {
     // A graph replays the copy later: it cannot stage or wait for pageable memory.
     return invalidate_capture(as_stream(s), cudaErrorStreamCaptureUnsupported, "a pageable-memory copy captured into a graph");
@@ -428,22 +457,21 @@ void check_device_pointer(const void* p, const char* what) {
   fail_block(std::string("illegal address: ") + what + " " + buf + " is not device or page-locked memory");
 }
 
-// FERRY_CUDA_EMU_TRACE=FILE: one line per kernel run, "OFFSET OBJECT" (the kernel's address in
-// its binary), for finding which kernels a step runs: `addr2line -f -C -e OBJECT OFFSET` names
-// them (bench/emu_kernel_trace.py does it for a whole file).
-void trace_kernel(const void* kernel) {
-  static FILE* out = [] {
-    const char* f = std::getenv("FERRY_CUDA_EMU_TRACE");
-    return f && *f ? std::fopen(f, "w") : nullptr;
-  }();
+// FERRY_CUDA_EMU_TRACE=FILE: one line per kernel run, "OFFSET OBJECT GX,GY,GZ BX,BY,BZ SHARED"
+// (the kernel's address in its binary, then its launch shape), for finding which kernels a step
+// runs and how wide they are: `addr2line -f -C -e OBJECT OFFSET` names them
+// (bench/emu_kernel_trace.py does it for a whole file). Host calls that cost a GPU's host time or
+// stall its stream (allocations, frees, synchronisations, copies) add "api NAME BYTES" lines when
+// they are made, so a step's trace shows them beside its kernels.
+void trace_kernel(const void* kernel, const LaunchShape& s) {
+  FILE* out = trace_file();
   if (!out) return;
   Dl_info info{};
   if (dladdr(kernel, &info) == 0 || !info.dli_fname) return;
-  static std::mutex mu;
-  std::lock_guard lk(mu);
-  std::fprintf(out, "%#zx %s\n",
+  std::lock_guard lk(trace_mutex());
+  std::fprintf(out, "%#zx %s %u,%u,%u %u,%u,%u %zu\n",
                static_cast<size_t>(reinterpret_cast<uintptr_t>(kernel) - reinterpret_cast<uintptr_t>(info.dli_fbase)),
-               info.dli_fname);
+               info.dli_fname, s.grid.x, s.grid.y, s.grid.z, s.block.x, s.block.y, s.block.z, s.shared_bytes);
   std::fflush(out);
 }
 
@@ -461,7 +489,7 @@ void enqueue_kernel(cudaStream_t stream, const void* kernel, dim3 grid, dim3 blo
   const cudaError_t e = submit(stream, [shape, kernel, body = std::move(body)] {
     // Counted when it runs: a graph's kernel nodes count once per graph launch.
     counters().kernels.fetch_add(1, std::memory_order_relaxed);
-    trace_kernel(kernel);
+    trace_kernel(kernel, shape);
     std::vector<unsigned char> shared(std::max<size_t>(shape.shared_bytes, 16));
     // FERRY_CUDA_EMU_ORDER=reverse runs the blocks (and each block's threads, fiber.cpp) last to
     // first: a kernel whose result depends on the order (a race a GPU may run either way) then
@@ -585,6 +613,7 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
 cudaError_t cudaDeviceSynchronize() {
   if (cudaError_t e = capture_violation(cudaErrorStreamCaptureUnsupported, "cudaDeviceSynchronize"); e != cudaSuccess)
     return e;
+  trace_api("cudaDeviceSynchronize");
   counters().device_syncs.fetch_add(1, std::memory_order_relaxed);
   for (Stream* s : Runtime::get().streams(false)) s->synchronize();
   return result(Runtime::get().sticky());
@@ -607,6 +636,7 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
   // 256-byte aligned like cudaMalloc, but not rounded up: under AddressSanitizer a kernel that
   // reads or writes past the requested size hits the redzone (real cudaMalloc would let the
   // rounding hide it).
+  trace_api("cudaMalloc", bytes);
   void* p = nullptr;
   if (posix_memalign(&p, 256, std::max<size_t>(bytes, 1)) != 0) return result(cudaErrorMemoryAllocation);
   if (cudaError_t e = Runtime::get().add_range(p, bytes, true); e != cudaSuccess) {
@@ -622,6 +652,7 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
 cudaError_t cudaFree(void* ptr) {
   if (!ptr) return cudaSuccess;
   if (cudaError_t e = capture_violation(cudaErrorStreamCaptureUnsupported, "cudaFree"); e != cudaSuccess) return e;
+  trace_api("cudaFree");
   cudaDeviceSynchronize();  // as cudaFree does
   if (!Runtime::get().remove_range(ptr, true)) return result(cudaErrorInvalidDevicePointer);
   std::free(ptr);
@@ -630,6 +661,7 @@ cudaError_t cudaFree(void* ptr) {
 cudaError_t cudaMallocHost(void** ptr, size_t bytes) {
   *ptr = nullptr;
   if (cudaError_t e = capture_violation(cudaErrorStreamCaptureUnsupported, "cudaMallocHost"); e != cudaSuccess) return e;
+  trace_api("cudaMallocHost", bytes);
   void* p = std::aligned_alloc(4096, std::max<size_t>((bytes + 4095) / 4096 * 4096, 4096));
   if (!p) return result(cudaErrorMemoryAllocation);
   Runtime::get().add_range(p, bytes, false);
@@ -705,6 +737,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  trace_api("cudaStreamSynchronize");
   counters().stream_syncs.fetch_add(1, std::memory_order_relaxed);
   return wait_stream(stream);
 }
@@ -798,6 +831,7 @@ cudaError_t cudaEventQuery(cudaEvent_t event) {
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   if (cudaError_t e = capture_violation(cudaErrorStreamCaptureUnsupported, "cudaEventSynchronize"); e != cudaSuccess)
     return e;
+  trace_api("cudaEventSynchronize");
   counters().event_syncs.fetch_add(1, std::memory_order_relaxed);
   std::unique_lock lk(event->mu);
   const uint64_t target = event->recorded;
@@ -868,6 +902,7 @@ cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t* nodes, size_t*
 }
 cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
   if (!exec) return result(cudaErrorInvalidValue);
+  trace_api("cudaGraphLaunch");
   counters().graph_launches.fetch_add(1, std::memory_order_relaxed);
   auto nodes = std::make_shared<std::vector<GraphNode>>(exec->nodes);
   return submit(stream, [nodes] {
