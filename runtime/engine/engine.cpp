@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 
 #include "runtime/backend/cpu_ops.hpp"
 #include "runtime/backend/device_size.hpp"
@@ -154,7 +155,16 @@ Session::Session(LoadedModel& m, const SessionOptions& o) : model_(m), checkpoin
   if (m.config().n_ctx_train > 0 && so.n_ctx > m.config().n_ctx_train)
     log::warn("the context of {} tokens exceeds the {} the model was trained on: quality may degrade past it",
               so.n_ctx, m.config().n_ctx_train);
-  logits_.resize(static_cast<size_t>(m.config().n_vocab));
+  const size_t V = static_cast<size_t>(m.config().n_vocab);
+  if (Device* d = m.device()) {
+    logits_mem_ = d->alloc_host(V * sizeof(float), true);
+  } else {
+    void* p = std::aligned_alloc(64, (V * sizeof(float) + 63) / 64 * 64);
+    if (!p) fail(ErrorKind::budget, "session: host allocation of {} logits failed", V);
+    logits_mem_ = HostBuffer(p, V * sizeof(float), false, [](void* q) { std::free(q); });
+  }
+  logits_ = std::span<float>(static_cast<float*>(logits_mem_.data()), V);
+  std::fill(logits_.begin(), logits_.end(), 0.f);
 }
 
 void Session::account(int64_t n, std::chrono::steady_clock::time_point t0) {

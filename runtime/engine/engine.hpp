@@ -92,6 +92,8 @@ struct Timings {
 class Session {
  public:
   Session(LoadedModel& m, const SessionOptions& o = {});
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
 
   // Evaluates tokens after those already in the session and returns the logits of the last one
   // (n_vocab floats, valid until the next call). ErrorKind::context when they do not fit; the
@@ -144,7 +146,11 @@ class Session {
   LoadedModel& model_;
   std::unique_ptr<ModelState> state_;
   std::vector<int32_t> tokens_;
-  std::vector<float> logits_;  // (n_vocab) of the last evaluated token
+  // The last evaluated token's logits (n_vocab floats) live in logits_mem_: page-locked memory on
+  // a device backend, so that each token's logits copy runs at the link's speed without the
+  // driver's pageable staging; ordinary memory on the CPU.
+  HostBuffer logits_mem_;
+  std::span<float> logits_;
   CheckpointStore checkpoints_;
   Timings timings_;
 };

@@ -1,6 +1,6 @@
 // What one decoded token of a resident model costs the host with `--cuda-graphs on`, counted by
 // the CUDA emulator: one graph launch, no stream, event or device synchronisation and no device→host copy other than the
-// logits read — and with --stats one asynchronous routing-log copy more. Through the engine as the
+// logits read (into page-locked memory) — and with --stats one asynchronous routing-log copy more. Through the engine as the
 // CLI loads a model (MoeSetup builds the executor), with and without a --vram above the model's
 // size (which must fall back to the resident executor, with nothing in front of it), with and
 // without --stats.
@@ -24,7 +24,7 @@ namespace {
 #if defined(FERRY_CUDA_EMU)
 
 struct PerToken {
-  double graph_launches, stream_syncs, event_syncs, device_syncs, d2h_copies;
+  double graph_launches, stream_syncs, event_syncs, device_syncs, d2h_copies, pageable_waits;
 };
 
 // Loads through the engine, prefills 12 tokens, warms up two decode steps (the first is eager and
@@ -62,7 +62,7 @@ PerToken count_decode(const std::string& path, const std::string& vram, bool sta
   };
   return {per(b.graph_launches, a.graph_launches), per(b.stream_syncs, a.stream_syncs),
           per(b.event_syncs, a.event_syncs), per(b.device_syncs, a.device_syncs),
-          per(b.d2h_copies, a.d2h_copies)};
+          per(b.d2h_copies, a.d2h_copies), per(b.pageable_waits, a.pageable_waits)};
 }
 
 TEST(GpuSyncCounts, ResidentDecodeIsOneGraphAndTheLogitsRead) {
@@ -80,6 +80,9 @@ TEST(GpuSyncCounts, ResidentDecodeIsOneGraphAndTheLogitsRead) {
         EXPECT_EQ(p.device_syncs, 0.0) << what;
         EXPECT_EQ(p.d2h_copies, stats ? 2.0 : 1.0)
             << what << " (logits" << (stats ? " + routing log)" : ")");
+        // Both land in page-locked memory (Session's logits, the routing log's host side): no copy
+        // waits for the driver's pageable staging.
+        EXPECT_EQ(p.pageable_waits, 0.0) << what;
       }
   }
 }
