@@ -37,7 +37,12 @@ namespace {
 using namespace attn;
 
 constexpr int kStagedWarps = 8;
-constexpr int kStagedBlocksPerSm = 2;  // the grid aims at this many blocks per SM in all
+// The grid aims at this many blocks per SM in all. The plain policies also ask the compiler for it
+// (__launch_bounds__ minimum blocks, so at most 128 registers a thread): at d = 256 with a group of
+// 8 they took 135, which left one block of 8 warps per SM on sm_90 and ran the planned grid in two
+// waves (ptxas -v; with the bound: 128 registers and 8 bytes of spill). The general policies decode
+// into shared memory and keep their 196–222 registers (one block per SM).
+constexpr int kStagedBlocksPerSm = 2;
 constexpr int kStagedThreads = 32 * kStagedWarps;
 
 // Keys per staged tile for rows of at most max_row_bytes: ≤ 16 KiB of K (and as much V), ≤ 32.
@@ -62,6 +67,7 @@ struct StagedPlain {
   static constexpr int kMaxRowBytes = HD * static_cast<int>(sizeof(T));
   static constexpr int kKeys = staged_keys(kMaxRowBytes);
   static constexpr int kDecodedFloats = 1;
+  static constexpr int kMinBlocksPerSm = kStagedBlocksPerSm;
   using Unit = uint4;  // staged in 16-byte pieces
   const uint8_t* sk = nullptr;
   const uint8_t* sv = nullptr;
@@ -106,6 +112,7 @@ struct StagedAny {
   static constexpr int kMaxRowBytes = kWide ? HD * 4 : HD / 32 * 34;
   static constexpr int kKeys = staged_keys(kWide ? HD * 8 : HD * 4);  // decoded tile ≤ 32 KiB
   static constexpr int kDecodedFloats = 2 * kKeys * HD;
+  static constexpr int kMinBlocksPerSm = 1;
   using Unit = uint32_t;  // staged in 4-byte words (rows are whole words: staged_plan)
   GgmlType kt, vt;
   int kb, vb;
@@ -178,7 +185,7 @@ __device__ __forceinline__ float transpose_sum(float (&v)[N], int lane) {
 
 // grid (n_head_kv, n_tokens, n_split), kStagedWarps warps; keys_per_split a multiple of the tile.
 template <int HD, int G, class P>
-__global__ void __launch_bounds__(kStagedThreads)
+__global__ void __launch_bounds__(kStagedThreads, P::kMinBlocksPerSm)
     attention_staged_kernel(AttentionArgs a, int n_split, int64_t keys_per_split) {
   FERRY_PDL_WAIT();
   constexpr int M = HD / 32;
