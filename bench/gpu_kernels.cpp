@@ -245,6 +245,38 @@ int run(bool quick) {
       cuda::moe_sum(ys.as<float>(), wts.as<float>(), 1, k, embd, y.as<float>(), nullptr);
     }, reps);
     rows.push_back({"moe decode (gate/up Q4_K + down Q6_K slots + sum, 3 launches)", "8 of 256 experts, 2048/512", us, double(k) * (2 * gu + dn), 0});
+
+    // A 512-token prompt batch through the same 256 experts, 8 a token spread over all of them:
+    // the per-pair kernels (each (token, slot) reads its expert's rows) against the pairs grouped
+    // by expert (moe_grouped_sum: tiles of 8 pairs of one expert). The bytes are every expert's
+    // matrices once, the least either can read.
+    const int64_t nt = 512;
+    std::vector<int32_t> pid(nt * k);
+    std::vector<float> pw(nt * k);
+    for (int64_t t = 0; t < nt; ++t)
+      for (int j = 0; j < k; ++j) {
+        pid[t * k + j] = static_cast<int32_t>((t * 37 + j * 31 + (t * j) % 5) % n_exp);
+        pw[t * k + j] = w[j];
+      }
+    DeviceMem px(nt * embd * 4), ph(nt * k * ff * 4), pys(nt * k * embd * 4), py(nt * embd * 4), pids(nt * k * 4),
+        pwts(nt * k * 4);
+    FERRY_CUDA_CHECK(cudaMemcpy(pids.p, pid.data(), pid.size() * 4, cudaMemcpyHostToDevice));
+    FERRY_CUDA_CHECK(cudaMemcpy(pwts.p, pw.data(), pw.size() * 4, cudaMemcpyHostToDevice));
+    fill_floats(px.as<float>(), nt * embd, 7);
+    const size_t gsb = cuda::moe_grouped_scratch_bytes(nt * k, n_exp);
+    DeviceMem gs(gsb);
+    const double all_bytes = double(n_exp) * (2 * gu + dn);
+    const Timing us_pairs = time_us([&] {
+      cuda::moe_gate_up_swiglu(GgmlType::Q4_K, tp, pids.as<int32_t>(), nt, k, embd, ff, px.as<float>(), ph.as<float>(), nullptr);
+      cuda::moe_down_sum(GgmlType::Q6_K, tp, pids.as<int32_t>(), pwts.as<float>(), nt, k, embd, ff, ph.as<float>(),
+                         py.as<float>(), nullptr);
+    }, quick ? 3 : 10);
+    rows.push_back({"moe prefill per pair (gate/up Q4_K + down Q6_K sum, 2 launches)", "512 tokens x 8 of 256 experts", us_pairs, all_bytes, 0});
+    const Timing us_grouped = time_us([&] {
+      cuda::moe_grouped_sum(GgmlType::Q4_K, GgmlType::Q6_K, tp, n_exp, pids.as<int32_t>(), pwts.as<float>(), nt, k, embd, ff,
+                            px.as<float>(), ph.as<float>(), pys.as<float>(), py.as<float>(), gs.p, gsb, nullptr);
+    }, quick ? 3 : 10);
+    rows.push_back({"moe prefill grouped by expert (sort + 2 tile launches + sum)", "512 tokens x 8 of 256 experts", us_grouped, all_bytes, 0});
   }
 
   // Attention decode at 4K, 32K and 128K keys, qwen35 full-attention shape (16/2 heads, d=256,

@@ -5,14 +5,18 @@
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/matmul.cuh"
 #include "kernels/cuda/moe.cuh"
+#include "kernels/cuda/moe_device.cuh"
 #include "kernels/cuda/quant_device.cuh"
 
 namespace ferry::cuda {
 namespace {
 
+using detail::down_row;
+using detail::gate_up_row;
+using detail::kMoeWarps;
 using detail::Unit;
 
-constexpr int kWarps = 4;
+constexpr int kWarps = kMoeWarps;
 constexpr int kMaxK = 64;
 
 // Where a launch finds the expert of (token, slot) ts = t·k + j: a table in device memory indexed
@@ -44,41 +48,6 @@ struct InlineIndex {
   __device__ __forceinline__ int32_t operator[](int64_t i) const { return rows.i[i]; }
 };
 
-// One warp: silu(gate·x) ⊙ (up·x) of one row of expert p, written by lane 0 to *out.
-template <GgmlType T>
-__device__ __forceinline__ void gate_up_row(const ExpertPtrs& p, int64_t row, int64_t n_embd, const float* xt,
-                                            float* out) {
-  using U = Unit<T>;
-  const int lane = threadIdx.x & 31;
-  const int64_t rb = detail::row_bytes_of<T>(n_embd);
-  if (row == 0 && lane == 0) {
-    FERRY_EMU_CHECK_DEVICE_POINTER(p.gate, "expert gate");
-    FERRY_EMU_CHECK_DEVICE_POINTER(p.up, "expert up");
-  }
-  const uint8_t* g = static_cast<const uint8_t*>(p.gate) + row * rb;
-  const uint8_t* u = static_cast<const uint8_t*>(p.up) + row * rb;
-  float ag = 0.f, au = 0.f;
-  for (int64_t un = lane; un < n_embd / U::kValues; un += 32) {
-    ag += detail::unit_dot<T>(g, un, xt);
-    au += detail::unit_dot<T>(u, un, xt);
-  }
-  ag = detail::warp_sum(ag);
-  au = detail::warp_sum(au);
-  if (lane == 0) *out = ag / (1.f + expf(-ag)) * au;
-}
-
-// One warp: down row `row` of expert p against h (n_ff), summed over the warp (every lane has it).
-template <GgmlType T>
-__device__ __forceinline__ float down_row(const ExpertPtrs& p, int64_t row, int64_t n_ff, const float* ht) {
-  using U = Unit<T>;
-  const int lane = threadIdx.x & 31;
-  if (row == 0 && lane == 0) FERRY_EMU_CHECK_DEVICE_POINTER(p.down, "expert down");
-  const uint8_t* d = static_cast<const uint8_t*>(p.down) + row * detail::row_bytes_of<T>(n_ff);
-  float acc = 0.f;
-  for (int64_t un = lane; un < n_ff / U::kValues; un += 32) acc += detail::unit_dot<T>(d, un, ht);
-  return detail::warp_sum(acc);
-}
-
 // grid.x: row blocks of n_ff; grid.y: token·k + slot.
 template <GgmlType T, typename Table>
 __global__ void __launch_bounds__(32 * kWarps)
@@ -96,19 +65,6 @@ __global__ void __launch_bounds__(32 * kWarps)
     return;
   }
   gate_up_row<T>(p, row, n_embd, x + (ts / k) * n_embd, out);
-}
-
-// One expert (*expert) over a list of (token·k + slot) pairs: grid.y = pair index; h is compact
-// (n_pairs, n_ff).
-template <GgmlType T>
-__global__ void __launch_bounds__(32 * kWarps)
-    gate_up_pairs_kernel(const ExpertPtrs* __restrict__ expert, const int32_t* __restrict__ pairs, int64_t n_embd,
-                         int64_t n_ff, int k, const float* __restrict__ x, float* __restrict__ h) {
-  FERRY_PDL_WAIT();
-  const int64_t row = int64_t{blockIdx.x} * kWarps + (threadIdx.x >> 5);
-  if (row >= n_ff) return;
-  const int64_t ts = pairs[blockIdx.y];
-  gate_up_row<T>(*expert, row, n_embd, x + (ts / k) * n_embd, h + int64_t{blockIdx.y} * n_ff + row);
 }
 
 // y_slots[ts] = down_e · h[ts] for ts = token·k + slot with e = ids[ts] ≥ 0 (others untouched).
@@ -210,19 +166,6 @@ void launch_down_sum(const Table& table, const float* weights, int k, int64_t n_
            dim3(static_cast<unsigned>((n_embd + kWarps - 1) / kWarps), static_cast<unsigned>(n_tokens), z), 32 * kWarps,
            0, stream, table, weights, k, n_embd, n_ff, h, out, sh);
   }
-}
-
-// y_slots[pairs[p]] = down · h[p] for one expert; grid.y = pair index, h compact (n_pairs, n_ff).
-template <GgmlType T>
-__global__ void __launch_bounds__(32 * kWarps)
-    down_pairs_slots_kernel(const ExpertPtrs* __restrict__ expert,
-                            const int32_t* __restrict__ pairs, int64_t n_embd, int64_t n_ff,
-                            const float* __restrict__ h, float* __restrict__ y) {
-  FERRY_PDL_WAIT();
-  const int64_t row = int64_t{blockIdx.x} * kWarps + (threadIdx.x >> 5);
-  if (row >= n_embd) return;
-  const float v = down_row<T>(*expert, row, n_ff, h + int64_t{blockIdx.y} * n_ff);
-  if ((threadIdx.x & 31) == 0) y[int64_t{pairs[blockIdx.y]} * n_embd + row] = v;
 }
 
 constexpr int kElemThreads = 256;
@@ -342,36 +285,6 @@ void moe_down_sum(GgmlType t_down, const ExpertPtrs* table, const int32_t* ids, 
     launch_down_sum<kT>(DeviceTable{table, ids}, weights, k, n_tokens, n_embd, n_ff, h, out, sh, stream);
   });
   FERRY_CUDA_CHECK_LAUNCH("down_sum_kernel");
-}
-
-void moe_expert_pairs_slots(GgmlType t_gate_up, GgmlType t_down, const ExpertPtrs* expert,
-                            const int32_t* pairs, int64_t n_pairs, int k, int64_t n_embd,
-                            int64_t n_ff, const float* x, float* h, float* y_slots,
-                            cudaStream_t stream) {
-  const char* op = "moe_expert_pairs_slots";
-  if (n_pairs == 0) return;
-  require(expert && pairs && x && h && y_slots, op, "null pointer argument");
-  require(k >= 1 && k <= kMaxK, op, "k must be in [1, 64], got " + std::to_string(k));
-  require(n_pairs >= 1 && n_pairs <= 65535, op, "n_pairs must be in [1, 65535]");
-  require(aligned(x, 16) && aligned(h, 16) && aligned(y_slots, 16), op,
-          "activations must be 16-byte aligned");
-  check_weight_args(op, t_gate_up, reinterpret_cast<const void*>(16), n_ff, n_embd);
-  check_weight_args(op, t_down, reinterpret_cast<const void*>(16), n_embd, n_ff);
-  require(n_ff % 4 == 0, op, "n_ff must be a multiple of 4 (h rows are read with float4)");
-  const dim3 g1(static_cast<unsigned>((n_ff + kWarps - 1) / kWarps),
-                static_cast<unsigned>(n_pairs));
-  FERRY_DISPATCH_WEIGHT_TYPE(t_gate_up, op, {
-    launch(gate_up_pairs_kernel<kT>, g1, 32 * kWarps, 0, stream, expert, pairs, n_embd, n_ff, k, x,
-           h);
-  });
-  FERRY_CUDA_CHECK_LAUNCH("gate_up_pairs_kernel");
-  const dim3 g2(static_cast<unsigned>((n_embd + kWarps - 1) / kWarps),
-                static_cast<unsigned>(n_pairs));
-  FERRY_DISPATCH_WEIGHT_TYPE(t_down, op, {
-    launch(down_pairs_slots_kernel<kT>, g2, 32 * kWarps, 0, stream, expert, pairs, n_embd, n_ff, h,
-           y_slots);
-  });
-  FERRY_CUDA_CHECK_LAUNCH("down_pairs_slots_kernel");
 }
 
 void moe_sum(const float* y_slots, const float* weights, int64_t n_tokens, int k, int64_t n_embd,

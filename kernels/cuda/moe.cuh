@@ -47,6 +47,8 @@ void moe_down_slots(GgmlType t_down, const ExpertPtrs* table, const int32_t* ids
 // own tokens instead of scanning all n_tokens·k (an expert appears at most once per token):
 //   pairs: (n_pairs) int32 device;  h: (n_pairs, n_ff) scratch;  y_slots: (n_tokens·k, n_embd)
 //   y_slots[p] = down(silu(gate·x_t) ⊙ up·x_t)   (unweighted), other rows untouched.
+// Each block takes up to 8 pairs (moe_grouped.cu), reading each weight row once for them; every
+// row's value is the bits moe_gate_up_swiglu and moe_down_slots give for that pair.
 void moe_expert_pairs_slots(GgmlType t_gate_up, GgmlType t_down, const ExpertPtrs* expert,
                             const int32_t* pairs, int64_t n_pairs, int k, int64_t n_embd,
                             int64_t n_ff, const float* x, float* h, float* y_slots,
@@ -75,6 +77,20 @@ struct SharedDown {
 void moe_down_sum(GgmlType t_down, const ExpertPtrs* table, const int32_t* ids, const float* weights,
                   int64_t n_tokens, int k, int64_t n_embd, int64_t n_ff, const float* h, float* out,
                   cudaStream_t stream, const SharedDown* shared = nullptr);
+
+// A prefill step grouped by expert (moe_grouped.cu): a first launch sorts the (token, slot) pairs
+// by expert on the device, then each block computes a tile of up to 8 pairs of one expert, so an
+// expert's matrices are read about once per 8 of its tokens instead of once per pair. The same
+// result, bit for bit, as moe_gate_up_swiglu + moe_down_slots + moe_sum (and so moe_down_sum):
+// each (row, pair) is the same warp's same sums. Slots whose id is outside [0, n_table) are not
+// computed (their y_slots rows are left as they are and still summed). h: (n_tokens, k, n_ff) and
+// y_slots: (n_tokens, k, n_embd) scratch; scratch: moe_grouped_scratch_bytes(n_tokens·k, n_table)
+// bytes of device memory, 16-byte aligned.
+size_t moe_grouped_scratch_bytes(int64_t n_pairs, int64_t n_table);
+void moe_grouped_sum(GgmlType t_gate_up, GgmlType t_down, const ExpertPtrs* table, int64_t n_table,
+                     const int32_t* ids, const float* weights, int64_t n_tokens, int k, int64_t n_embd,
+                     int64_t n_ff, const float* x, float* h, float* y_slots, float* out, void* scratch,
+                     size_t scratch_bytes, cudaStream_t stream);
 
 // y[idx[i]] = rows[i] for i < n: places rows computed elsewhere (the CPU experts' per-slot
 // outputs) into y_slots. rows: (n, n_embd) device; idx: (n) int32 device, row indices of y

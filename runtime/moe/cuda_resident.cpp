@@ -21,6 +21,10 @@ struct ResidentLayer {
   DeviceBuffer table;  // (n_expert) ExpertPtrs into the resident copies
 };
 
+// Steps of at least this many tokens run grouped by expert (moe_grouped_sum); decode and the
+// small batches of speculative or parallel decoding keep the per-pair kernels.
+constexpr int64_t kGroupedMinTokens = 16;
+
 class CudaMoeExecutor final : public MoeExecutor {
  public:
   CudaMoeExecutor(Ops& ops, const std::vector<MoeLayerWeights>& layers)
@@ -84,6 +88,18 @@ class CudaMoeExecutor final : public MoeExecutor {
     // table that holds every expert: gate/up + SwiGLU, then per-slot down and the ordered weighted
     // sum in one launch (moe_down_sum: bit-identical to moe_down_slots + moe_sum).
     const auto* table = static_cast<const ExpertPtrs*>(L.table.data());
+    if (req.n_tokens >= kGroupedMinTokens && cuda_ops_fusion(ops_) && !req.shared_down) {
+      // A prompt batch: the pairs grouped by expert (moe_grouped_sum), so each expert's matrices
+      // are read about once per 8 of its tokens; the same bits as the per-pair kernels below.
+      const size_t pairs = static_cast<size_t>(req.n_tokens) * static_cast<size_t>(req.top_k);
+      cuda_ops_grow(ops_, y_slots_, pairs * static_cast<size_t>(L.n_embd) * sizeof(float), "moe slot outputs");
+      const size_t scratch = cuda::moe_grouped_scratch_bytes(static_cast<int64_t>(pairs), L.n_expert);
+      cuda_ops_grow(ops_, group_, scratch, "moe expert groups");
+      cuda::moe_grouped_sum(L.t_gate_up, L.t_down, table, L.n_expert, req.expert_ids, req.expert_weights, req.n_tokens,
+                            req.top_k, L.n_embd, L.n_ff, req.x, h_.f32(), y_slots_.f32(), req.out, group_.data(),
+                            group_.bytes(), s_);
+      return;
+    }
     cuda::moe_gate_up_swiglu(L.t_gate_up, table, req.expert_ids, req.n_tokens, req.top_k, L.n_embd,
                              L.n_ff, req.x, h_.f32(), s_);
     if (cuda_ops_fusion(ops_)) {
@@ -168,7 +184,8 @@ class CudaMoeExecutor final : public MoeExecutor {
   std::unique_ptr<Stream> stream_;      // a view of the ops stream (the routing log's copies)
   std::vector<MoeLayerWeights> views_;  // host views of the experts (shapes, step checks)
   DeviceBuffer h_;                      // (n_tokens, top_k, n_ff) gate/up output
-  DeviceBuffer y_slots_;                // per-slot down outputs (unfused only)
+  DeviceBuffer y_slots_;                // per-slot down outputs (unfused, and grouped prefill steps)
+  DeviceBuffer group_;                  // a grouped step's tiles and pair order (moe_grouped_sum)
   std::unique_ptr<RoutingLog> log_;     // with observers
   int64_t step_tokens_ = 0;             // of the forward step begin_step announced
 };

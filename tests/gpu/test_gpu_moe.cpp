@@ -1,5 +1,5 @@
 // Grouped MoE expert kernels (gate/up + SwiGLU, weighted and per-slot down, moe_sum, the fused
-// down + sum, row scatter)
+// down + sum, the prefill grouped by expert, row scatter)
 // vs a double-precision reference (and the CPU weighted sum, bit for bit).
 // Experts live at scattered offsets of one pool and are reached through the pointer table.
 #include <algorithm>
@@ -139,6 +139,20 @@ void run_case(GgmlType t_gu, GgmlType t_down, int64_t n_embd, int64_t n_ff, int6
     const auto fused = dfused.download();
     report_exact("moe_down_sum == moe_down_slots + moe_sum", shape,
                  std::memcmp(fused.data(), composed.data(), composed.size() * sizeof(float)) == 0);
+    // The same step grouped by expert (a prompt batch of the resident executor): the same bits,
+    // out and the h rows of every computed slot (slots of ids < 0 keep their zero y rows).
+    {
+      const size_t scratch_bytes = cuda::moe_grouped_scratch_bytes(n_tokens * k, n_experts);
+      DevBuf<uint8_t> scratch(scratch_bytes);
+      DevBuf<float> gh(n_tokens * k * n_ff), gys(std::vector<float>(n_tokens * k * n_embd, 0.0f)), gout(y0);
+      cuda::moe_grouped_sum(t_gu, t_down, tab, n_experts, dids.get(), dw.get(), n_tokens, k, n_embd, n_ff, dx.get(),
+                            gh.get(), gys.get(), gout.get(), scratch.get(), scratch_bytes, nullptr);
+      const auto grouped = gout.download();
+      report_exact("moe_grouped_sum == moe_down_slots + moe_sum", shape,
+                   std::memcmp(grouped.data(), composed.data(), composed.size() * sizeof(float)) == 0);
+      report_exact("moe_grouped_sum h == moe_gate_up_swiglu h", shape,
+                   rows_where(gh.download(), ids, n_ff, true) == rows_where(dh.download(), ids, n_ff, true));
+    }
     // With a shared expert's down projection in the same launch (the resident executor's decode):
     // the routed sum unchanged, the shared rows those of the dense matvec per token.
     const int64_t ff_sh = 2 * n_ff;
@@ -295,6 +309,14 @@ TEST(GpuMoe, MoreTypes) {
     run_case(gu, down, 256, 256, 1, 4);
     run_case(gu, down, 512, 256, 3, 2);
   }
+}
+
+// Prompt batches: 40 tokens over 6 experts give every expert several tiles of 8 pairs and a part
+// tile (moe_grouped_sum, and moe_expert_pairs_slots over one expert's ~27 pairs).
+TEST(GpuMoe, PrefillBatchesGroupedByExpert) {
+  FERRY_REQUIRE_GPU();
+  run_case(GgmlType::Q4_K, GgmlType::Q6_K, 512, 256, 40, 4);
+  run_case(GgmlType::IQ4_XS, GgmlType::Q8_0, 256, 128, 21, 8);
 }
 
 TEST(GpuMoe, PerSlotF32Q4K) {
