@@ -17,7 +17,7 @@ namespace {
 // pointers are sim-arena (host) memory that stays valid until the stream has run this work.
 class SimExpertKernels final : public DeviceExpertKernels {
  public:
-  void experts_per_slot(const ExpertShape& s, const ExpertPtrs* table, const int32_t* ids,
+  void experts_per_slot(const ExpertShape& s, const ExpertPtrs* table, int64_t /*n_table*/, const int32_t* ids,
                         int64_t n_tokens, int32_t k, const float* x, float* y_slots,
                         Stream& stream) override {
     stream.host_fn([s, table, ids, n_tokens, k, x, y_slots] {

@@ -31,7 +31,8 @@ class DeviceExpertKernels {
   // as compute_decode, prefill grouped by table entry as compute_group).
   //
   // y_slots[t][j] = table[ids[t][j]](x_t) where ids[t][j] ≥ 0; rows with ids < 0 untouched.
-  virtual void experts_per_slot(const ExpertShape& s, const ExpertPtrs* table, const int32_t* ids,
+  // table holds n_table entries (every id is below it).
+  virtual void experts_per_slot(const ExpertShape& s, const ExpertPtrs* table, int64_t n_table, const int32_t* ids,
                                 int64_t n_tokens, int32_t k, const float* x, float* y_slots,
                                 Stream& stream) = 0;
   // One token (k ≤ DecodeSlots::kMaxSlots): y_slots[j] = slots.w[j](x) where w[j].gate is set, other

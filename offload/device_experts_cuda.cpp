@@ -18,12 +18,25 @@ class CudaExpertKernels final : public DeviceExpertKernels {
  public:
   CudaExpertKernels(Device& dev, bool fusion) : dev_(dev), fusion_(fusion) {}
 
-  void experts_per_slot(const ExpertShape& s, const ExpertPtrs* table, const int32_t* ids,
+  void experts_per_slot(const ExpertShape& s, const ExpertPtrs* table, int64_t n_table, const int32_t* ids,
                         int64_t n_tokens, int32_t k, const float* x, float* y_slots,
                         Stream& stream) override {
     scratch(static_cast<size_t>(n_tokens) * static_cast<size_t>(k), s, stream);
     auto st = static_cast<cudaStream_t>(stream.native_handle());
     const ExpertPtrs* t = table;
+    if (fusion_ && n_tokens >= kGroupedMinTokens && n_table >= 1 && n_table <= kGroupedMaxTable) {
+      // A prompt batch grouped by table entry on the device: each slot expert's matrices read about
+      // once per 8 of its pairs; the same bits as the two per-pair launches below.
+      const size_t bytes = cuda::moe_grouped_scratch_bytes(n_tokens * k, n_table);
+      if (bytes > group_.bytes()) {
+        stream.synchronize();  // queued kernels may still read the old one
+        group_ = DeviceBuffer();
+        group_ = dev_.alloc(bytes, "offload expert groups");
+      }
+      cuda::moe_grouped_slots(s.gate_type, s.down_type, t, n_table, ids, n_tokens, k, s.n_embd, s.n_ff, x, h_.f32(),
+                              y_slots, group_.data(), group_.bytes(), st);
+      return;
+    }
     cuda::moe_gate_up_swiglu(s.gate_type, t, ids, n_tokens, k, s.n_embd, s.n_ff, x, h_.f32(), st);
     cuda::moe_down_slots(s.down_type, t, ids, n_tokens, k, s.n_embd, s.n_ff, h_.f32(), y_slots, st);
   }
@@ -102,9 +115,14 @@ class CudaExpertKernels final : public DeviceExpertKernels {
     h_ = dev_.alloc(bytes, "offload expert scratch");
   }
 
+  // Steps of this many tokens or more take the grouped kernels (as the resident executor's); the
+  // grouping kernel keeps two counters per table entry in shared memory.
+  static constexpr int64_t kGroupedMinTokens = 16, kGroupedMaxTable = 4096;
+
   Device& dev_;
   bool fusion_;
   DeviceBuffer h_;
+  DeviceBuffer group_;  // a grouped step's tiles and pair order (cuda::moe_grouped_slots)
 };
 
 }  // namespace

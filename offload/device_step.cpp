@@ -229,7 +229,8 @@ void DeviceStep::run(const StepPlan& plan, const MoeStep& req, const MoeStep& de
   else if (n_direct > 0 && by_value)
     kernels_.experts_decode(shape, slots, static_cast<int32_t>(K), dev.x, y, compute_);
   else if (n_direct > 0)
-    kernels_.experts_per_slot(shape, d_table, reinterpret_cast<const int32_t*>(d + lay.off_ids), n,
+    kernels_.experts_per_slot(shape, d_table, static_cast<int64_t>(table.size()),
+                              reinterpret_cast<const int32_t*>(d + lay.off_ids), n,
                               static_cast<int32_t>(K), dev.x, y, compute_);
   // Streamed experts: copy i+2 waits for the kernels that read copy i; the compute stream waits
   // for each copy. The host only enqueues.
@@ -312,7 +313,7 @@ double DeviceStep::time_kernels(const ExpertShape& s, const std::vector<ExpertPt
   compute_.copy_h2d(step_dev_.data(), h, total);
   auto* d = static_cast<uint8_t*>(step_dev_.data());
   const auto run = [&](size_t i) {
-    kernels_.experts_per_slot(s, reinterpret_cast<const ExpertPtrs*>(d),
+    kernels_.experts_per_slot(s, reinterpret_cast<const ExpertPtrs*>(d), static_cast<int64_t>(entries.size()),
                               reinterpret_cast<const int32_t*>(d + off_id) + i, 1, 1,
                               reinterpret_cast<const float*>(d + off_x), y_dev_.f32(), compute_);
   };

@@ -72,7 +72,7 @@ void TableDecoder::run(const MoeStep& s) {
   const auto l = static_cast<size_t>(s.layer);
   const auto* table =
       static_cast<const ExpertPtrs*>(tables_dev_.data()) + l * static_cast<size_t>(n_expert_);
-  kernels_.experts_per_slot(shapes_[l], table, s.expert_ids, 1, s.top_k, s.x, y_dev_.f32(),
+  kernels_.experts_per_slot(shapes_[l], table, n_expert_, s.expert_ids, 1, s.top_k, s.x, y_dev_.f32(),
                             compute_);
   kernels_.weighted_sum(y_dev_.f32(), s.expert_weights, 1, s.top_k, s.n_embd, s.out, compute_);
   log_.log(s);

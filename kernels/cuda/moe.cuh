@@ -86,7 +86,12 @@ void moe_down_sum(GgmlType t_down, const ExpertPtrs* table, const int32_t* ids, 
 // computed (their y_slots rows are left as they are and still summed). h: (n_tokens, k, n_ff) and
 // y_slots: (n_tokens, k, n_embd) scratch; scratch: moe_grouped_scratch_bytes(n_tokens·k, n_table)
 // bytes of device memory, 16-byte aligned.
+// moe_grouped_slots is the same without the sum: moe_gate_up_swiglu + moe_down_slots, bit for bit
+// (y_slots rows of ids outside [0, n_table) untouched; h rows of those pairs are not written).
 size_t moe_grouped_scratch_bytes(int64_t n_pairs, int64_t n_table);
+void moe_grouped_slots(GgmlType t_gate_up, GgmlType t_down, const ExpertPtrs* table, int64_t n_table,
+                       const int32_t* ids, int64_t n_tokens, int k, int64_t n_embd, int64_t n_ff, const float* x,
+                       float* h, float* y_slots, void* scratch, size_t scratch_bytes, cudaStream_t stream);
 void moe_grouped_sum(GgmlType t_gate_up, GgmlType t_down, const ExpertPtrs* table, int64_t n_table,
                      const int32_t* ids, const float* weights, int64_t n_tokens, int k, int64_t n_embd,
                      int64_t n_ff, const float* x, float* h, float* y_slots, float* out, void* scratch,

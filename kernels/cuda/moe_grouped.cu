@@ -1,4 +1,5 @@
-// Prefill MoE by expert (kernels/cuda/moe.cuh, moe_grouped_sum and moe_expert_pairs_slots): a
+// Prefill MoE by expert (kernels/cuda/moe.cuh: moe_grouped_slots, moe_grouped_sum and
+// moe_expert_pairs_slots): a
 // step's (token, slot) pairs are grouped by expert on the device, and each block takes a tile of up
 // to kTile pairs of one expert. A warp reads its weight row once for the tile's tokens instead of
 // once per pair, which is what the per-pair kernels of moe.cu do: at a 512-token prefill with 8 of
@@ -175,12 +176,11 @@ size_t moe_grouped_scratch_bytes(int64_t n_pairs, int64_t n_table) {
   return GroupedLayout(n_pairs, n_table).bytes;
 }
 
-void moe_grouped_sum(GgmlType t_gate_up, GgmlType t_down, const ExpertPtrs* table, int64_t n_table,
-                     const int32_t* ids, const float* weights, int64_t n_tokens, int k, int64_t n_embd,
-                     int64_t n_ff, const float* x, float* h, float* y_slots, float* out, void* scratch,
-                     size_t scratch_bytes, cudaStream_t stream) {
-  const char* op = "moe_grouped_sum";
-  require(table && ids && weights && out && scratch, op, "null pointer argument");
+void moe_grouped_slots(GgmlType t_gate_up, GgmlType t_down, const ExpertPtrs* table, int64_t n_table,
+                       const int32_t* ids, int64_t n_tokens, int k, int64_t n_embd, int64_t n_ff, const float* x,
+                       float* h, float* y_slots, void* scratch, size_t scratch_bytes, cudaStream_t stream) {
+  const char* op = "moe_grouped_slots";
+  require(table && ids && scratch, op, "null pointer argument");
   require(n_tokens >= 1 && n_table >= 1 && n_table <= 4096, op,
           "n_tokens must be ≥ 1 and the table hold 1 to 4096 experts");
   check_expert_shapes(op, t_gate_up, t_down, k, n_embd, n_ff, x, h, y_slots);
@@ -198,6 +198,15 @@ void moe_grouped_sum(GgmlType t_gate_up, GgmlType t_down, const ExpertPtrs* tabl
   FERRY_CUDA_CHECK_LAUNCH("group_pairs_kernel");
   launch_tiles(op, t_gate_up, t_down, GroupedTiles{table, n_tiles, tiles, order}, lay.max_tiles, k, n_embd, n_ff, x,
                h, y_slots, stream);
+}
+
+void moe_grouped_sum(GgmlType t_gate_up, GgmlType t_down, const ExpertPtrs* table, int64_t n_table,
+                     const int32_t* ids, const float* weights, int64_t n_tokens, int k, int64_t n_embd,
+                     int64_t n_ff, const float* x, float* h, float* y_slots, float* out, void* scratch,
+                     size_t scratch_bytes, cudaStream_t stream) {
+  require(weights && out, "moe_grouped_sum", "null pointer argument");
+  moe_grouped_slots(t_gate_up, t_down, table, n_table, ids, n_tokens, k, n_embd, n_ff, x, h, y_slots, scratch,
+                    scratch_bytes, stream);
   moe_sum(y_slots, weights, n_tokens, k, n_embd, out, stream);
 }
 

@@ -97,7 +97,7 @@ void run_step(GgmlType t_gu, GgmlType t_down, int64_t n_embd, int64_t n_ff, int3
   DevBuf<float> dout(N * E), dref(N * E), dh(N * K * n_ff);
 
   // The rows computed apart, gathered in idx's order (device to device, as a host copy would be).
-  kernels->experts_per_slot(s, all_experts, dapart_ids.get(), N, kTopK, dx.get(), dapart.get(),
+  kernels->experts_per_slot(s, all_experts, kExperts, dapart_ids.get(), N, kTopK, dx.get(), dapart.get(),
                             *stream);
   stream->synchronize();
   for (size_t i = 0; i < idx.size(); ++i)
@@ -105,7 +105,8 @@ void run_step(GgmlType t_gu, GgmlType t_down, int64_t n_embd, int64_t n_ff, int3
                                 E * sizeof(float), cudaMemcpyDeviceToDevice));
 
   std::vector<std::unique_ptr<DevBuf<int32_t>>> dpairs;
-  kernels->experts_per_slot(s, reinterpret_cast<const ExpertPtrs*>(dtable.get()), dslot_ids.get(),
+  kernels->experts_per_slot(s, reinterpret_cast<const ExpertPtrs*>(dtable.get()), static_cast<int64_t>(table.size()),
+                            dslot_ids.get(),
                             N, kTopK, dx.get(), dy_slots.get(), *stream);
   for (int32_t e = 0; e < kExperts; ++e)
     if (!streamed[e].empty()) {
@@ -163,7 +164,7 @@ void run_step(GgmlType t_gu, GgmlType t_down, int64_t n_embd, int64_t n_ff, int3
 
 TEST(GpuDeviceExperts, PerSlotPathsMatchGrouped) {
   FERRY_REQUIRE_GPU();
-  for (const int32_t n : {1, 7}) {
+  for (const int32_t n : {1, 7, 20}) {  // 20 tokens: the slot experts grouped by entry (16 or more)
     run_step(GgmlType::F32, GgmlType::F32, 256, 128, n);
     run_step(GgmlType::Q4_K, GgmlType::Q8_0, 256, 256, n);
     run_step(GgmlType::Q8_0, GgmlType::Q6_K, 256, 256, n);

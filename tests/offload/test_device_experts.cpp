@@ -150,7 +150,8 @@ void check_step(const Layer& L, int32_t n_tokens, PathOf path_of, const std::str
   auto stream = dev->create_stream();
   auto kernels = make_sim_expert_kernels();
   if (!table.empty())
-    kernels->experts_per_slot(shape, table.data(), slot_ids.data(), N, kTopK, x.data(),
+    kernels->experts_per_slot(shape, table.data(), static_cast<int64_t>(table.size()), slot_ids.data(), N, kTopK,
+                              x.data(),
                               y_slots.data(), *stream);
   for (int32_t e = 0; e < kExperts; ++e)
     if (const auto& pairs = streamed[static_cast<size_t>(e)]; !pairs.empty())
