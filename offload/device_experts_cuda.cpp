@@ -24,15 +24,10 @@ class CudaExpertKernels final : public DeviceExpertKernels {
     scratch(static_cast<size_t>(n_tokens) * static_cast<size_t>(k), s, stream);
     auto st = static_cast<cudaStream_t>(stream.native_handle());
     const ExpertPtrs* t = table;
-    if (fusion_ && n_tokens >= kGroupedMinTokens && n_table >= 1 && n_table <= kGroupedMaxTable) {
+    if (fusion_ && cuda::moe_grouped_applies(n_tokens, n_table)) {
       // A prompt batch grouped by table entry on the device: each slot expert's matrices read about
       // once per 8 of its pairs; the same bits as the two per-pair launches below.
-      const size_t bytes = cuda::moe_grouped_scratch_bytes(n_tokens * k, n_table);
-      if (bytes > group_.bytes()) {
-        stream.synchronize();  // queued kernels may still read the old one
-        group_ = DeviceBuffer();
-        group_ = dev_.alloc(bytes, "offload expert groups");
-      }
+      grow(group_, cuda::moe_grouped_scratch_bytes(n_tokens * k, n_table), "offload expert groups", stream);
       cuda::moe_grouped_slots(s.gate_type, s.down_type, t, n_table, ids, n_tokens, k, s.n_embd, s.n_ff, x, h_.f32(),
                               y_slots, group_.data(), group_.bytes(), st);
       return;
@@ -103,21 +98,20 @@ class CudaExpertKernels final : public DeviceExpertKernels {
   }
 
  private:
-  // h: rows × n_ff floats; grown with the stream drained (queued kernels may read the old one).
+  // h: rows × n_ff floats.
   void scratch(size_t rows, const ExpertShape& s, Stream& stream) {
     if (s.gate_type != s.up_type)
       fail(ErrorKind::unsupported, "cuda experts: gate ({}) and up ({}) of different types", type_name(s.gate_type),
            type_name(s.up_type));
-    const size_t bytes = rows * static_cast<size_t>(s.n_ff) * sizeof(float);
-    if (bytes <= h_.bytes()) return;
-    stream.synchronize();
-    h_ = DeviceBuffer();
-    h_ = dev_.alloc(bytes, "offload expert scratch");
+    grow(h_, rows * static_cast<size_t>(s.n_ff) * sizeof(float), "offload expert scratch", stream);
   }
-
-  // Steps of this many tokens or more take the grouped kernels (as the resident executor's); the
-  // grouping kernel keeps two counters per table entry in shared memory.
-  static constexpr int64_t kGroupedMinTokens = 16, kGroupedMaxTable = 4096;
+  // Grown with the stream drained (queued kernels may read the old buffer).
+  void grow(DeviceBuffer& buf, size_t bytes, const char* tag, Stream& stream) {
+    if (bytes <= buf.bytes()) return;
+    stream.synchronize();
+    buf = DeviceBuffer();
+    buf = dev_.alloc(bytes, tag);
+  }
 
   Device& dev_;
   bool fusion_;

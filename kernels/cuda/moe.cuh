@@ -88,6 +88,13 @@ void moe_down_sum(GgmlType t_down, const ExpertPtrs* table, const int32_t* ids, 
 // bytes of device memory, 16-byte aligned.
 // moe_grouped_slots is the same without the sum: moe_gate_up_swiglu + moe_down_slots, bit for bit
 // (y_slots rows of ids outside [0, n_table) untouched; h rows of those pairs are not written).
+// Whether a step goes grouped: prompt batches of kMoeGroupedMinTokens or more (decode and the small
+// batches of parallel decoding keep the per-pair kernels) over a table the grouping kernel can
+// count in shared memory (two counters an entry).
+constexpr int64_t kMoeGroupedMinTokens = 16, kMoeGroupedMaxTable = 4096;
+constexpr bool moe_grouped_applies(int64_t n_tokens, int64_t n_table) {
+  return n_tokens >= kMoeGroupedMinTokens && n_table >= 1 && n_table <= kMoeGroupedMaxTable;
+}
 size_t moe_grouped_scratch_bytes(int64_t n_pairs, int64_t n_table);
 void moe_grouped_slots(GgmlType t_gate_up, GgmlType t_down, const ExpertPtrs* table, int64_t n_table,
                        const int32_t* ids, int64_t n_tokens, int k, int64_t n_embd, int64_t n_ff, const float* x,

@@ -181,8 +181,8 @@ void moe_grouped_slots(GgmlType t_gate_up, GgmlType t_down, const ExpertPtrs* ta
                        float* h, float* y_slots, void* scratch, size_t scratch_bytes, cudaStream_t stream) {
   const char* op = "moe_grouped_slots";
   require(table && ids && scratch, op, "null pointer argument");
-  require(n_tokens >= 1 && n_table >= 1 && n_table <= 4096, op,
-          "n_tokens must be ≥ 1 and the table hold 1 to 4096 experts");
+  require(n_tokens >= 1 && n_table >= 1 && n_table <= kMoeGroupedMaxTable, op,
+          "n_tokens must be ≥ 1 and the table hold 1 to " + std::to_string(kMoeGroupedMaxTable) + " experts");
   check_expert_shapes(op, t_gate_up, t_down, k, n_embd, n_ff, x, h, y_slots);
   const int64_t n_pairs = n_tokens * k;
   const GroupedLayout lay(n_pairs, n_table);

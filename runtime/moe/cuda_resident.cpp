@@ -21,10 +21,6 @@ struct ResidentLayer {
   DeviceBuffer table;  // (n_expert) ExpertPtrs into the resident copies
 };
 
-// Steps of at least this many tokens run grouped by expert (moe_grouped_sum); decode and the
-// small batches of speculative or parallel decoding keep the per-pair kernels.
-constexpr int64_t kGroupedMinTokens = 16;
-
 class CudaMoeExecutor final : public MoeExecutor {
  public:
   CudaMoeExecutor(Ops& ops, const std::vector<MoeLayerWeights>& layers)
@@ -88,7 +84,7 @@ class CudaMoeExecutor final : public MoeExecutor {
     // table that holds every expert: gate/up + SwiGLU, then per-slot down and the ordered weighted
     // sum in one launch (moe_down_sum: bit-identical to moe_down_slots + moe_sum).
     const auto* table = static_cast<const ExpertPtrs*>(L.table.data());
-    if (req.n_tokens >= kGroupedMinTokens && cuda_ops_fusion(ops_) && !req.shared_down) {
+    if (cuda::moe_grouped_applies(req.n_tokens, L.n_expert) && cuda_ops_fusion(ops_) && !req.shared_down) {
       // A prompt batch: the pairs grouped by expert (moe_grouped_sum), so each expert's matrices
       // are read about once per 8 of its tokens; the same bits as the per-pair kernels below.
       const size_t pairs = static_cast<size_t>(req.n_tokens) * static_cast<size_t>(req.top_k);

@@ -390,19 +390,22 @@ cudaError_t copy(void* dst, const void* src, size_t n, cudaMemcpyKind kind, cuda
     return result(cudaErrorInvalidValue);
   const bool capturing = s && as_stream(s)->capture;
   const bool d2h = src_dev && !dst_dev;
+  // Host sides in pageable memory (looked up once: each lookup takes the runtime's lock).
+  const bool src_pageable = !src_dev && !is_pinned_or_device(src, n);
+  const bool dst_pageable = !dst_dev && !is_pinned_or_device(dst, n);
+  const bool pageable = src_pageable || dst_pageable;
   if (!capturing) {
-    const bool pageable = (!src_dev && !is_pinned_or_device(src, n)) || (!dst_dev && !is_pinned_or_device(dst, n));
     trace_api(kind == cudaMemcpyHostToDevice   ? (pageable ? "copy_h2d_pageable" : "copy_h2d")
               : kind == cudaMemcpyDeviceToHost ? (pageable ? "copy_d2h_pageable" : "copy_d2h")
               : kind == cudaMemcpyDeviceToDevice ? "copy_d2d"
                                                  : "copy_h2h",
               n);
   }
-  if (capturing && ((!src_dev && !is_pinned_or_device(src, n)) || (!dst_dev && !is_pinned_or_device(dst, n)))) {
+  if (capturing && pageable) {
     // A graph replays the copy later: it cannot stage or wait for pageable memory.
     return invalidate_capture(as_stream(s), cudaErrorStreamCaptureUnsupported, "a pageable-memory copy captured into a graph");
   }
-  if (!src_dev && !is_pinned_or_device(src, n)) {
+  if (src_pageable) {
     // Pageable source: staged now, as the driver does.
     auto staged = std::make_shared<std::vector<unsigned char>>(static_cast<const unsigned char*>(src),
                                                                static_cast<const unsigned char*>(src) + n);
@@ -429,7 +432,7 @@ cudaError_t copy(void* dst, const void* src, size_t n, cudaMemcpyKind kind, cuda
   }
   // Synchronous calls, and copies into pageable memory, return when the data is there.
   if (capturing) return cudaSuccess;
-  if (sync || (!dst_dev && !is_pinned_or_device(dst, n))) {
+  if (sync || dst_pageable) {
     // A synchronous copy is a host synchronisation; an asynchronous one into pageable memory waits
     // as the driver's does, counted apart.
     (sync ? counters().stream_syncs : counters().pageable_waits).fetch_add(1, std::memory_order_relaxed);
